@@ -1,0 +1,84 @@
+//! Timeout budgets per operation.
+//!
+//! The defaults come from the healthy operator's answer-time clusters: answers
+//! arrive around 1.3 s and 2.3 s and almost nothing useful arrives later, so a
+//! search waits 3 s and a price 2.75 s (the old settings were 7 s and 5 s).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::operator::Operation;
+
+/// How long one operator call may take, and when a successful call counts as slow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budget {
+    #[serde(with = "crate::budget::millis")]
+    pub timeout: Duration,
+    /// A call that succeeds after this long is counted as slow by the failure
+    /// window. Defaults to 80 % of the timeout.
+    #[serde(with = "crate::budget::millis")]
+    pub slow_after: Duration,
+}
+
+impl Budget {
+    pub fn with_timeout(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            slow_after: timeout.mul_f64(0.8),
+        }
+    }
+}
+
+/// The budget of every operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budgets {
+    pub search: Budget,
+    pub price: Budget,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Self {
+            search: Budget::with_timeout(Duration::from_millis(3_000)),
+            price: Budget::with_timeout(Duration::from_millis(2_750)),
+        }
+    }
+}
+
+impl Budgets {
+    pub fn for_operation(&self, operation: Operation) -> Budget {
+        match operation {
+            Operation::Search => self.search,
+            Operation::Price => self.price,
+        }
+    }
+}
+
+/// Serde helper: a `Duration` as whole milliseconds.
+pub mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_answer_clusters() {
+        let b = Budgets::default();
+        assert_eq!(b.for_operation(Operation::Search).timeout, Duration::from_secs(3));
+        assert_eq!(b.for_operation(Operation::Price).timeout, Duration::from_millis(2750));
+        assert_eq!(b.search.slow_after, Duration::from_millis(2400));
+    }
+}

@@ -1,0 +1,20 @@
+//! lifeboat-core: the logic every lifeboat function shares.
+//!
+//! Nothing here talks to AWS, HTTP or a particular async runtime. Time comes in
+//! through [`clock::Clock`], storage and side effects through the traits in
+//! [`ports`], and every decision is a plain function that tests can drive.
+
+pub mod breaker;
+pub mod budget;
+pub mod clock;
+pub mod events;
+pub mod memory;
+pub mod operator;
+pub mod ports;
+pub mod request;
+pub mod retry;
+pub mod window;
+
+pub use breaker::{BreakerConfig, BreakerRecord, BreakerState, ConsumerTarget};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use operator::{OperatorId, Operation};

@@ -1,0 +1,374 @@
+//! In-memory adapters of every storage and side-effect port.
+//!
+//! These are real implementations with the same semantics as the AWS adapters
+//! (conditional writes, atomic counters, one outcome per request), so the demo
+//! and the tests run the handlers on them unchanged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::breaker::{BreakerRecord, BreakerState, ConsumerTarget};
+use crate::events::LifeboatEvent;
+use crate::operator::OperatorId;
+use crate::ports::{
+    BreakerStore, EventPublisher, OutcomeWrite, PublishError, RequestStore, Repoint, RouterError, StoreError,
+    StoredRequest, StreamRouter, TrialTally, WindowStore,
+};
+use crate::request::{Outcome, RequestRecord};
+use crate::window::{Bucket, CallCounts};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The data behind a poisoned lock is still consistent: every critical
+    // section below writes whole values.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Debug, Default)]
+struct Requests {
+    items: HashMap<String, StoredRequest>,
+    /// Insertion order: the in-memory stream.
+    log: Vec<String>,
+    outcome_writes: u64,
+    refused_outcome_writes: u64,
+}
+
+/// The Requests table in memory, with its insert stream.
+#[derive(Debug, Default)]
+pub struct MemoryRequestStore {
+    inner: Mutex<Requests>,
+}
+
+/// Counts kept by [`MemoryRequestStore`], for the demo's summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestCounts {
+    pub total: usize,
+    pub with_outcome: usize,
+    pub outcome_writes: u64,
+    /// Second outcomes that were refused (the request already had one).
+    pub refused_outcome_writes: u64,
+}
+
+impl MemoryRequestStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requests inserted at or after stream position `from`, and the next position.
+    pub fn read_stream(&self, from: usize) -> (Vec<RequestRecord>, usize) {
+        let inner = lock(&self.inner);
+        let records = inner
+            .log
+            .iter()
+            .skip(from)
+            .filter_map(|id| inner.items.get(id).map(|s| s.request.clone()))
+            .collect();
+        (records, inner.log.len())
+    }
+
+    pub fn counts(&self) -> RequestCounts {
+        let inner = lock(&self.inner);
+        RequestCounts {
+            total: inner.items.len(),
+            with_outcome: inner.items.values().filter(|s| s.outcome.is_some()).count(),
+            outcome_writes: inner.outcome_writes,
+            refused_outcome_writes: inner.refused_outcome_writes,
+        }
+    }
+
+    pub fn all(&self) -> Vec<StoredRequest> {
+        let inner = lock(&self.inner);
+        inner.log.iter().filter_map(|id| inner.items.get(id).cloned()).collect()
+    }
+}
+
+#[async_trait]
+impl RequestStore for MemoryRequestStore {
+    async fn put_request(&self, request: &RequestRecord) -> Result<(), StoreError> {
+        let mut inner = lock(&self.inner);
+        if inner.items.contains_key(&request.request_id) {
+            return Err(StoreError::Conflict(format!("request {} exists", request.request_id)));
+        }
+        inner.items.insert(
+            request.request_id.clone(),
+            StoredRequest {
+                request: request.clone(),
+                outcome: None,
+            },
+        );
+        inner.log.push(request.request_id.clone());
+        Ok(())
+    }
+
+    async fn get(&self, request_id: &str) -> Result<Option<StoredRequest>, StoreError> {
+        Ok(lock(&self.inner).items.get(request_id).cloned())
+    }
+
+    async fn write_outcome(&self, request_id: &str, outcome: &Outcome) -> Result<OutcomeWrite, StoreError> {
+        let mut inner = lock(&self.inner);
+        let result = match inner.items.get_mut(request_id) {
+            None => return Err(StoreError::Conflict(format!("no request {request_id}"))),
+            Some(stored) if stored.outcome.is_some() => OutcomeWrite::AlreadyPresent,
+            Some(stored) => {
+                stored.outcome = Some(outcome.clone());
+                OutcomeWrite::Written
+            }
+        };
+        match result {
+            OutcomeWrite::Written => inner.outcome_writes += 1,
+            OutcomeWrite::AlreadyPresent => inner.refused_outcome_writes += 1,
+        }
+        Ok(result)
+    }
+}
+
+/// The Breaker table in memory.
+#[derive(Debug, Default)]
+pub struct MemoryBreakerStore {
+    records: Mutex<BTreeMap<OperatorId, BreakerRecord>>,
+}
+
+impl MemoryBreakerStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl BreakerStore for MemoryBreakerStore {
+    async fn load(&self, operator: &OperatorId) -> Result<Option<BreakerRecord>, StoreError> {
+        Ok(lock(&self.records).get(operator).cloned())
+    }
+
+    async fn list(&self) -> Result<Vec<BreakerRecord>, StoreError> {
+        Ok(lock(&self.records).values().cloned().collect())
+    }
+
+    async fn save(&self, record: &BreakerRecord, expected_version: Option<u64>) -> Result<(), StoreError> {
+        let mut records = lock(&self.records);
+        let stored = records.get(&record.operator).map(|r| r.version);
+        if stored != expected_version {
+            return Err(StoreError::Conflict(format!(
+                "breaker {} is at version {stored:?}, expected {expected_version:?}",
+                record.operator
+            )));
+        }
+        records.insert(record.operator.clone(), record.clone());
+        Ok(())
+    }
+
+    async fn claim_trial(&self, operator: &OperatorId, version: u64, limit: u32) -> Result<bool, StoreError> {
+        let mut records = lock(&self.records);
+        match records.get_mut(operator) {
+            Some(r) if r.state == BreakerState::HalfOpen && r.version == version && r.trials_claimed < limit => {
+                r.trials_claimed += 1;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn record_trial(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        success: bool,
+    ) -> Result<Option<TrialTally>, StoreError> {
+        let mut records = lock(&self.records);
+        match records.get_mut(operator) {
+            Some(r) if r.state == BreakerState::HalfOpen && r.version == version => {
+                if success {
+                    r.trial_successes += 1;
+                } else {
+                    r.trial_failures += 1;
+                }
+                Ok(Some(TrialTally {
+                    successes: r.trial_successes,
+                    failures: r.trial_failures,
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        let mut records = lock(&self.records);
+        if let Some(r) = records.get_mut(operator)
+            && r.version == version
+        {
+            r.announced_version = r.announced_version.max(version);
+        }
+        Ok(())
+    }
+}
+
+/// The failure window's buckets in memory.
+#[derive(Debug, Default)]
+pub struct MemoryWindowStore {
+    buckets: Mutex<HashMap<OperatorId, BTreeMap<DateTime<Utc>, CallCounts>>>,
+}
+
+impl MemoryWindowStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl WindowStore for MemoryWindowStore {
+    async fn add(
+        &self,
+        operator: &OperatorId,
+        bucket_start: DateTime<Utc>,
+        counts: &CallCounts,
+    ) -> Result<(), StoreError> {
+        let mut buckets = lock(&self.buckets);
+        buckets
+            .entry(operator.clone())
+            .or_default()
+            .entry(bucket_start)
+            .or_default()
+            .add(counts);
+        Ok(())
+    }
+
+    async fn since(&self, operator: &OperatorId, since: DateTime<Utc>) -> Result<Vec<Bucket>, StoreError> {
+        let buckets = lock(&self.buckets);
+        Ok(buckets
+            .get(operator)
+            .map(|b| {
+                b.range(since..)
+                    .map(|(start, counts)| Bucket {
+                        start: *start,
+                        counts: *counts,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+/// An event bus in memory: keeps every published event in order.
+#[derive(Debug, Default)]
+pub struct MemoryEventBus {
+    events: Mutex<Vec<LifeboatEvent>>,
+}
+
+impl MemoryEventBus {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every event published so far.
+    pub fn events(&self) -> Vec<LifeboatEvent> {
+        lock(&self.events).clone()
+    }
+
+    /// Events published at or after position `from`, and the next position.
+    pub fn read_from(&self, from: usize) -> (Vec<LifeboatEvent>, usize) {
+        let events = lock(&self.events);
+        (events.iter().skip(from).cloned().collect(), events.len())
+    }
+}
+
+#[async_trait]
+impl EventPublisher for MemoryEventBus {
+    async fn publish(&self, events: &[LifeboatEvent]) -> Result<(), PublishError> {
+        lock(&self.events).extend_from_slice(events);
+        Ok(())
+    }
+}
+
+/// Where the in-memory stream goes.
+#[derive(Debug)]
+pub struct MemoryStreamRouter {
+    target: Mutex<ConsumerTarget>,
+    changes: Mutex<u64>,
+}
+
+impl Default for MemoryStreamRouter {
+    fn default() -> Self {
+        Self {
+            target: Mutex::new(ConsumerTarget::Real),
+            changes: Mutex::new(0),
+        }
+    }
+}
+
+impl MemoryStreamRouter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many times the target actually changed.
+    pub fn changes(&self) -> u64 {
+        *lock(&self.changes)
+    }
+}
+
+#[async_trait]
+impl StreamRouter for MemoryStreamRouter {
+    async fn current(&self) -> Result<ConsumerTarget, RouterError> {
+        Ok(*lock(&self.target))
+    }
+
+    async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError> {
+        let mut current = lock(&self.target);
+        if *current == target {
+            return Ok(Repoint::AlreadyThere);
+        }
+        *current = target;
+        *lock(&self.changes) += 1;
+        Ok(Repoint::Changed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::Operation;
+    use crate::request::FailureReason;
+
+    fn t() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+    }
+
+    fn request(id: &str) -> RequestRecord {
+        RequestRecord {
+            request_id: id.into(),
+            operator: OperatorId::new("op").unwrap(),
+            operation: Operation::Search,
+            params: BTreeMap::new(),
+            created_at: t(),
+            deadline: t(),
+        }
+    }
+
+    #[tokio::test]
+    async fn one_outcome_per_request() {
+        let store = MemoryRequestStore::new();
+        store.put_request(&request("a")).await.unwrap();
+        assert!(matches!(store.put_request(&request("a")).await, Err(StoreError::Conflict(_))));
+        let first = Outcome::failed(FailureReason::Timeout, "t", t(), "real-consumer");
+        let second = Outcome::failed(FailureReason::BreakerOpen, "b", t(), "fallback-consumer");
+        assert_eq!(store.write_outcome("a", &first).await.unwrap(), OutcomeWrite::Written);
+        assert_eq!(store.write_outcome("a", &second).await.unwrap(), OutcomeWrite::AlreadyPresent);
+        assert_eq!(store.get("a").await.unwrap().unwrap().outcome, Some(first));
+        assert!(store.write_outcome("missing", &second).await.is_err());
+        let counts = store.counts();
+        assert_eq!((counts.total, counts.with_outcome, counts.refused_outcome_writes), (1, 1, 1));
+    }
+
+    #[tokio::test]
+    async fn breaker_writes_are_conditional_on_version() {
+        let store = MemoryBreakerStore::new();
+        let mut record = BreakerRecord::initial(OperatorId::new("op").unwrap(), t());
+        store.save(&record, None).await.unwrap();
+        assert!(store.save(&record, None).await.is_err());
+        record.version = 1;
+        store.save(&record, Some(0)).await.unwrap();
+        assert!(store.save(&record, Some(0)).await.is_err());
+    }
+}

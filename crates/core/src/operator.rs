@@ -1,0 +1,129 @@
+//! Operators and the operations lifeboat performs against them.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// The name of a ferry operator, as used in configuration, keys and events.
+///
+/// Lowercase ASCII letters, digits and `-`, 1 to 64 characters, so it is safe in
+/// DynamoDB keys, metric dimensions and URLs alike.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct OperatorId(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid operator id {0:?}: use 1 to 64 lowercase letters, digits or '-'")]
+pub struct InvalidOperatorId(pub String);
+
+impl OperatorId {
+    pub fn new(id: impl Into<String>) -> Result<Self, InvalidOperatorId> {
+        let id = id.into();
+        let valid = !id.is_empty()
+            && id.len() <= 64
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if valid {
+            Ok(Self(id))
+        } else {
+            Err(InvalidOperatorId(id))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for OperatorId {
+    type Error = InvalidOperatorId;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl From<OperatorId> for String {
+    fn from(value: OperatorId) -> Self {
+        value.0
+    }
+}
+
+impl FromStr for OperatorId {
+    type Err = InvalidOperatorId;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+impl fmt::Display for OperatorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a request asks the operator for. Every operation of one operator shares
+/// that operator's single breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    Search,
+    Price,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown operation {0:?}: expected search or price")]
+pub struct UnknownOperation(pub String);
+
+impl Operation {
+    pub const ALL: [Operation; 2] = [Operation::Search, Operation::Price];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Search => "search",
+            Operation::Price => "price",
+        }
+    }
+}
+
+impl FromStr for Operation {
+    type Err = UnknownOperation;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "search" => Ok(Operation::Search),
+            "price" => Ok(Operation::Price),
+            other => Err(UnknownOperation(other.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_ids_are_validated() {
+        assert!(OperatorId::new("nordic-ferries-2").is_ok());
+        assert!(OperatorId::new("").is_err());
+        assert!(OperatorId::new("Upper").is_err());
+        assert!(OperatorId::new("a b").is_err());
+        assert!(OperatorId::new("x".repeat(65)).is_err());
+        let parsed: Result<OperatorId, _> = serde_json::from_str("\"BAD\"");
+        assert!(parsed.is_err());
+    }
+
+    #[test]
+    fn operations_parse_and_print() {
+        for op in Operation::ALL {
+            assert_eq!(op.as_str().parse::<Operation>(), Ok(op));
+        }
+        assert!("book".parse::<Operation>().is_err());
+    }
+}

@@ -1,0 +1,172 @@
+//! The ports through which handlers reach storage, events, the stream mapping
+//! and the operator. One small trait per capability; `lifeboat-aws` implements
+//! them on AWS, [`crate::memory`] in memory (the demo runs on those).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::breaker::{BreakerRecord, ConsumerTarget};
+use crate::events::LifeboatEvent;
+use crate::operator::OperatorId;
+use crate::request::{CallResult, OperatorCall, Outcome, RequestRecord};
+use crate::window::{Bucket, CallCounts};
+
+/// Errors of a store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A conditional write lost: someone else wrote first.
+    #[error("conditional write lost: {0}")]
+    Conflict(String),
+    /// The store could not be reached or refused the call; worth retrying.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// An item exists but cannot be read as what it should be.
+    #[error("stored item is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// A request with its outcome, if one was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRequest {
+    pub request: RequestRecord,
+    pub outcome: Option<Outcome>,
+}
+
+/// What happened to an outcome write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeWrite {
+    Written,
+    /// The request already had an outcome; it was left as it was.
+    AlreadyPresent,
+}
+
+/// The Requests table.
+#[async_trait]
+pub trait RequestStore: Send + Sync {
+    /// Write a new request. Fails with `Conflict` if the id exists.
+    async fn put_request(&self, request: &RequestRecord) -> Result<(), StoreError>;
+
+    /// Read a request and its outcome with a strongly consistent read.
+    async fn get(&self, request_id: &str) -> Result<Option<StoredRequest>, StoreError>;
+
+    /// Write the one outcome of a request, unless it already has one. A write
+    /// for a request id that was never stored is refused with `Conflict`.
+    async fn write_outcome(&self, request_id: &str, outcome: &Outcome) -> Result<OutcomeWrite, StoreError>;
+}
+
+/// Counts of one half-open round, as stored after a trial result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrialTally {
+    pub successes: u32,
+    pub failures: u32,
+}
+
+/// The Breaker table: one record per operator.
+#[async_trait]
+pub trait BreakerStore: Send + Sync {
+    /// Strongly consistent read of one operator's breaker.
+    async fn load(&self, operator: &OperatorId) -> Result<Option<BreakerRecord>, StoreError>;
+
+    /// Every stored breaker.
+    async fn list(&self) -> Result<Vec<BreakerRecord>, StoreError>;
+
+    /// Write `record` if the stored version is `expected_version` (`None`: no
+    /// record stored yet). Otherwise `Conflict`.
+    async fn save(&self, record: &BreakerRecord, expected_version: Option<u64>) -> Result<(), StoreError>;
+
+    /// Atomically claim one half-open trial slot of round `version`: succeeds
+    /// only while the breaker is half-open at `version` with fewer than `limit`
+    /// slots claimed. `Ok(false)`: no slot for this caller.
+    async fn claim_trial(&self, operator: &OperatorId, version: u64, limit: u32) -> Result<bool, StoreError>;
+
+    /// Atomically count a trial result in round `version`. `Ok(None)`: the
+    /// breaker has moved on and the result no longer matters.
+    async fn record_trial(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        success: bool,
+    ) -> Result<Option<TrialTally>, StoreError>;
+
+    /// Note that the state change to `version` was published, if the breaker
+    /// is still at `version`.
+    async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError>;
+}
+
+/// The failure window's buckets, shared by every consumer instance.
+#[async_trait]
+pub trait WindowStore: Send + Sync {
+    /// Atomically add `counts` to the bucket starting at `bucket_start`.
+    async fn add(&self, operator: &OperatorId, bucket_start: DateTime<Utc>, counts: &CallCounts)
+    -> Result<(), StoreError>;
+
+    /// Buckets that start at or after `since`.
+    async fn since(&self, operator: &OperatorId, since: DateTime<Utc>) -> Result<Vec<Bucket>, StoreError>;
+}
+
+/// Errors of the event publisher.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// Some events were not accepted even after retrying; `failed` holds their
+    /// indexes in the published slice with the bus's reason.
+    #[error("{} of {total} events not published: {}", failed.len(), first_reason(failed))]
+    Partial { total: usize, failed: Vec<(usize, String)> },
+    #[error("event bus unavailable: {0}")]
+    Unavailable(String),
+}
+
+fn first_reason(failed: &[(usize, String)]) -> &str {
+    failed.first().map(|(_, r)| r.as_str()).unwrap_or("")
+}
+
+impl PublishError {
+    /// Indexes of the events that were not published.
+    pub fn failed_indexes(&self, total: usize) -> Vec<usize> {
+        match self {
+            PublishError::Partial { failed, .. } => failed.iter().map(|(i, _)| *i).collect(),
+            PublishError::Unavailable(_) => (0..total).collect(),
+        }
+    }
+}
+
+/// The event bus.
+#[async_trait]
+pub trait EventPublisher: Send + Sync {
+    /// Publish all events (in as many calls as the bus needs), retrying entries
+    /// the bus refused, and report those that still failed.
+    async fn publish(&self, events: &[LifeboatEvent]) -> Result<(), PublishError>;
+}
+
+/// Errors of the stream router.
+#[derive(Debug, thiserror::Error)]
+pub enum RouterError {
+    #[error("event source mapping {0} not found")]
+    NotFound(String),
+    #[error("event source mapping busy, try again: {0}")]
+    Busy(String),
+    #[error("event source mapping unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Whether a re-point changed anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repoint {
+    Changed,
+    AlreadyThere,
+}
+
+/// Where the Requests stream is delivered.
+#[async_trait]
+pub trait StreamRouter: Send + Sync {
+    async fn current(&self) -> Result<ConsumerTarget, RouterError>;
+
+    /// Point the stream at `target`, keeping its position. Idempotent.
+    async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError>;
+}
+
+/// The operator's API. Implementations bound every call by `call.budget` and
+/// classify what happened; they never fail in any other way.
+#[async_trait]
+pub trait OperatorApi: Send + Sync {
+    async fn call(&self, call: &OperatorCall) -> CallResult;
+}

@@ -1,0 +1,291 @@
+//! Request records, their outcomes, and the classification of operator calls.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::budget::Budget;
+use crate::operator::{OperatorId, Operation};
+
+/// A request for the operator, written by search or cart into the Requests table
+/// and carried to a consumer by the table's stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub request_id: String,
+    pub operator: OperatorId,
+    pub operation: Operation,
+    /// The operation's parameters (route, date, passengers, …), passed through
+    /// to the operator unchanged.
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    pub created_at: DateTime<Utc>,
+    /// After this instant nobody waits for the answer any more: the consumer
+    /// writes an `expired` outcome without calling the operator.
+    pub deadline: DateTime<Utc>,
+}
+
+impl RequestRecord {
+    /// What is left of the request's own deadline at `now`, if anything.
+    pub fn remaining(&self, now: DateTime<Utc>) -> Option<Duration> {
+        (self.deadline - now).to_std().ok().filter(|d| !d.is_zero())
+    }
+}
+
+/// Why a request ended without an answer. These strings are part of the event
+/// schema (`Operator Request Failed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureReason {
+    /// The breaker is open: the operator was not asked.
+    BreakerOpen,
+    /// The operator did not answer within the budget.
+    Timeout,
+    /// The operator answered with an error, refused the connection, or sent a
+    /// payload we could not read.
+    UpstreamError,
+    /// The request's deadline had passed before it could be sent.
+    Expired,
+    /// The stream record was not a request lifeboat can read.
+    Malformed,
+}
+
+impl FailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::BreakerOpen => "breaker_open",
+            FailureReason::Timeout => "timeout",
+            FailureReason::UpstreamError => "upstream_error",
+            FailureReason::Expired => "expired",
+            FailureReason::Malformed => "malformed",
+        }
+    }
+}
+
+/// The one outcome of a request: the operator's answer or the reason there is none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum OutcomeKind {
+    Answered {
+        /// The operator's answer, as JSON text.
+        body: String,
+    },
+    Failed {
+        reason: FailureReason,
+        detail: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    #[serde(flatten)]
+    pub kind: OutcomeKind,
+    pub at: DateTime<Utc>,
+    /// Which function wrote it (`real-consumer`, `fallback-consumer`).
+    pub by: String,
+    /// Time spent calling the operator, if it was called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_ms: Option<u64>,
+}
+
+impl Outcome {
+    pub fn failed(
+        reason: FailureReason,
+        detail: impl Into<String>,
+        at: DateTime<Utc>,
+        by: &str,
+    ) -> Self {
+        Self {
+            kind: OutcomeKind::Failed {
+                reason,
+                detail: detail.into(),
+            },
+            at,
+            by: by.to_owned(),
+            call_ms: None,
+        }
+    }
+
+    pub fn failure_reason(&self) -> Option<FailureReason> {
+        match &self.kind {
+            OutcomeKind::Answered { .. } => None,
+            OutcomeKind::Failed { reason, .. } => Some(*reason),
+        }
+    }
+}
+
+/// A call to the operator API, bounded by its budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorCall {
+    pub request_id: String,
+    pub operator: OperatorId,
+    pub operation: Operation,
+    pub params: BTreeMap<String, String>,
+    pub budget: Budget,
+}
+
+/// How an operator call went, as the breaker sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "class", rename_all = "snake_case")]
+pub enum CallClass {
+    /// Answered in time with a readable payload.
+    Ok,
+    /// Answered with a readable payload, but after the budget's `slow_after`.
+    Slow,
+    /// No answer within the budget.
+    Timeout,
+    /// The connection could not be made or broke.
+    Connect,
+    /// The operator answered 5xx.
+    ServerError { status: u16 },
+    /// The operator answered 4xx: our request was wrong, the operator is up.
+    ClientError { status: u16 },
+    /// 2xx, but the payload was not what the operator's API promises.
+    BadPayload,
+}
+
+/// What the breaker's failure window makes of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Success,
+    SlowSuccess,
+    Timeout,
+    Failure,
+    /// Says nothing about the operator's health (our own bad request).
+    Neutral,
+}
+
+impl CallClass {
+    pub fn health(&self) -> Health {
+        match self {
+            CallClass::Ok => Health::Success,
+            CallClass::Slow => Health::SlowSuccess,
+            CallClass::Timeout => Health::Timeout,
+            CallClass::Connect | CallClass::ServerError { .. } | CallClass::BadPayload => {
+                Health::Failure
+            }
+            CallClass::ClientError { .. } => Health::Neutral,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            CallClass::Ok => "ok",
+            CallClass::Slow => "slow",
+            CallClass::Timeout => "timeout",
+            CallClass::Connect => "connect",
+            CallClass::ServerError { .. } => "server_error",
+            CallClass::ClientError { .. } => "client_error",
+            CallClass::BadPayload => "bad_payload",
+        }
+    }
+
+    /// Classify a call that produced a readable answer after `elapsed`.
+    pub fn answered(elapsed: Duration, budget: &Budget) -> Self {
+        if elapsed > budget.slow_after {
+            CallClass::Slow
+        } else {
+            CallClass::Ok
+        }
+    }
+}
+
+/// The result of one operator call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallResult {
+    pub class: CallClass,
+    pub elapsed: Duration,
+    /// The answer as JSON text, present for `Ok` and `Slow`.
+    pub body: Option<String>,
+    /// A short description for logs and failure events, never a secret.
+    pub detail: String,
+}
+
+impl CallResult {
+    /// The request outcome this call leads to.
+    pub fn into_outcome(self, at: DateTime<Utc>, by: &str) -> Outcome {
+        let call_ms = Some(u64::try_from(self.elapsed.as_millis()).unwrap_or(u64::MAX));
+        let kind = match (self.class.health(), self.body) {
+            (Health::Success | Health::SlowSuccess, Some(body)) => OutcomeKind::Answered { body },
+            (Health::Timeout, _) => OutcomeKind::Failed {
+                reason: FailureReason::Timeout,
+                detail: self.detail,
+            },
+            _ => OutcomeKind::Failed {
+                reason: FailureReason::UpstreamError,
+                detail: self.detail,
+            },
+        };
+        Outcome {
+            kind,
+            at,
+            by: by.to_owned(),
+            call_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(s, 0).unwrap_or_default()
+    }
+
+    #[test]
+    fn slow_answers_are_classified_by_the_budget() {
+        let budget = Budget::with_timeout(Duration::from_secs(3));
+        assert_eq!(CallClass::answered(Duration::from_millis(1300), &budget), CallClass::Ok);
+        assert_eq!(CallClass::answered(Duration::from_millis(2500), &budget), CallClass::Slow);
+    }
+
+    #[test]
+    fn outcomes_round_trip_as_json() {
+        let outcome = Outcome::failed(FailureReason::BreakerOpen, "breaker open", at(10), "fallback-consumer");
+        let json = serde_json::to_value(&outcome).unwrap_or_default();
+        assert_eq!(json["status"], "failed");
+        assert_eq!(json["reason"], "breaker_open");
+        let back: Outcome = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, outcome);
+    }
+
+    #[test]
+    fn call_results_map_to_outcomes() {
+        let timeout = CallResult {
+            class: CallClass::Timeout,
+            elapsed: Duration::from_secs(3),
+            body: None,
+            detail: "no answer in 3000 ms".into(),
+        };
+        assert_eq!(
+            timeout.into_outcome(at(0), "real-consumer").failure_reason(),
+            Some(FailureReason::Timeout)
+        );
+        let ok = CallResult {
+            class: CallClass::Ok,
+            elapsed: Duration::from_millis(900),
+            body: Some("{}".into()),
+            detail: String::new(),
+        };
+        let outcome = ok.into_outcome(at(0), "real-consumer");
+        assert_eq!(outcome.failure_reason(), None);
+        assert_eq!(outcome.call_ms, Some(900));
+    }
+
+    #[test]
+    fn remaining_time_is_none_past_the_deadline() {
+        let record = RequestRecord {
+            request_id: "r1".into(),
+            operator: OperatorId::new("op").unwrap_or_else(|e| panic!("{e}")),
+            operation: Operation::Search,
+            params: BTreeMap::new(),
+            created_at: at(0),
+            deadline: at(5),
+        };
+        assert_eq!(record.remaining(at(3)), Some(Duration::from_secs(2)));
+        assert_eq!(record.remaining(at(5)), None);
+        assert_eq!(record.remaining(at(9)), None);
+    }
+}
