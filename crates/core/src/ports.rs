@@ -168,5 +168,9 @@ pub trait StreamRouter: Send + Sync {
 /// classify what happened; they never fail in any other way.
 #[async_trait]
 pub trait OperatorApi: Send + Sync {
+    /// Whether this adapter knows how to reach `operator` at all. A request for
+    /// an operator it does not know is quarantined, never called.
+    fn knows(&self, operator: &OperatorId) -> bool;
+
     async fn call(&self, call: &OperatorCall) -> CallResult;
 }

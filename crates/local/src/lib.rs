@@ -1,1 +1,6 @@
-//! lifeboat-local
+//! lifeboat-local: the pieces that run the wired suite on one machine without
+//! AWS or Docker, shared by `lifeboat local` and the end-to-end tests.
+
+pub mod moto;
+pub mod net;
+pub mod watch;

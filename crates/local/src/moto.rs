@@ -1,0 +1,1 @@
+//! moto_server on a free loopback port

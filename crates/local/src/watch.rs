@@ -1,0 +1,1 @@
+//! cargo lambda watch on a free loopback port
