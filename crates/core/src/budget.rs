@@ -32,6 +32,7 @@ impl Budget {
 
 /// The budget of every operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Budgets {
     pub search: Budget,
     pub price: Budget,
