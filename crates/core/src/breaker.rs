@@ -121,6 +121,9 @@ pub struct BreakerRecord {
     pub since: DateTime<Utc>,
     /// Why it entered `state`.
     pub reason: String,
+    /// The state it left to enter `state` (`None` for a breaker that never moved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<BreakerState>,
     /// Open only: when the half-open trial may start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_until: Option<DateTime<Utc>>,
@@ -148,6 +151,7 @@ impl BreakerRecord {
             version: 0,
             since: now,
             reason: "initial".to_owned(),
+            previous: None,
             open_until: None,
             failed_trials: 0,
             trials_claimed: 0,
@@ -403,6 +407,7 @@ fn successor(current: &BreakerRecord, state: BreakerState, now: DateTime<Utc>) -
         version: current.version + 1,
         since: now,
         reason: String::new(),
+        previous: Some(current.state),
         open_until: None,
         failed_trials: 0,
         trials_claimed: 0,

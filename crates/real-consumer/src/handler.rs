@@ -1,1 +1,401 @@
-//! real-consumer
+//! The real consumer: takes request records from the Requests stream, calls the
+//! operator within the operation's budget, and writes exactly one outcome per
+//! request.
+//!
+//! Per batch it reads each operator's breaker once. Closed: every request is
+//! called (concurrently, up to `concurrency` at a time). Open (a batch that was
+//! already on its way when the stream was re-pointed): nobody is called, every
+//! request fails fast with `breaker_open`. Half-open: each request tries to
+//! claim a trial slot with one atomic conditional write; only the holders of a
+//! slot call the operator, the rest fail fast.
+//!
+//! After the calls it adds the batch's counts to the shared failure window (one
+//! atomic add per operator per batch), reads the window back and, if a rule
+//! trips, publishes `Trip Requested`. Trial results are counted in the breaker
+//! record; a failed trial asks for a trip, enough successes publish `Trials
+//! Passed`. The circuit switch decides on both.
+//!
+//! A record whose outcome cannot be written is reported as a batch item
+//! failure and comes back; when it does, the request is not called again if an
+//! outcome was written meanwhile.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use futures::StreamExt;
+use lambda_runtime::Diagnostic;
+use lifeboat_core::breaker::TripReason;
+use lifeboat_core::events::{LifeboatEvent, SCHEMA_VERSION, TrialsPassed, TripRequested};
+use lifeboat_core::ports::{BreakerStore, EventPublisher, OperatorApi, RequestStore, StoreError, WindowStore};
+use lifeboat_core::request::{FailureReason, Health, OperatorCall, Outcome, RequestRecord};
+use lifeboat_core::settings::Settings;
+use lifeboat_core::window::CallCounts;
+use lifeboat_core::{BreakerRecord, BreakerState, Clock, OperatorId};
+use lifeboat_stream::{StreamItem, batch_response, classify, failure_event, publish_all, quarantine, records};
+use serde_json::Value;
+
+/// The name this function writes into the outcomes it produces.
+pub const NAME: &str = "real-consumer";
+
+/// Default number of operator calls in flight per batch.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// Why a whole invocation failed (records never fail the invocation).
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    #[error("{0}")]
+    NotABatch(String),
+}
+
+impl From<ConsumerError> for Diagnostic {
+    fn from(e: ConsumerError) -> Self {
+        Diagnostic {
+            error_type: "NotABatch".into(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// Everything the handler needs, built once per Lambda instance.
+pub struct RealConsumer {
+    pub requests: Arc<dyn RequestStore>,
+    pub breakers: Arc<dyn BreakerStore>,
+    pub window: Arc<dyn WindowStore>,
+    pub events: Arc<dyn EventPublisher>,
+    pub operator: Arc<dyn OperatorApi>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: Settings,
+    pub concurrency: usize,
+}
+
+/// What one batch did, for logs, the demo and tests.
+#[derive(Debug, Default)]
+pub struct BatchReport {
+    pub response: DynamoDbEventResponse,
+    pub requests: usize,
+    pub skipped: usize,
+    pub quarantined: usize,
+    pub calls: usize,
+    pub outcomes_written: usize,
+    pub already_answered: usize,
+    pub trips_requested: usize,
+    pub trials_passed: usize,
+    pub events_not_published: usize,
+}
+
+/// The breaker as this batch saw it. `None`: it could not be read.
+type BreakerView = Option<BreakerRecord>;
+
+/// The end of one request in this batch.
+struct Processed {
+    sequence: Option<String>,
+    operator: OperatorId,
+    /// `Err`: the record must come back.
+    written: Result<Option<bool>, StoreError>,
+    called: Option<Health>,
+    trial: Option<bool>,
+    event: Option<LifeboatEvent>,
+}
+
+impl RealConsumer {
+    /// Handle one stream batch.
+    pub async fn handle(&self, payload: &Value) -> Result<BatchReport, ConsumerError> {
+        let records = records(payload).map_err(ConsumerError::NotABatch)?;
+        let mut report = BatchReport::default();
+        let mut events = Vec::new();
+        let mut requests = Vec::new();
+        for record in records {
+            match classify(record) {
+                StreamItem::Request { sequence, request } => requests.push((sequence, request)),
+                StreamItem::Skip { .. } => report.skipped += 1,
+                StreamItem::Quarantine(q) => {
+                    report.quarantined += 1;
+                    events.push(quarantine(self.requests.as_ref(), &q, self.clock.now(), NAME).await);
+                }
+            }
+        }
+        report.requests = requests.len();
+
+        let views = self.read_breakers(requests.iter().map(|(_, r)| &r.operator)).await;
+        let processed: Vec<Processed> = futures::stream::iter(requests)
+            .map(|(sequence, request)| {
+                let view = views.get(&request.operator).cloned().flatten();
+                async move { self.process(sequence, request, view).await }
+            })
+            .buffer_unordered(self.concurrency.max(1))
+            .collect()
+            .await;
+
+        let mut failed = Vec::new();
+        let mut counts: BTreeMap<OperatorId, CallCounts> = BTreeMap::new();
+        let mut trials: BTreeMap<OperatorId, Vec<bool>> = BTreeMap::new();
+        for p in processed {
+            match p.written {
+                Ok(Some(true)) => report.outcomes_written += 1,
+                Ok(Some(false)) => report.already_answered += 1,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, sequence = p.sequence.as_deref().unwrap_or("-"), "outcome not written; the record will come back");
+                    if let Some(seq) = p.sequence {
+                        failed.push(seq);
+                    }
+                }
+            }
+            if let Some(health) = p.called {
+                report.calls += 1;
+                counts.entry(p.operator.clone()).or_default().record(health);
+            }
+            if let Some(ok) = p.trial {
+                trials.entry(p.operator.clone()).or_default().push(ok);
+            }
+            events.extend(p.event);
+        }
+
+        for (operator, counts) in &counts {
+            let view = views.get(operator).cloned().flatten();
+            if let Some(event) = self.update_window(operator, counts, view.as_ref()).await {
+                report.trips_requested += 1;
+                events.push(event);
+            }
+        }
+        for (operator, results) in &trials {
+            let view = views.get(operator).cloned().flatten();
+            for event in self.count_trials(operator, results, view.as_ref()).await {
+                match event {
+                    LifeboatEvent::TripRequested(_) => report.trips_requested += 1,
+                    _ => report.trials_passed += 1,
+                }
+                events.push(event);
+            }
+        }
+
+        report.events_not_published = publish_all(self.events.as_ref(), &events).await;
+        report.response = batch_response(failed);
+        tracing::info!(
+            requests = report.requests,
+            calls = report.calls,
+            outcomes_written = report.outcomes_written,
+            already_answered = report.already_answered,
+            quarantined = report.quarantined,
+            skipped = report.skipped,
+            retried = report.response.batch_item_failures.len(),
+            trips_requested = report.trips_requested,
+            "batch done"
+        );
+        Ok(report)
+    }
+
+    async fn read_breakers<'a>(&self, operators: impl Iterator<Item = &'a OperatorId>) -> HashMap<OperatorId, BreakerView> {
+        let mut views = HashMap::new();
+        for operator in operators {
+            if views.contains_key(operator) {
+                continue;
+            }
+            let view = match self.breakers.load(operator).await {
+                Ok(Some(record)) => Some(record),
+                Ok(None) => Some(BreakerRecord::initial(operator.clone(), self.clock.now())),
+                Err(e) => {
+                    // Availability first: an unreadable breaker is treated as
+                    // closed for calls, and no trip is asked for on its behalf.
+                    tracing::warn!(operator = %operator, error = %e, "breaker unreadable; calling as if closed");
+                    None
+                }
+            };
+            if let Some(record) = &view {
+                tracing::debug!(operator = %operator, state = %record.state, version = record.version, "breaker read");
+            }
+            views.insert(operator.clone(), view);
+        }
+        views
+    }
+
+    async fn process(&self, sequence: Option<String>, request: RequestRecord, view: BreakerView) -> Processed {
+        let mut done = Processed {
+            sequence,
+            operator: request.operator.clone(),
+            written: Ok(None),
+            called: None,
+            trial: None,
+            event: None,
+        };
+        match self.requests.get(&request.request_id).await {
+            Ok(Some(stored)) if stored.outcome.is_some() => {
+                done.written = Ok(Some(false));
+                return done;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tracing::warn!(request_id = %request.request_id, "request item is gone; nothing to answer");
+                return done;
+            }
+            Err(e) => {
+                done.written = Err(e);
+                return done;
+            }
+        }
+
+        let now = self.clock.now();
+        let Some(remaining) = request.remaining(now) else {
+            return self.fail(done, &request, FailureReason::Expired, "deadline passed before the call").await;
+        };
+        if !self.operator.knows(&request.operator) {
+            let detail = format!("unknown operator {}", request.operator);
+            return self.fail(done, &request, FailureReason::Malformed, &detail).await;
+        }
+        let state = view.as_ref().map(|r| r.state).unwrap_or(BreakerState::Closed);
+        match state {
+            BreakerState::Open | BreakerState::ForcedOpen => {
+                return self.fail(done, &request, FailureReason::BreakerOpen, "breaker open").await;
+            }
+            BreakerState::HalfOpen => {
+                let Some(record) = view.as_ref() else {
+                    return done;
+                };
+                let limit = self.settings.for_operator(&request.operator).breaker.trial_calls;
+                match self.breakers.claim_trial(&request.operator, record.version, limit).await {
+                    Ok(true) => {
+                        tracing::info!(operator = %request.operator, state = %state, version = record.version, request_id = %request.request_id, "half-open trial call");
+                    }
+                    Ok(false) => {
+                        return self
+                            .fail(done, &request, FailureReason::BreakerOpen, "half-open: every trial slot is taken")
+                            .await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(operator = %request.operator, error = %e, "trial slot not claimed");
+                        return self
+                            .fail(done, &request, FailureReason::BreakerOpen, "half-open: trial slot not claimed")
+                            .await;
+                    }
+                }
+                done.trial = Some(false);
+            }
+            BreakerState::Closed | BreakerState::ForcedClosed => {}
+        }
+
+        let mut budget = self.settings.for_operator(&request.operator).budgets.for_operation(request.operation);
+        budget.timeout = budget.timeout.min(remaining);
+        budget.slow_after = budget.slow_after.min(budget.timeout);
+        let call = OperatorCall {
+            request_id: request.request_id.clone(),
+            operator: request.operator.clone(),
+            operation: request.operation,
+            params: request.params.clone(),
+            budget,
+        };
+        let result = self.operator.call(&call).await;
+        let health = result.class.health();
+        tracing::debug!(
+            operator = %request.operator, operation = %request.operation, request_id = %request.request_id,
+            class = result.class.name(), elapsed_ms = result.elapsed.as_millis() as u64, "operator call"
+        );
+        done.called = Some(health);
+        if done.trial.is_some() {
+            done.trial = Some(matches!(health, Health::Success | Health::SlowSuccess | Health::Neutral));
+        }
+        let outcome = result.into_outcome(self.clock.now(), NAME);
+        if let Some(reason) = outcome.failure_reason() {
+            let detail = match &outcome.kind {
+                lifeboat_core::request::OutcomeKind::Failed { detail, .. } => detail.clone(),
+                lifeboat_core::request::OutcomeKind::Answered { .. } => String::new(),
+            };
+            done.event = Some(failure_event(&request, reason, &detail, outcome.at));
+        }
+        done.written = lifeboat_stream::write_outcome(self.requests.as_ref(), &request, &outcome)
+            .await
+            .map(Some);
+        if matches!(done.written, Ok(Some(false))) {
+            done.event = None;
+        }
+        done
+    }
+
+    async fn fail(&self, mut done: Processed, request: &RequestRecord, reason: FailureReason, detail: &str) -> Processed {
+        let outcome = Outcome::failed(reason, detail, self.clock.now(), NAME);
+        done.written = lifeboat_stream::write_outcome(self.requests.as_ref(), request, &outcome)
+            .await
+            .map(Some);
+        if matches!(done.written, Ok(Some(true))) {
+            done.event = Some(failure_event(request, reason, detail, outcome.at));
+        }
+        done
+    }
+
+    /// Add the batch's counts to the window; ask for a trip if it says so.
+    async fn update_window(
+        &self,
+        operator: &OperatorId,
+        counts: &CallCounts,
+        view: Option<&BreakerRecord>,
+    ) -> Option<LifeboatEvent> {
+        let cfg = self.settings.for_operator(operator).window;
+        let now = self.clock.now();
+        if let Err(e) = self.window.add(operator, cfg.bucket_start(now), counts).await {
+            tracing::warn!(operator = %operator, error = %e, "window counts not written");
+        }
+        let record = view?;
+        if record.state != BreakerState::Closed {
+            return None;
+        }
+        let buckets = match self.window.since(operator, cfg.oldest_bucket(now)).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(operator = %operator, error = %e, "window unreadable");
+                return None;
+            }
+        };
+        let verdict = cfg.evaluate(&buckets, now)?;
+        tracing::warn!(operator = %operator, state = %record.state, version = record.version, verdict = %verdict, "failure window asks for a trip");
+        Some(LifeboatEvent::TripRequested(TripRequested {
+            schema_version: SCHEMA_VERSION,
+            operator: operator.clone(),
+            observed_version: record.version,
+            reason: TripReason::Window { verdict },
+            at: now,
+        }))
+    }
+
+    /// Count trial results in the breaker record; report a failed round or a
+    /// passed one.
+    async fn count_trials(&self, operator: &OperatorId, results: &[bool], view: Option<&BreakerRecord>) -> Vec<LifeboatEvent> {
+        let Some(record) = view else {
+            return Vec::new();
+        };
+        let needed = self.settings.for_operator(operator).breaker.successes_to_close;
+        let now = self.clock.now();
+        let mut events = Vec::new();
+        let mut best = None;
+        for ok in results {
+            match self.breakers.record_trial(operator, record.version, *ok).await {
+                Ok(Some(tally)) => best = Some(tally),
+                Ok(None) => return events,
+                Err(e) => tracing::warn!(operator = %operator, error = %e, "trial result not counted"),
+            }
+        }
+        if results.iter().any(|ok| !ok) {
+            events.push(LifeboatEvent::TripRequested(TripRequested {
+                schema_version: SCHEMA_VERSION,
+                operator: operator.clone(),
+                observed_version: record.version,
+                reason: TripReason::TrialFailed {
+                    detail: "a half-open trial call failed".into(),
+                },
+                at: now,
+            }));
+        } else if let Some(tally) = best
+            && tally.failures == 0
+            && tally.successes >= needed
+        {
+            tracing::info!(operator = %operator, state = %record.state, version = record.version, successes = tally.successes, "half-open trials passed");
+            events.push(LifeboatEvent::TrialsPassed(TrialsPassed {
+                schema_version: SCHEMA_VERSION,
+                operator: operator.clone(),
+                observed_version: record.version,
+                successes: tally.successes,
+                at: now,
+            }));
+        }
+        events
+    }
+}

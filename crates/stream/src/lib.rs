@@ -171,18 +171,26 @@ pub async fn quarantine(
 }
 
 /// Write a request's outcome. `Ok(true)` when this write is the one outcome,
-/// `Ok(false)` when the request already had one (a re-delivered record).
+/// `Ok(false)` when the request already had one (a re-delivered record) or its
+/// item no longer exists.
 pub async fn write_outcome(
     requests: &dyn RequestStore,
     request: &RequestRecord,
     outcome: &Outcome,
 ) -> Result<bool, StoreError> {
-    match requests.write_outcome(&request.request_id, outcome).await? {
-        OutcomeWrite::Written => Ok(true),
-        OutcomeWrite::AlreadyPresent => {
+    match requests.write_outcome(&request.request_id, outcome).await {
+        Ok(OutcomeWrite::Written) => Ok(true),
+        Ok(OutcomeWrite::AlreadyPresent) => {
             tracing::info!(request_id = %request.request_id, "request already had an outcome; left as it was");
             Ok(false)
         }
+        // The item is gone (expired and removed): nobody can read an outcome,
+        // and retrying the record would only loop.
+        Err(StoreError::Conflict(why)) => {
+            tracing::warn!(request_id = %request.request_id, why = %why, "request item is gone; no outcome written");
+            Ok(false)
+        }
+        Err(e) => Err(e),
     }
 }
 
