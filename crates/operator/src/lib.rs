@@ -1,1 +1,29 @@
-//! lifeboat-operator
+//! lifeboat-operator: the operator's API, for real and simulated.
+//!
+//! - [`HttpOperatorApi`] calls a real operator over HTTP (reqwest, rustls),
+//!   bounding every call by its budget and classifying what happened as a
+//!   [`CallClass`](lifeboat_core::request::CallClass).
+//! - [`SimulatedOperator`] plays an operator in-process, on (possibly paused)
+//!   tokio time, with answer times calibrated on the real incident
+//!   ([`LatencyModel`]) and outages scripted or switched at run time
+//!   ([`OutageMode`]).
+//! - [`SimServer`] serves the same simulation over HTTP on a local port,
+//!   with a small control endpoint, for the local demo and the client's tests.
+
+mod answers;
+mod client;
+mod latency;
+mod payload;
+mod server;
+mod sim;
+
+pub use answers::PriceDrift;
+pub use client::{
+    HttpApiError, HttpOperatorApi, OperatorUrls, OperatorUrlsError, REQUEST_ID_HEADER,
+};
+pub use latency::{LatencyModel, SimRng};
+pub use payload::{PayloadError, check_payload};
+pub use server::SimServer;
+pub use sim::{
+    ModeCounts, OperationCounts, Outage, OutageMode, SimConfig, SimStats, SimulatedOperator,
+};

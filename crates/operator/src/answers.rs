@@ -1,0 +1,367 @@
+//! Fake but plausible operator answers, derived deterministically from the
+//! request's parameters, so the same search always finds the same sailings.
+//!
+//! Parameters (all optional, passed through from the request):
+//! `from` and `to` (port names, default `HEL` and `TLL`), `date`
+//! (`YYYY-MM-DD`, default the simulator's current date), `passengers`
+//! (1 to 9, default 1), and for a price `sailing_id` (default the first
+//! sailing of the day for `from`, `to` and `date`). A value that is present
+//! but malformed is answered with a 400, as a real operator would.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDate, NaiveTime, SecondsFormat, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::latency::mix64;
+
+/// Prices that change as (possibly virtual) time passes, so a price asked
+/// for later can differ from the one a search showed.
+///
+/// From `start` on, every `every` the price of every sailing is multiplied by
+/// `1 + percent / 100` (`percent` may be negative).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PriceDrift {
+    /// Prices are as generated until this instant.
+    pub start: DateTime<Utc>,
+    /// How often the price moves, in milliseconds in configuration.
+    #[serde(with = "lifeboat_core::budget::millis", rename = "every_ms")]
+    pub every: Duration,
+    /// How much it moves each time, in percent.
+    pub percent: f64,
+}
+
+impl PriceDrift {
+    /// The factor prices are multiplied by at `now`.
+    pub fn factor_at(&self, now: DateTime<Utc>) -> f64 {
+        let every = i64::try_from(self.every.as_millis()).unwrap_or(i64::MAX);
+        if every == 0 || !self.percent.is_finite() {
+            return 1.0;
+        }
+        let steps = ((now - self.start).num_milliseconds() / every).clamp(0, 10_000);
+        let factor = (1.0 + self.percent / 100.0).powi(i32::try_from(steps).unwrap_or(0));
+        if factor.is_finite() && factor > 0.0 {
+            factor
+        } else {
+            1.0
+        }
+    }
+}
+
+/// A parameter the simulated operator refuses, with the message of its 400.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BadRequest(pub String);
+
+/// The answer to a search.
+pub(crate) fn search(
+    params: &BTreeMap<String, String>,
+    now: DateTime<Utc>,
+    drift: Option<&PriceDrift>,
+) -> Result<Value, BadRequest> {
+    let route = Route::from_params(params, now)?;
+    let passengers = passengers(params)?;
+    let factor = drift.map_or(1.0, |d| d.factor_at(now));
+    let sailings: Vec<Value> = route
+        .sailings()
+        .into_iter()
+        .map(|s| {
+            json!({
+                "sailing_id": s.id,
+                "departs": s.departs,
+                "arrives": s.arrives,
+                "from": route.from,
+                "to": route.to,
+                "price_cents": price_cents(&s.id, passengers, factor),
+                "currency": "EUR",
+            })
+        })
+        .collect();
+    Ok(json!({ "sailings": sailings }))
+}
+
+/// The answer to a price request.
+pub(crate) fn price(
+    params: &BTreeMap<String, String>,
+    now: DateTime<Utc>,
+    drift: Option<&PriceDrift>,
+) -> Result<Value, BadRequest> {
+    let passengers = passengers(params)?;
+    let sailing_id = match params.get("sailing_id") {
+        Some(id) => {
+            let valid = !id.is_empty()
+                && id.len() <= 64
+                && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            if !valid {
+                return Err(BadRequest(
+                    "sailing_id must be 1 to 64 letters, digits or '-'".into(),
+                ));
+            }
+            id.clone()
+        }
+        None => Route::from_params(params, now)?
+            .sailings()
+            .into_iter()
+            .next()
+            .map(|s| s.id)
+            .ok_or_else(|| BadRequest("no sailing on that date".into()))?,
+    };
+    let factor = drift.map_or(1.0, |d| d.factor_at(now));
+    Ok(json!({
+        "price": {
+            "amount_cents": price_cents(&sailing_id, passengers, factor),
+            "currency": "EUR",
+            "sailing_id": sailing_id,
+            "passengers": passengers,
+        }
+    }))
+}
+
+struct Route {
+    from: String,
+    to: String,
+    date: NaiveDate,
+}
+
+struct Sailing {
+    id: String,
+    departs: String,
+    arrives: String,
+}
+
+impl Route {
+    fn from_params(
+        params: &BTreeMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> Result<Self, BadRequest> {
+        let date = match params.get("date") {
+            Some(d) => NaiveDate::parse_from_str(d, "%Y-%m-%d")
+                .map_err(|_| BadRequest("date must be YYYY-MM-DD".into()))?,
+            None => now.date_naive(),
+        };
+        Ok(Self {
+            from: port(params, "from", "HEL")?,
+            to: port(params, "to", "TLL")?,
+            date,
+        })
+    }
+
+    /// Three to five sailings spread over the day, with a fixed crossing time
+    /// per route.
+    fn sailings(&self) -> Vec<Sailing> {
+        let day = hash(&[&self.from, &self.to, &self.date.to_string()]);
+        let crossing = TimeDelta::minutes(
+            90 + i64::try_from(hash(&[&self.from, &self.to]) % 28).unwrap_or(0) * 15,
+        );
+        let count = 3 + day % 3;
+        let midnight = self.date.and_time(NaiveTime::MIN);
+        (0..count)
+            .filter_map(|i| {
+                let jitter = mix64(day.wrapping_add(i)) % 12 * 5;
+                let minute = 6 * 60 + i * (16 * 60 / count) + jitter;
+                let departs =
+                    midnight.checked_add_signed(TimeDelta::minutes(i64::try_from(minute).ok()?))?;
+                let arrives = departs.checked_add_signed(crossing)?;
+                let id = format!(
+                    "{}-{}-{}",
+                    slug(&self.from),
+                    slug(&self.to),
+                    departs.format("%Y%m%d-%H%M")
+                );
+                Some(Sailing {
+                    id,
+                    departs: departs.and_utc().to_rfc3339_opts(SecondsFormat::Secs, true),
+                    arrives: arrives.and_utc().to_rfc3339_opts(SecondsFormat::Secs, true),
+                })
+            })
+            .collect()
+    }
+}
+
+fn port(params: &BTreeMap<String, String>, key: &str, default: &str) -> Result<String, BadRequest> {
+    let Some(value) = params.get(key) else {
+        return Ok(default.to_owned());
+    };
+    let valid = !value.trim().is_empty()
+        && value.len() <= 32
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == ' ' || c == '-');
+    if valid {
+        Ok(value.trim().to_ascii_uppercase())
+    } else {
+        Err(BadRequest(format!(
+            "{key} must be 1 to 32 letters, digits, spaces or '-'"
+        )))
+    }
+}
+
+fn passengers(params: &BTreeMap<String, String>) -> Result<u32, BadRequest> {
+    match params.get("passengers") {
+        None => Ok(1),
+        Some(p) => p
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=9).contains(n))
+            .ok_or_else(|| BadRequest("passengers must be a number from 1 to 9".into())),
+    }
+}
+
+/// Base fare per passenger of a sailing: 19 to 89 euros, in whole euros.
+fn price_cents(sailing_id: &str, passengers: u32, factor: f64) -> u64 {
+    let base = 1_900 + hash(&[sailing_id]) % 71 * 100;
+    let amount = (base * u64::from(passengers)) as f64 * factor;
+    if amount.is_finite() {
+        // Float to int casts saturate; the clamp keeps prices plausible.
+        (amount.round() as u64).clamp(100, 100_000_000)
+    } else {
+        base
+    }
+}
+
+fn slug(port: &str) -> String {
+    port.to_ascii_lowercase().replace(' ', "-")
+}
+
+/// FNV-1a over the parts (with a separator), then mixed: stable across
+/// machines and releases, unlike `std`'s hasher.
+fn hash(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+    for part in parts {
+        for b in part.bytes().chain([0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    }
+    mix64(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn at(rfc3339: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(rfc3339)
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn searches_are_plausible_and_repeatable() {
+        let p = params(&[
+            ("from", "hel"),
+            ("to", "TLL"),
+            ("date", "2025-06-01"),
+            ("passengers", "2"),
+        ]);
+        let now = at("2025-05-20T10:00:00Z");
+        let answer = search(&p, now, None).unwrap();
+        assert_eq!(answer, search(&p, now, None).unwrap());
+        let sailings = answer["sailings"].as_array().unwrap();
+        assert!((3..=5).contains(&sailings.len()));
+        for s in sailings {
+            assert_eq!(s["from"], "HEL");
+            assert_eq!(s["to"], "TLL");
+            assert_eq!(s["currency"], "EUR");
+            assert!(s["departs"].as_str().unwrap().starts_with("2025-06-01T"));
+            assert!(
+                s["sailing_id"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("hel-tll-20250601-")
+            );
+            assert!(s["arrives"].as_str().unwrap() > s["departs"].as_str().unwrap());
+            let cents = s["price_cents"].as_u64().unwrap();
+            assert!((3_800..=17_800).contains(&cents), "{cents}");
+        }
+        let other = search(&params(&[("from", "HEL"), ("to", "STO")]), now, None).unwrap();
+        assert_ne!(other["sailings"], answer["sailings"]);
+        assert!(
+            other["sailings"][0]["departs"]
+                .as_str()
+                .unwrap()
+                .starts_with("2025-05-20")
+        );
+    }
+
+    #[test]
+    fn a_price_matches_the_search_that_found_the_sailing() {
+        let now = at("2025-05-20T10:00:00Z");
+        let found = search(
+            &params(&[("date", "2025-06-01"), ("passengers", "3")]),
+            now,
+            None,
+        )
+        .unwrap();
+        let sailing = &found["sailings"][1];
+        let id = sailing["sailing_id"].as_str().unwrap();
+        let priced = price(
+            &params(&[("sailing_id", id), ("passengers", "3")]),
+            now,
+            None,
+        )
+        .unwrap();
+        assert_eq!(priced["price"]["amount_cents"], sailing["price_cents"]);
+        assert_eq!(priced["price"]["sailing_id"], id);
+        assert_eq!(priced["price"]["passengers"], 3);
+        let first = price(
+            &params(&[("date", "2025-06-01"), ("passengers", "3")]),
+            now,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            first["price"]["sailing_id"],
+            found["sailings"][0]["sailing_id"]
+        );
+    }
+
+    #[test]
+    fn prices_drift_in_steps() {
+        let drift = PriceDrift {
+            start: at("2025-05-20T10:00:00Z"),
+            every: Duration::from_secs(3_600),
+            percent: 10.0,
+        };
+        let p = params(&[("sailing_id", "hel-tll-20250601-0730")]);
+        let cents = |now| {
+            price(&p, at(now), Some(&drift)).unwrap()["price"]["amount_cents"]
+                .as_u64()
+                .unwrap()
+        };
+        let before = cents("2025-05-20T09:00:00Z");
+        assert_eq!(cents("2025-05-20T10:59:59Z"), before);
+        let after = cents("2025-05-20T11:00:00Z");
+        assert_eq!(after, (before as f64 * 1.1).round() as u64);
+        assert!(cents("2025-05-20T13:00:00Z") > after);
+        let still = PriceDrift {
+            every: Duration::ZERO,
+            ..drift
+        };
+        assert_eq!(still.factor_at(at("2030-01-01T00:00:00Z")), 1.0);
+    }
+
+    #[test]
+    fn malformed_parameters_are_refused() {
+        let now = at("2025-05-20T10:00:00Z");
+        for bad in [
+            params(&[("date", "01.06.2025")]),
+            params(&[("passengers", "0")]),
+            params(&[("passengers", "ten")]),
+            params(&[("from", "")]),
+            params(&[("to", "x/../y")]),
+        ] {
+            assert!(search(&bad, now, None).is_err(), "{bad:?}");
+        }
+        assert!(price(&params(&[("sailing_id", "a b")]), now, None).is_err());
+        assert!(search(&params(&[("to", "Saint Petersburg")]), now, None).is_ok());
+    }
+}

@@ -1,0 +1,210 @@
+//! What an operator answer must look like, and how an answer is classified.
+//!
+//! The HTTP client and the in-process simulator share this, so both classify
+//! the same answer the same way.
+
+use std::time::Duration;
+
+use lifeboat_core::Operation;
+use lifeboat_core::budget::Budget;
+use lifeboat_core::request::{CallClass, CallResult};
+use serde_json::Value;
+
+/// Why a 2xx answer is not what the operator's API promises.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    /// The body is not UTF-8 text.
+    #[error("{operation} answer is not utf-8 text")]
+    NotText { operation: Operation },
+    /// The body is not JSON at all.
+    #[error("{operation} answer is not json: {reason}")]
+    NotJson {
+        operation: Operation,
+        reason: String,
+    },
+    /// The body is JSON of the wrong shape.
+    #[error("{operation} answer is not a json object with {expected}")]
+    WrongShape {
+        operation: Operation,
+        expected: &'static str,
+    },
+}
+
+/// Check that `body` is the JSON an operation promises: a search answer is an
+/// object with a `sailings` array, a price answer an object with a `price`
+/// object.
+pub fn check_payload(operation: Operation, body: &str) -> Result<(), PayloadError> {
+    let value: Value = serde_json::from_str(body).map_err(|e| PayloadError::NotJson {
+        operation,
+        reason: e.to_string(),
+    })?;
+    let (field, expected, fits): (&str, &'static str, fn(&Value) -> bool) = match operation {
+        Operation::Search => ("sailings", "a sailings array", Value::is_array),
+        Operation::Price => ("price", "a price object", Value::is_object),
+    };
+    if value.get(field).is_some_and(fits) {
+        Ok(())
+    } else {
+        Err(PayloadError::WrongShape {
+            operation,
+            expected,
+        })
+    }
+}
+
+/// Classify an answer with HTTP `status` and `body` that arrived after
+/// `elapsed`, within the budget.
+pub(crate) fn classify_answer(
+    operation: Operation,
+    status: u16,
+    body: Vec<u8>,
+    elapsed: Duration,
+    budget: &Budget,
+) -> CallResult {
+    let ms = millis(elapsed);
+    let (class, body, detail) = match status {
+        200..=299 => match String::from_utf8(body) {
+            Err(_) => (
+                CallClass::BadPayload,
+                None,
+                PayloadError::NotText { operation }.to_string(),
+            ),
+            Ok(text) => match check_payload(operation, &text) {
+                Ok(()) => (
+                    CallClass::answered(elapsed, budget),
+                    Some(text),
+                    format!("answered {status} in {ms} ms"),
+                ),
+                Err(e) => (CallClass::BadPayload, None, e.to_string()),
+            },
+        },
+        400..=499 => (
+            CallClass::ClientError { status },
+            None,
+            format!("operator answered {status} in {ms} ms"),
+        ),
+        500..=599 => (
+            CallClass::ServerError { status },
+            None,
+            format!("operator answered {status} in {ms} ms"),
+        ),
+        _ => (
+            CallClass::BadPayload,
+            None,
+            format!("operator answered unexpected status {status}"),
+        ),
+    };
+    CallResult {
+        class,
+        elapsed,
+        body,
+        detail,
+    }
+}
+
+/// A call that got no answer within `budget`.
+pub(crate) fn timed_out(elapsed: Duration, budget: &Budget) -> CallResult {
+    CallResult {
+        class: CallClass::Timeout,
+        elapsed,
+        body: None,
+        detail: format!("no answer within {} ms", millis(budget.timeout)),
+    }
+}
+
+/// A call whose connection could not be made or broke.
+pub(crate) fn connect_failed(elapsed: Duration, detail: impl Into<String>) -> CallResult {
+    CallResult {
+        class: CallClass::Connect,
+        elapsed,
+        body: None,
+        detail: detail.into(),
+    }
+}
+
+/// A call that was never sent because the request itself was wrong.
+pub(crate) fn not_sent(status: u16, detail: impl Into<String>) -> CallResult {
+    CallResult {
+        class: CallClass::ClientError { status },
+        elapsed: Duration::ZERO,
+        body: None,
+        detail: detail.into(),
+    }
+}
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget() -> Budget {
+        Budget::with_timeout(Duration::from_secs(3))
+    }
+
+    fn classify(operation: Operation, status: u16, body: &str, ms: u64) -> CallResult {
+        classify_answer(
+            operation,
+            status,
+            body.as_bytes().to_vec(),
+            Duration::from_millis(ms),
+            &budget(),
+        )
+    }
+
+    #[test]
+    fn payload_shapes_are_checked_per_operation() {
+        assert!(check_payload(Operation::Search, r#"{"sailings":[]}"#).is_ok());
+        assert!(check_payload(Operation::Price, r#"{"price":{"amount_cents":1}}"#).is_ok());
+        assert!(matches!(
+            check_payload(Operation::Search, r#"{"price":{}}"#),
+            Err(PayloadError::WrongShape { .. })
+        ));
+        assert!(check_payload(Operation::Search, r#"{"sailings":{}}"#).is_err());
+        assert!(check_payload(Operation::Price, r#"{"price":12}"#).is_err());
+        assert!(check_payload(Operation::Price, r#"[{"price":{}}]"#).is_err());
+        let err = check_payload(Operation::Search, "<html>down</html>").unwrap_err();
+        assert!(matches!(err, PayloadError::NotJson { .. }));
+        assert!(
+            err.to_string().starts_with("search answer is not json"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn answers_are_classified_by_status_payload_and_time() {
+        let ok = classify(Operation::Search, 200, r#"{"sailings":[]}"#, 1300);
+        assert_eq!(ok.class, CallClass::Ok);
+        assert_eq!(ok.body.as_deref(), Some(r#"{"sailings":[]}"#));
+        assert_eq!(ok.detail, "answered 200 in 1300 ms");
+        let slow = classify(Operation::Search, 200, r#"{"sailings":[]}"#, 2500);
+        assert_eq!(slow.class, CallClass::Slow);
+        assert_eq!(
+            classify(Operation::Price, 200, "{}", 10).class,
+            CallClass::BadPayload
+        );
+        assert_eq!(
+            classify(Operation::Price, 503, "", 10).class,
+            CallClass::ServerError { status: 503 }
+        );
+        assert_eq!(
+            classify(Operation::Price, 429, "", 10).class,
+            CallClass::ClientError { status: 429 }
+        );
+        assert_eq!(
+            classify(Operation::Price, 304, "", 10).class,
+            CallClass::BadPayload
+        );
+        let bytes = classify_answer(
+            Operation::Search,
+            200,
+            vec![0xff, 0xfe],
+            Duration::ZERO,
+            &budget(),
+        );
+        assert_eq!(bytes.class, CallClass::BadPayload);
+        assert_eq!(bytes.detail, "search answer is not utf-8 text");
+    }
+}

@@ -1,0 +1,722 @@
+//! A simulated operator: healthy answer times from [`LatencyModel`], outages
+//! scripted in (possibly virtual) time or switched at run time, and fake but
+//! plausible answers.
+//!
+//! [`SimulatedOperator`] implements [`OperatorApi`] in-process. It waits with
+//! `tokio::time::sleep`, so under `tokio::time::pause()` a simulated day runs
+//! in an instant, and it reads the time of its outage script from an injected
+//! [`Clock`]. [`crate::SimServer`] serves the same simulation over HTTP.
+//!
+//! What each [`OutageMode`] does, in-process and over HTTP:
+//!
+//! | mode | in-process | over HTTP |
+//! | --- | --- | --- |
+//! | none (healthy) | drawn latency, then the answer (1 % background 500s) | same, `200` JSON |
+//! | `hang` | never answers: `timeout` once the budget is spent | holds the connection without a response |
+//! | `refuse` | `connect` at once | closes the connection without a response |
+//! | `server_error` | quick `503` | quick `503` |
+//! | `slow` | answers after `slow_factor` × the call's budget | same, with the configured `budgets` |
+//! | `garbage` | drawn latency, then a `200` HTML page: `bad_payload` | same |
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use lifeboat_core::budget::{Budget, Budgets};
+use lifeboat_core::ports::OperatorApi;
+use lifeboat_core::request::{CallResult, OperatorCall};
+use lifeboat_core::{Clock, Operation, OperatorId};
+use serde::{Deserialize, Serialize};
+
+use crate::answers::{self, PriceDrift};
+use crate::latency::{LatencyModel, SimRng};
+use crate::payload;
+
+/// How the operator misbehaves during an outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutageMode {
+    /// Never answers; the caller's budget runs out.
+    Hang,
+    /// Refuses the connection (over HTTP: closes it without a response).
+    Refuse,
+    /// Answers a quick `503`.
+    ServerError,
+    /// Answers, but only after `slow_factor` × the budget.
+    Slow,
+    /// Answers `200` with an HTML maintenance page instead of JSON.
+    Garbage,
+}
+
+impl OutageMode {
+    /// The mode's name, as in configuration and the control endpoint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutageMode::Hang => "hang",
+            OutageMode::Refuse => "refuse",
+            OutageMode::ServerError => "server_error",
+            OutageMode::Slow => "slow",
+            OutageMode::Garbage => "garbage",
+        }
+    }
+}
+
+impl fmt::Display for OutageMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One scripted outage: from `start` (inclusive) to `end` (exclusive) the
+/// operator behaves as `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outage {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub mode: OutageMode,
+}
+
+impl Outage {
+    /// Whether the outage is on at `now`.
+    pub fn covers(&self, now: DateTime<Utc>) -> bool {
+        self.start <= now && now < self.end
+    }
+}
+
+/// Everything a simulated operator does. Every field has a default, so `{}`
+/// is a complete configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SimConfig {
+    /// Seed of the generator behind latencies and background errors. Two
+    /// simulators with the same seed and the same calls behave the same.
+    pub seed: u64,
+    /// Healthy answer times and background error rate.
+    pub latency: LatencyModel,
+    /// The outage script. Where windows overlap, the first listed wins.
+    pub outages: Vec<Outage>,
+    /// In `slow` mode an answer takes this many times the budget. Default 2.0
+    /// (a timeout); below 1.0 but above the budget's `slow_after` share (0.8
+    /// by default) the answer arrives in time and counts as slow.
+    pub slow_factor: f64,
+    /// Optional price changes over time.
+    pub price_drift: Option<PriceDrift>,
+    /// The budgets `slow` mode is measured against when the caller's budget
+    /// is not known, that is over HTTP. Default: lifeboat's default budgets.
+    pub budgets: Budgets,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0x5EED_F3EE_B0A7,
+            latency: LatencyModel::default(),
+            outages: Vec::new(),
+            slow_factor: 2.0,
+            price_drift: None,
+            budgets: Budgets::default(),
+        }
+    }
+}
+
+/// Calls received, by operation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationCounts {
+    pub search: u64,
+    pub price: u64,
+}
+
+/// Calls received, by the mode the operator was in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModeCounts {
+    pub healthy: u64,
+    pub hang: u64,
+    pub refuse: u64,
+    pub server_error: u64,
+    pub slow: u64,
+    pub garbage: u64,
+}
+
+/// What the simulated operator has received since it started (or since
+/// [`SimulatedOperator::reset_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimStats {
+    /// Every call that reached the operator, whatever happened to it.
+    pub total: u64,
+    pub by_operation: OperationCounts,
+    pub by_mode: ModeCounts,
+    /// Healthy calls answered `400` because a parameter was malformed.
+    pub rejected: u64,
+    /// Healthy calls that drew a background `500`.
+    pub background_errors: u64,
+}
+
+/// A simulated operator. Cheap to clone: clones share the script, the mode
+/// switch, the generator and the counts.
+#[derive(Clone)]
+pub struct SimulatedOperator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    operator: OperatorId,
+    config: SimConfig,
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+}
+
+struct State {
+    rng: SimRng,
+    /// `Some(mode)` overrides the script; `Some(None)` forces healthy.
+    forced: Option<Option<OutageMode>>,
+    stats: SimStats,
+    last_request_id: Option<String>,
+}
+
+/// Quick failures (a `503`, a `400`) take this long, times the model's scale.
+const QUICK: Duration = Duration::from_millis(30);
+
+/// The page a misconfigured gateway serves in `garbage` mode.
+const MAINTENANCE_PAGE: &str = "<html><body><h1>Down for maintenance</h1></body></html>";
+
+/// What the simulator does with one call: wait `delay`, then `reply`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub delay: Duration,
+    pub reply: Reply,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Answer {
+        status: u16,
+        content_type: &'static str,
+        body: String,
+    },
+    /// Never answer.
+    Hang,
+    /// Drop the connection without answering.
+    Close,
+}
+
+impl SimulatedOperator {
+    /// A simulator playing `operator`, reading the time of its outage script
+    /// from `clock`.
+    pub fn new(operator: OperatorId, config: SimConfig, clock: Arc<dyn Clock>) -> Self {
+        let state = State {
+            rng: SimRng::new(config.seed),
+            forced: None,
+            stats: SimStats::default(),
+            last_request_id: None,
+        };
+        Self {
+            inner: Arc::new(Inner {
+                operator,
+                config,
+                clock,
+                state: Mutex::new(state),
+            }),
+        }
+    }
+
+    /// The operator this simulator plays.
+    pub fn operator(&self) -> &OperatorId {
+        &self.inner.operator
+    }
+
+    /// The configuration it was built with.
+    pub fn config(&self) -> &SimConfig {
+        &self.inner.config
+    }
+
+    /// Override the script: `Some(mode)` puts the operator in that outage,
+    /// `None` makes it healthy, until the next call of `set_mode` or
+    /// [`follow_script`](Self::follow_script).
+    pub fn set_mode(&self, mode: Option<OutageMode>) {
+        self.lock().forced = Some(mode);
+    }
+
+    /// Drop any override set with [`set_mode`](Self::set_mode): the outage
+    /// script decides again.
+    pub fn follow_script(&self) {
+        self.lock().forced = None;
+    }
+
+    /// The outage the operator is in now, if any.
+    pub fn mode(&self) -> Option<OutageMode> {
+        let now = self.inner.clock.now();
+        self.lock().mode_at(now, &self.inner.config.outages)
+    }
+
+    /// Counts of the calls received so far.
+    pub fn stats(&self) -> SimStats {
+        self.lock().stats
+    }
+
+    /// Start counting from zero again.
+    pub fn reset_stats(&self) {
+        self.lock().stats = SimStats::default();
+    }
+
+    /// The request id of the last call received, if it carried one.
+    pub fn last_request_id(&self) -> Option<String> {
+        self.lock().last_request_id.clone()
+    }
+
+    /// Receive one call: count it and decide how it goes. `budget` is what
+    /// `slow` mode is measured against.
+    pub(crate) fn plan(
+        &self,
+        operation: Operation,
+        params: &BTreeMap<String, String>,
+        budget: &Budget,
+        request_id: Option<&str>,
+    ) -> Plan {
+        let config = &self.inner.config;
+        let now = self.inner.clock.now();
+        let quick = config.latency.scale(QUICK);
+        let mut state = self.lock();
+        let mode = state.mode_at(now, &config.outages);
+        state.count(operation, mode);
+        state.last_request_id = request_id.map(str::to_owned);
+        match mode {
+            Some(OutageMode::Hang) => Plan {
+                delay: Duration::ZERO,
+                reply: Reply::Hang,
+            },
+            Some(OutageMode::Refuse) => Plan {
+                delay: Duration::ZERO,
+                reply: Reply::Close,
+            },
+            Some(OutageMode::ServerError) => Plan {
+                delay: quick,
+                reply: error_reply(503, "service unavailable"),
+            },
+            Some(OutageMode::Garbage) => Plan {
+                delay: config.latency.sample(&mut state.rng),
+                reply: Reply::Answer {
+                    status: 200,
+                    content_type: "text/html",
+                    body: MAINTENANCE_PAGE.to_owned(),
+                },
+            },
+            Some(OutageMode::Slow) => {
+                drop(state);
+                let delay = times(budget.timeout, config.slow_factor);
+                match self.answer(operation, params, now) {
+                    Ok(reply) => Plan { delay, reply },
+                    Err(reply) => Plan {
+                        delay: quick,
+                        reply,
+                    },
+                }
+            }
+            None => {
+                let delay = config.latency.sample(&mut state.rng);
+                if config.latency.draws_error(&mut state.rng) {
+                    state.stats.background_errors += 1;
+                    return Plan {
+                        delay: quick,
+                        reply: error_reply(500, "internal server error"),
+                    };
+                }
+                drop(state);
+                match self.answer(operation, params, now) {
+                    Ok(reply) => Plan { delay, reply },
+                    Err(reply) => {
+                        self.lock().stats.rejected += 1;
+                        Plan {
+                            delay: quick,
+                            reply,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The healthy answer to a call, or the `400` for its malformed parameters.
+    fn answer(
+        &self,
+        operation: Operation,
+        params: &BTreeMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> Result<Reply, Reply> {
+        let drift = self.inner.config.price_drift.as_ref();
+        let answer = match operation {
+            Operation::Search => answers::search(params, now, drift),
+            Operation::Price => answers::price(params, now, drift),
+        };
+        match answer {
+            Ok(json) => Ok(Reply::Answer {
+                status: 200,
+                content_type: "application/json",
+                body: json.to_string(),
+            }),
+            Err(bad) => Err(error_reply(400, &bad.0)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state stays consistent between statements; a panic elsewhere
+        // while holding the lock leaves nothing half-written.
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl State {
+    fn mode_at(&self, now: DateTime<Utc>, outages: &[Outage]) -> Option<OutageMode> {
+        match self.forced {
+            Some(forced) => forced,
+            None => outages.iter().find(|o| o.covers(now)).map(|o| o.mode),
+        }
+    }
+
+    fn count(&mut self, operation: Operation, mode: Option<OutageMode>) {
+        let stats = &mut self.stats;
+        stats.total += 1;
+        match operation {
+            Operation::Search => stats.by_operation.search += 1,
+            Operation::Price => stats.by_operation.price += 1,
+        }
+        let by_mode = &mut stats.by_mode;
+        match mode {
+            None => by_mode.healthy += 1,
+            Some(OutageMode::Hang) => by_mode.hang += 1,
+            Some(OutageMode::Refuse) => by_mode.refuse += 1,
+            Some(OutageMode::ServerError) => by_mode.server_error += 1,
+            Some(OutageMode::Slow) => by_mode.slow += 1,
+            Some(OutageMode::Garbage) => by_mode.garbage += 1,
+        }
+    }
+}
+
+fn error_reply(status: u16, message: &str) -> Reply {
+    Reply::Answer {
+        status,
+        content_type: "application/json",
+        body: serde_json::json!({ "error": message }).to_string(),
+    }
+}
+
+/// `d` × `factor`, without panicking on nonsense factors.
+fn times(d: Duration, factor: f64) -> Duration {
+    let factor = if factor.is_finite() && factor >= 0.0 {
+        factor
+    } else {
+        2.0
+    };
+    Duration::try_from_secs_f64((d.as_secs_f64() * factor).min(3_600.0)).unwrap_or(d)
+}
+
+impl fmt::Debug for SimulatedOperator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimulatedOperator")
+            .field("operator", &self.inner.operator)
+            .field("mode", &self.mode())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl OperatorApi for SimulatedOperator {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        *operator == self.inner.operator
+    }
+
+    /// Plays the call out in (possibly paused) tokio time, never longer than
+    /// `call.budget.timeout`.
+    async fn call(&self, call: &OperatorCall) -> CallResult {
+        if !self.knows(&call.operator) {
+            return payload::not_sent(404, format!("unknown operator {}", call.operator));
+        }
+        let started = tokio::time::Instant::now();
+        let budget = call.budget;
+        let plan = self.plan(
+            call.operation,
+            &call.params,
+            &budget,
+            Some(&call.request_id),
+        );
+        if plan.reply == Reply::Hang || plan.delay >= budget.timeout {
+            tokio::time::sleep(budget.timeout).await;
+            return payload::timed_out(started.elapsed(), &budget);
+        }
+        if !plan.delay.is_zero() {
+            tokio::time::sleep(plan.delay).await;
+        }
+        match plan.reply {
+            Reply::Answer { status, body, .. } => payload::classify_answer(
+                call.operation,
+                status,
+                body.into_bytes(),
+                started.elapsed(),
+                &budget,
+            ),
+            Reply::Hang | Reply::Close => {
+                payload::connect_failed(started.elapsed(), "connection refused")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lifeboat_core::ManualClock;
+    use lifeboat_core::request::CallClass;
+
+    use super::*;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2025-06-01T08:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn op() -> OperatorId {
+        OperatorId::new("nordic").unwrap()
+    }
+
+    fn quiet() -> SimConfig {
+        SimConfig {
+            latency: LatencyModel {
+                error_rate: 0.0,
+                ..LatencyModel::default()
+            },
+            ..SimConfig::default()
+        }
+    }
+
+    fn sim(config: SimConfig) -> (SimulatedOperator, ManualClock) {
+        let clock = ManualClock::new(t0());
+        (
+            SimulatedOperator::new(op(), config, Arc::new(clock.clone())),
+            clock,
+        )
+    }
+
+    fn call(operation: Operation) -> OperatorCall {
+        OperatorCall {
+            request_id: "req-1".into(),
+            operator: op(),
+            operation,
+            params: [("from", "HEL"), ("to", "TLL"), ("date", "2025-06-02")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            budget: Budget::with_timeout(Duration::from_secs(3)),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_healthy_operator_mostly_answers_in_time() {
+        let (sim, _) = sim(SimConfig::default());
+        let mut classes = BTreeMap::<&str, u32>::new();
+        for _ in 0..400 {
+            let result = sim.call(&call(Operation::Search)).await;
+            assert!(result.elapsed <= Duration::from_secs(3));
+            if result.class == CallClass::Ok {
+                assert!(result.body.as_deref().unwrap().contains("sailings"));
+            }
+            *classes.entry(result.class.name()).or_default() += 1;
+        }
+        let count = |name| classes.get(name).copied().unwrap_or(0);
+        // 3 s budget, slow after 2.4 s: the fast cluster and most of the
+        // 2.3 s cluster are ok, its upper edge is slow, the tail times out.
+        assert!((320..370).contains(&count("ok")), "{classes:?}");
+        assert!((15..50).contains(&count("slow")), "{classes:?}");
+        assert!((8..30).contains(&count("timeout")), "{classes:?}");
+        assert!(count("server_error") < 15, "{classes:?}");
+        assert_eq!(sim.stats().total, 400);
+        assert_eq!(sim.stats().by_mode.healthy, 400);
+        assert_eq!(
+            sim.stats().background_errors,
+            u64::from(count("server_error"))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_seed_plays_the_same_calls() {
+        let run = || async {
+            let (sim, _) = sim(SimConfig::default());
+            let mut out = Vec::new();
+            for _ in 0..30 {
+                let r = sim.call(&call(Operation::Price)).await;
+                out.push((r.class, r.elapsed));
+            }
+            out
+        };
+        assert_eq!(run().await, run().await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_outage_mode_fails_the_way_it_should() {
+        let (sim, _) = sim(quiet());
+        let started = tokio::time::Instant::now();
+
+        sim.set_mode(Some(OutageMode::Hang));
+        let hang = sim.call(&call(Operation::Search)).await;
+        assert_eq!(hang.class, CallClass::Timeout);
+        assert_eq!(hang.elapsed, Duration::from_secs(3));
+        assert_eq!(hang.detail, "no answer within 3000 ms");
+
+        sim.set_mode(Some(OutageMode::Refuse));
+        let refuse = sim.call(&call(Operation::Search)).await;
+        assert_eq!(refuse.class, CallClass::Connect);
+        assert_eq!(refuse.elapsed, Duration::ZERO);
+
+        sim.set_mode(Some(OutageMode::ServerError));
+        let down = sim.call(&call(Operation::Price)).await;
+        assert_eq!(down.class, CallClass::ServerError { status: 503 });
+        assert!(down.elapsed < Duration::from_millis(100));
+
+        sim.set_mode(Some(OutageMode::Slow));
+        let slow = sim.call(&call(Operation::Search)).await;
+        assert_eq!(slow.class, CallClass::Timeout);
+        assert_eq!(slow.elapsed, Duration::from_secs(3));
+
+        sim.set_mode(Some(OutageMode::Garbage));
+        let garbage = sim.call(&call(Operation::Search)).await;
+        assert_eq!(garbage.class, CallClass::BadPayload);
+        assert!(garbage.body.is_none());
+
+        sim.set_mode(None);
+        let healthy = sim.call(&call(Operation::Search)).await;
+        assert!(matches!(
+            healthy.class,
+            CallClass::Ok | CallClass::Slow | CallClass::Timeout
+        ));
+
+        let stats = sim.stats();
+        assert_eq!(stats.total, 6);
+        assert_eq!(
+            stats.by_operation,
+            OperationCounts {
+                search: 5,
+                price: 1
+            }
+        );
+        let one = ModeCounts {
+            healthy: 1,
+            hang: 1,
+            refuse: 1,
+            server_error: 1,
+            slow: 1,
+            garbage: 1,
+        };
+        assert_eq!(stats.by_mode, one);
+        assert_eq!(sim.last_request_id().as_deref(), Some("req-1"));
+        // Virtual time only: the whole test took a few virtual seconds.
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_factor_under_one_answers_slowly_in_time() {
+        let (sim, _) = sim(SimConfig {
+            slow_factor: 0.9,
+            ..quiet()
+        });
+        sim.set_mode(Some(OutageMode::Slow));
+        let result = sim.call(&call(Operation::Search)).await;
+        assert_eq!(result.class, CallClass::Slow);
+        assert_eq!(result.elapsed, Duration::from_millis(2_700));
+        assert!(result.body.is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_script_follows_the_injected_clock_until_overridden() {
+        let outage = Outage {
+            start: t0() + chrono::Duration::minutes(10),
+            end: t0() + chrono::Duration::minutes(20),
+            mode: OutageMode::Refuse,
+        };
+        let (sim, clock) = sim(SimConfig {
+            outages: vec![outage],
+            ..quiet()
+        });
+        assert_eq!(sim.mode(), None);
+        assert_ne!(
+            sim.call(&call(Operation::Search)).await.class,
+            CallClass::Connect
+        );
+        clock.advance(Duration::from_secs(10 * 60));
+        assert_eq!(sim.mode(), Some(OutageMode::Refuse));
+        assert_eq!(
+            sim.call(&call(Operation::Search)).await.class,
+            CallClass::Connect
+        );
+
+        sim.set_mode(None);
+        assert_eq!(sim.mode(), None);
+        sim.set_mode(Some(OutageMode::ServerError));
+        assert_eq!(sim.mode(), Some(OutageMode::ServerError));
+        sim.follow_script();
+        assert_eq!(sim.mode(), Some(OutageMode::Refuse));
+
+        clock.advance(Duration::from_secs(10 * 60));
+        assert_eq!(sim.mode(), None);
+        assert_eq!(sim.stats().by_mode.refuse, 1);
+        sim.reset_stats();
+        assert_eq!(sim.stats(), SimStats::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unknown_operators_and_bad_parameters_are_client_errors() {
+        let (sim, _) = sim(quiet());
+        let mut stranger = call(Operation::Search);
+        stranger.operator = OperatorId::new("baltic").unwrap();
+        assert!(!sim.knows(&stranger.operator));
+        let result = sim.call(&stranger).await;
+        assert_eq!(result.class, CallClass::ClientError { status: 404 });
+        assert_eq!(result.detail, "unknown operator baltic");
+        assert_eq!(sim.stats().total, 0);
+
+        let mut bad = call(Operation::Search);
+        bad.params.insert("passengers".into(), "0".into());
+        let result = sim.call(&bad).await;
+        assert_eq!(result.class, CallClass::ClientError { status: 400 });
+        assert_eq!(sim.stats().rejected, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drifting_prices_change_over_virtual_time() {
+        let (sim, clock) = sim(SimConfig {
+            price_drift: Some(PriceDrift {
+                start: t0(),
+                every: Duration::from_secs(3_600),
+                percent: 5.0,
+            }),
+            latency: LatencyModel {
+                error_rate: 0.0,
+                tail_to: Duration::from_millis(2_600),
+                ..LatencyModel::default()
+            },
+            ..SimConfig::default()
+        });
+        let amount = |r: CallResult| {
+            let json: serde_json::Value = serde_json::from_str(&r.body.unwrap()).unwrap();
+            json["price"]["amount_cents"].as_u64().unwrap()
+        };
+        let before = amount(sim.call(&call(Operation::Price)).await);
+        clock.advance(Duration::from_secs(3_600));
+        let after = amount(sim.call(&call(Operation::Price)).await);
+        assert_eq!(after, (before as f64 * 1.05).round() as u64);
+    }
+
+    #[test]
+    fn the_config_reads_from_json_with_defaults() {
+        let config: SimConfig = serde_json::from_str(
+            r#"{"latency":{"scale":0.1},"outages":[{"start":"2025-06-01T08:00:00Z","end":"2025-06-01T09:00:00Z","mode":"server_error"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(config.latency.scale, 0.1);
+        assert_eq!(config.outages[0].mode, OutageMode::ServerError);
+        assert!(config.outages[0].covers(t0()));
+        assert_eq!(config.slow_factor, 2.0);
+        assert_eq!(config.budgets, Budgets::default());
+    }
+}
