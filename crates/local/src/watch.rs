@@ -1,1 +1,661 @@
-//! cargo lambda watch on a free loopback port
+//! `cargo lambda watch` on a free loopback port: the real function binaries
+//! behind Lambda's Invoke API, without AWS or Docker.
+//!
+//! [`Watch`] starts `cargo lambda watch` at the workspace root, waits until it
+//! listens, hands out the Invoke API base URL ([`Watch::invoke_endpoint`];
+//! functions are at `/2015-03-31/functions/<binary-name>/invocations`), and
+//! kills everything it started on [`Watch::stop`] or when dropped.
+//!
+//! # What `cargo lambda watch` does (cargo-lambda 1.9.2, checked here)
+//!
+//! * Flags used: `--ignore-changes` (alias `--no-reload`: no file watching, no
+//!   rebuild on edits), `--invoke-address 127.0.0.1` and `--invoke-port PORT`
+//!   (short `-A` / `-P`; the default address is `::`, port 9000),
+//!   `--concurrency N` (instances per function, default 1: invocations of one
+//!   function queue behind each other) and `--color never` (passed on to
+//!   `cargo run`). It listens about 0.15 s after starting.
+//! * Nothing is compiled at start. The first invocation of a binary runs
+//!   `cargo run --manifest-path Cargo.toml --bin <name>` in the workspace (dev
+//!   profile, the workspace's own target directory) and the invoke request
+//!   waits for that build. With dependencies already built the first answer
+//!   comes after about 0.5 s and later ones after 0.1 to 0.3 s; a cold build of
+//!   just `lambda_runtime` and tokio took about 2 minutes on 2 cores, and the
+//!   lifeboat functions pull in the AWS SDK, so build the binaries first
+//!   (`cargo build --workspace --bins`) and give the first invocation a long
+//!   timeout ([`WatchBuilder::invoke_timeout`]).
+//! * Environment: every function instance inherits the environment of the
+//!   `cargo lambda` process, and `--env-var K=V` / `--env-file PATH` add the
+//!   same variables to every function alike (there is no per-function flag;
+//!   per-function values live in `[package.metadata.lambda.watch.env]`).
+//!   `--env-var` splits its value at commas (`--env-var A=1,B=2` sets two
+//!   variables), so `OPERATOR_ENDPOINTS=nordic=http://…,baltic=http://…`
+//!   would arrive as two broken variables; `--env-file` is dotenv syntax and
+//!   needs quoting for JSON or spaces. [`Watch`] therefore sets the variables
+//!   on the `cargo lambda` process itself: no parsing, no quoting.
+//! * Cargo-lambda sets `AWS_LAMBDA_FUNCTION_NAME` to the binary name,
+//!   `AWS_LAMBDA_RUNTIME_API` to `http://127.0.0.1:PORT/.rt/<name>`,
+//!   `AWS_LAMBDA_FUNCTION_MEMORY_SIZE=4096` and `AWS_LAMBDA_MAX_CONCURRENCY`.
+//! * The Invoke API differs from Lambda's on errors: a function error is HTTP
+//!   500 with `{"errorType", "errorMessage"}` (Lambda answers 200 with an
+//!   `X-Amz-Function-Error` header), and an unknown binary is HTTP 404
+//!   `{"title": "Missing function", "detail": …}`. [`Watch::invoke`] turns
+//!   both into [`WatchError`]s.
+//! * Each function instance runs in a session and process group of its own
+//!   (watchexec starts it with `setsid`), as a child of the `cargo lambda`
+//!   process. SIGTERM to `cargo lambda` stops them within about a second;
+//!   SIGKILL (what `kill_on_drop` sends) leaves them running as orphans. So
+//!   [`Watch`] notes the descendants first and kills their process groups
+//!   itself, with the `kill` command (no `libc`, no unsafe code).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use crate::net::{free_port, wait_for_port};
+
+/// Environment variable naming the `cargo-lambda` binary to run.
+pub const CARGO_LAMBDA_ENV: &str = "LIFEBOAT_CARGO_LAMBDA";
+
+/// The Lambda Invoke API path of a function, under [`Watch::invoke_endpoint`].
+pub fn invocations_path(function: &str) -> String {
+    format!("/2015-03-31/functions/{function}/invocations")
+}
+
+/// The workspace this crate belongs to (`crates/local/../..`).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(manifest)
+        .to_path_buf()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("no free loopback port for cargo lambda watch: {0}")]
+    Port(#[source] std::io::Error),
+    #[error("cannot open the watch log {path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("cargo lambda watch exited before listening ({status}); its log is {log}")]
+    Exited { status: ExitStatus, log: PathBuf },
+    #[error("cargo lambda watch did not listen in time ({source}); its log is {log}")]
+    NotListening {
+        log: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot build the invoke client: {0}")]
+    Client(#[source] reqwest::Error),
+    #[error("invoking {function} failed: {source}")]
+    Invoke {
+        function: String,
+        source: reqwest::Error,
+    },
+    #[error("{function} is not a binary of the workspace: {body}")]
+    UnknownFunction { function: String, body: String },
+    #[error("{function} returned an error (HTTP {status}): {body}")]
+    FunctionError {
+        function: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{function} answered with something that is not JSON: {source}")]
+    BadAnswer {
+        function: String,
+        source: serde_json::Error,
+    },
+}
+
+/// How to run cargo-lambda: its binary directly, or `cargo lambda`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Program {
+    Binary(PathBuf),
+    CargoSubcommand,
+}
+
+impl Program {
+    /// `$LIFEBOAT_CARGO_LAMBDA`, else `<root>/.venv/bin/cargo-lambda`, else
+    /// `cargo lambda` from PATH.
+    fn find(root: &Path) -> Self {
+        if let Some(path) = std::env::var_os(CARGO_LAMBDA_ENV).filter(|p| !p.is_empty()) {
+            return Program::Binary(PathBuf::from(path));
+        }
+        let venv = root.join(".venv").join("bin").join("cargo-lambda");
+        if venv.is_file() {
+            return Program::Binary(venv);
+        }
+        Program::CargoSubcommand
+    }
+
+    /// Both forms take the same arguments: cargo runs `cargo-lambda lambda …`.
+    fn command(&self) -> Command {
+        match self {
+            Program::Binary(path) => Command::new(path),
+            Program::CargoSubcommand => {
+                Command::new(std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo")))
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Program::Binary(path) => path.display().to_string(),
+            Program::CargoSubcommand => "cargo lambda".to_owned(),
+        }
+    }
+}
+
+/// Settings of a [`Watch`] before it starts.
+#[derive(Debug, Clone)]
+pub struct WatchBuilder {
+    root: PathBuf,
+    program: Option<Program>,
+    env: BTreeMap<String, String>,
+    concurrency: u32,
+    listen_limit: Duration,
+    invoke_timeout: Duration,
+}
+
+impl WatchBuilder {
+    /// Run a specific `cargo-lambda` binary instead of looking for one.
+    pub fn program(mut self, path: impl Into<PathBuf>) -> Self {
+        self.program = Some(Program::Binary(path.into()));
+        self
+    }
+
+    /// An environment variable for every function.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Environment variables for every function.
+    pub fn envs<K, V>(mut self, vars: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.env
+            .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// Instances per function (`--concurrency`, default 1).
+    pub fn concurrency(mut self, instances: u32) -> Self {
+        self.concurrency = instances.max(1);
+        self
+    }
+
+    /// How long to wait for the invoke port (default 30 s).
+    pub fn listen_limit(mut self, limit: Duration) -> Self {
+        self.listen_limit = limit;
+        self
+    }
+
+    /// How long one [`Watch::invoke`] may take, including the build of the
+    /// function on its first invocation (default 10 minutes).
+    pub fn invoke_timeout(mut self, timeout: Duration) -> Self {
+        self.invoke_timeout = timeout;
+        self
+    }
+
+    /// Start `cargo lambda watch` and wait until it listens. A port taken
+    /// between choosing and binding it makes the process exit; that is
+    /// retried on another port.
+    pub async fn start(self) -> Result<Watch, WatchError> {
+        let program = self
+            .program
+            .clone()
+            .unwrap_or_else(|| Program::find(&self.root));
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(self.invoke_timeout)
+            .build()
+            .map_err(WatchError::Client)?;
+        let mut last = None;
+        for _ in 0..3 {
+            match self.start_once(&program, http.clone()).await {
+                Err(e @ WatchError::Exited { .. }) => last = Some(e),
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or(WatchError::Port(std::io::Error::other("no attempt made"))))
+    }
+
+    async fn start_once(
+        &self,
+        program: &Program,
+        http: reqwest::Client,
+    ) -> Result<Watch, WatchError> {
+        let port = free_port().map_err(WatchError::Port)?;
+        let log = log_dir(&self.root).join(format!("watch-{port}.log"));
+        let open_log = |path: &Path| {
+            std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
+                .and_then(|()| std::fs::File::create(path))
+                .map_err(|source| WatchError::Log {
+                    path: path.to_path_buf(),
+                    source,
+                })
+        };
+        let stdout = open_log(&log)?;
+        let stderr = stdout.try_clone().map_err(|source| WatchError::Log {
+            path: log.clone(),
+            source,
+        })?;
+
+        let mut command = program.command();
+        command
+            .args(["lambda", "watch", "--ignore-changes", "--color", "never"])
+            .args(["--invoke-address", "127.0.0.1"])
+            .arg("--invoke-port")
+            .arg(port.to_string())
+            .arg("--concurrency")
+            .arg(self.concurrency.to_string())
+            .current_dir(&self.root)
+            .envs(&self.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(stderr))
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|source| WatchError::Spawn {
+            program: program.describe(),
+            source,
+        })?;
+        let pid = child.id();
+
+        let listening = tokio::select! {
+            listening = wait_for_port(port, self.listen_limit) => listening,
+            status = child.wait() => {
+                return Err(match status {
+                    Ok(status) => WatchError::Exited { status, log },
+                    Err(source) => WatchError::NotListening { log, source },
+                });
+            }
+        };
+        let mut watch = Watch {
+            child: Some(child),
+            pid,
+            port,
+            log,
+            http,
+        };
+        if let Err(source) = listening {
+            watch.kill_now();
+            return Err(WatchError::NotListening {
+                log: watch.log.clone(),
+                source,
+            });
+        }
+        Ok(watch)
+    }
+}
+
+/// `cargo lambda watch` serving the workspace's functions on 127.0.0.1.
+#[derive(Debug)]
+pub struct Watch {
+    child: Option<Child>,
+    pid: Option<u32>,
+    port: u16,
+    log: PathBuf,
+    http: reqwest::Client,
+}
+
+impl Watch {
+    /// A watch of the workspace at `root`.
+    pub fn builder(root: impl Into<PathBuf>) -> WatchBuilder {
+        WatchBuilder {
+            root: root.into(),
+            program: None,
+            env: BTreeMap::new(),
+            concurrency: 1,
+            listen_limit: Duration::from_secs(30),
+            invoke_timeout: Duration::from_secs(600),
+        }
+    }
+
+    /// A watch of this workspace.
+    pub fn for_workspace() -> WatchBuilder {
+        Self::builder(workspace_root())
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The Lambda Invoke API base URL, e.g. for an `aws-sdk-lambda` client's
+    /// endpoint: `http://127.0.0.1:PORT`.
+    pub fn invoke_endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The invocations URL of one binary.
+    pub fn invoke_url(&self, function: &str) -> String {
+        format!("{}{}", self.invoke_endpoint(), invocations_path(function))
+    }
+
+    /// Where cargo-lambda's and the functions' output goes.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// Invoke a function synchronously and return its JSON answer.
+    pub async fn invoke(
+        &self,
+        function: &str,
+        payload: &serde_json::Value,
+    ) -> Result<serde_json::Value, WatchError> {
+        let invoke_err = |source| WatchError::Invoke {
+            function: function.to_owned(),
+            source,
+        };
+        let response = self
+            .http
+            .post(self.invoke_url(function))
+            .json(payload)
+            .send()
+            .await
+            .map_err(invoke_err)?;
+        let status = response.status();
+        let body = response.text().await.map_err(invoke_err)?;
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Err(WatchError::UnknownFunction {
+                function: function.to_owned(),
+                body,
+            });
+        }
+        if !status.is_success() {
+            return Err(WatchError::FunctionError {
+                function: function.to_owned(),
+                status: status.as_u16(),
+                body,
+            });
+        }
+        if body.trim().is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_str(&body).map_err(|source| WatchError::BadAnswer {
+            function: function.to_owned(),
+            source,
+        })
+    }
+
+    /// Stop gracefully: SIGTERM lets cargo-lambda stop its function
+    /// instances; whatever is left after 5 s is killed.
+    pub async fn stop(mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let Some(pid) = self.pid else {
+            return;
+        };
+        let descendants = descendants_of(pid);
+        signal("TERM", &[format!("-{pid}")]);
+        if tokio::time::timeout(Duration::from_secs(5), child.wait())
+            .await
+            .is_err()
+        {
+            signal("KILL", &[format!("-{pid}")]);
+            let _ = child.kill().await;
+        }
+        kill_all(&descendants);
+    }
+
+    /// Kill at once: freeze cargo-lambda so it starts nothing new, kill the
+    /// process groups of everything below it, then its own group.
+    fn kill_now(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Some(pid) = self.pid {
+            signal("STOP", &[pid.to_string()]);
+            kill_all(&descendants_of(pid));
+            signal("KILL", &[format!("-{pid}")]);
+        }
+        let _ = child.start_kill();
+        let _ = child.try_wait();
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+fn log_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+        .join("lifeboat-local")
+}
+
+/// A process below the watch: its pid and its process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Descendant {
+    pid: u32,
+    pgrp: u32,
+}
+
+/// Every process below `root`, read from /proc (empty where there is none).
+fn descendants_of(root: u32) -> Vec<Descendant> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut parent_of = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some((ppid, pgrp)) = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|stat| parse_stat(&stat))
+        {
+            parent_of.push((pid, ppid, pgrp));
+        }
+    }
+    let mut found: BTreeSet<Descendant> = BTreeSet::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, ppid, pgrp) in &parent_of {
+            if ppid == parent && found.insert(Descendant { pid, pgrp }) {
+                frontier.push(pid);
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// `(ppid, pgrp)` from the text of /proc/PID/stat. The command name is in
+/// parentheses and may hold spaces or parentheses itself, so fields are
+/// counted from the last `)`.
+fn parse_stat(stat: &str) -> Option<(u32, u32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(1); // the state
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((ppid, pgrp))
+}
+
+fn kill_all(descendants: &[Descendant]) {
+    if descendants.is_empty() {
+        return;
+    }
+    let groups: BTreeSet<u32> = descendants
+        .iter()
+        .map(|d| d.pgrp)
+        .filter(|&g| g > 1)
+        .collect();
+    let mut targets: Vec<String> = groups.into_iter().map(|g| format!("-{g}")).collect();
+    targets.extend(descendants.iter().map(|d| d.pid.to_string()));
+    signal("KILL", &targets);
+}
+
+/// `kill -s SIG -- TARGET…`; a target that is already gone is not an error.
+fn signal(sig: &str, targets: &[String]) {
+    if targets.is_empty() {
+        return;
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-s", sig, "--"])
+        .args(targets)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// True once `pid` has exited (gone, or a zombie nobody reaped yet).
+    fn is_dead(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next())
+                .is_none_or(|state| state == "Z" || state == "X"),
+        }
+    }
+
+    /// Killing is asynchronous in the kernel by a hair: poll briefly.
+    async fn wait_dead(pid: u32) -> bool {
+        for _ in 0..100 {
+            if is_dead(pid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    #[test]
+    fn stat_lines_are_parsed_from_the_last_parenthesis() {
+        let stat = "4242 (cargo (lambda) x) S 17 4242 4242 0 -1 4194560 ...";
+        assert_eq!(parse_stat(stat), Some((17, 4242)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn the_invoke_path_is_lambdas() {
+        assert_eq!(
+            invocations_path("real-consumer"),
+            "/2015-03-31/functions/real-consumer/invocations"
+        );
+    }
+
+    /// The real cargo-lambda: starts, listens, and is gone after stop. No
+    /// function is invoked, so nothing is compiled.
+    #[tokio::test]
+    async fn cargo_lambda_watch_starts_and_stops() {
+        let watch = Watch::for_workspace().start().await.unwrap();
+        let port = watch.port();
+        assert_eq!(watch.invoke_endpoint(), format!("http://127.0.0.1:{port}"));
+        let pid = watch.pid.unwrap();
+        watch.stop().await;
+        assert!(
+            wait_dead(pid).await,
+            "cargo lambda watch {pid} survived stop"
+        );
+        assert!(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_err(),
+            "port {port} still open after stop"
+        );
+    }
+
+    /// A stand-in for cargo-lambda that does what matters here: it starts a
+    /// "function" in a session of its own (as watchexec does), then serves
+    /// the invoke port. It also proves the environment reaches it.
+    const FAKE: &str = r#"#!/bin/sh
+port=
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--invoke-port" ]; then port=$2; fi
+  shift
+done
+setsid sleep 600 &
+echo $! > "$FAKE_FUNCTION_PIDFILE"
+exec python3 -m http.server --bind 127.0.0.1 "$port"
+"#;
+
+    fn fake_program(dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir).unwrap();
+        let path = dir.join("fake-cargo-lambda");
+        std::fs::write(&path, FAKE).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    async fn function_pid(pidfile: &Path) -> u32 {
+        for _ in 0..250 {
+            if let Some(pid) = std::fs::read_to_string(pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the fake never wrote {}", pidfile.display());
+    }
+
+    async fn fake_watch(name: &str) -> (Watch, u32) {
+        let dir =
+            std::env::temp_dir().join(format!("lifeboat-watch-{name}-{}", std::process::id()));
+        let pidfile = dir.join("function.pid");
+        let _ = std::fs::remove_file(&pidfile);
+        let watch = Watch::for_workspace()
+            .program(fake_program(&dir))
+            .env("FAKE_FUNCTION_PIDFILE", pidfile.display().to_string())
+            .start()
+            .await
+            .unwrap();
+        let pid = function_pid(&pidfile).await;
+        assert!(!is_dead(pid));
+        (watch, pid)
+    }
+
+    #[tokio::test]
+    async fn stop_kills_functions_in_their_own_sessions() {
+        let (watch, function) = fake_watch("stop").await;
+        let main = watch.pid.unwrap();
+        watch.stop().await;
+        assert!(wait_dead(main).await, "watch process {main} survived stop");
+        assert!(
+            wait_dead(function).await,
+            "function {function} survived stop"
+        );
+    }
+
+    #[tokio::test]
+    async fn drop_kills_functions_in_their_own_sessions() {
+        let (watch, function) = fake_watch("drop").await;
+        let main = watch.pid.unwrap();
+        drop(watch);
+        assert!(wait_dead(main).await, "watch process {main} survived drop");
+        assert!(
+            wait_dead(function).await,
+            "function {function} survived drop"
+        );
+    }
+}
