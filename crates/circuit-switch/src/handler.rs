@@ -23,6 +23,7 @@ pub mod input;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::DateTime;
 use lambda_runtime::Diagnostic;
 use lifeboat_core::breaker::{Decision, Input, decide};
 use lifeboat_core::events::{BreakerStateChanged, LifeboatEvent, SCHEMA_VERSION};
@@ -140,7 +141,9 @@ impl CircuitSwitch {
             let stored = self.breakers.load(operator).await?;
             let expected = stored.as_ref().map(|r| r.version);
             let now = self.clock.now();
-            let current = stored.unwrap_or_else(|| BreakerRecord::initial(operator.clone(), now));
+            // A breaker never stored has been closed since forever, so any alarm
+            // or trip is newer than its state.
+            let current = stored.unwrap_or_else(|| BreakerRecord::initial(operator.clone(), DateTime::UNIX_EPOCH));
             match decide(&current, input, now, &cfg) {
                 Decision::Unchanged(why) => {
                     tracing::info!(operator = %operator, state = %current.state, version = current.version, why, "no change");
@@ -248,5 +251,232 @@ impl CircuitSwitch {
             report.announced.push(record.version);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeDelta;
+    use lifeboat_core::ManualClock;
+    use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter};
+    use serde_json::json;
+
+    struct World {
+        switch: Arc<CircuitSwitch>,
+        breakers: Arc<MemoryBreakerStore>,
+        events: Arc<MemoryEventBus>,
+        router: Arc<MemoryStreamRouter>,
+        clock: ManualClock,
+    }
+
+    fn start() -> DateTime<chrono::Utc> {
+        DateTime::from_timestamp(1_796_032_800, 0).unwrap()
+    }
+
+    fn world() -> World {
+        let breakers = Arc::new(MemoryBreakerStore::new());
+        let events = Arc::new(MemoryEventBus::new());
+        let router = Arc::new(MemoryStreamRouter::new());
+        let clock = ManualClock::new(start());
+        let switch = Arc::new(CircuitSwitch {
+            breakers: breakers.clone(),
+            events: events.clone(),
+            router: router.clone(),
+            clock: Arc::new(clock.clone()),
+            settings: Settings::default(),
+            alarms: AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap(),
+            operators: vec![OperatorId::new("nordic").unwrap()],
+            repoint_backoff: Duration::ZERO,
+        });
+        World {
+            switch,
+            breakers,
+            events,
+            router,
+            clock,
+        }
+    }
+
+    fn nordic() -> OperatorId {
+        OperatorId::new("nordic").unwrap()
+    }
+
+    fn trip(version: u64) -> Value {
+        json!({
+            "version": "0", "id": "e1", "detail-type": "Trip Requested", "source": "lifeboat",
+            "account": "123456789012", "time": "2026-11-30T12:00:00Z", "region": "us-east-1", "resources": [],
+            "detail": {"schema_version": 1, "operator": "nordic", "observed_version": version,
+                       "reason": {"kind": "window", "verdict": {"rule": "consecutive_timeouts", "count": 5}},
+                       "at": "2026-11-30T12:00:00Z"}
+        })
+    }
+
+    fn tick() -> Value {
+        json!({"version": "0", "id": "t", "detail-type": "Scheduled Event", "source": "aws.events",
+               "account": "123456789012", "time": "2026-11-30T12:00:00Z", "region": "us-east-1",
+               "resources": ["arn:aws:events:us-east-1:123456789012:rule/tick"], "detail": {}})
+    }
+
+    fn alarm_action(state: &str, at: &str) -> Value {
+        json!({"source": "aws.cloudwatch", "alarmArn": "arn:aws:cloudwatch:us-east-1:123456789012:alarm:lifeboat-nordic-errors",
+               "accountId": "123456789012", "time": at, "region": "us-east-1",
+               "alarmData": {"alarmName": "lifeboat-nordic-errors",
+                             "state": {"value": state, "reason": "threshold crossed", "timestamp": at},
+                             "previousState": {"value": "OK", "reason": "", "timestamp": at}}})
+    }
+
+    fn alarm_event(state: &str, at: &str) -> Value {
+        json!({"version": "0", "id": "a", "detail-type": "CloudWatch Alarm State Change", "source": "aws.cloudwatch",
+               "account": "123456789012", "time": at, "region": "us-east-1",
+               "resources": ["arn:aws:cloudwatch:us-east-1:123456789012:alarm:lifeboat-nordic-errors"],
+               "detail": {"alarmName": "lifeboat-nordic-errors", "state": {"value": state, "timestamp": at},
+                          "previousState": {"value": "OK", "timestamp": at}}})
+    }
+
+    fn state_changes(events: &MemoryEventBus) -> Vec<(BreakerState, BreakerState, u64)> {
+        events
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                LifeboatEvent::BreakerStateChanged(c) => Some((c.from, c.to, c.version)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    async fn state(w: &World) -> BreakerRecord {
+        w.breakers.load(&nordic()).await.unwrap().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_trip_opens_repoints_and_announces_once() {
+        let w = world();
+        let report = w.switch.handle(&trip(0)).await.unwrap();
+        assert!(report.decisions[0].changed);
+        assert_eq!(report.stream_target, Some(ConsumerTarget::Fallback));
+        assert!(report.stream_repointed);
+        assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Fallback);
+        let record = state(&w).await;
+        assert_eq!((record.state, record.version, record.announced_version), (BreakerState::Open, 1, 1));
+
+        // The same event again changes nothing and announces nothing.
+        let again = w.switch.handle(&trip(0)).await.unwrap();
+        assert!(!again.decisions[0].changed);
+        assert!(!again.stream_repointed);
+        assert_eq!(state_changes(&w.events), vec![(BreakerState::Closed, BreakerState::Open, 1)]);
+    }
+
+    #[tokio::test]
+    async fn recovery_goes_through_half_open_and_points_back() {
+        let w = world();
+        w.switch.handle(&trip(0)).await.unwrap();
+        // An OK alarm while open does not close it.
+        w.switch.handle(&alarm_event("OK", "2026-11-30T12:00:05.000+0000")).await.unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::Open);
+        // A tick before the open period ends changes nothing.
+        w.clock.advance(Duration::from_secs(5));
+        w.switch.handle(&tick()).await.unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::Open);
+        w.clock.advance(Duration::from_secs(30));
+        let report = w.switch.handle(&tick()).await.unwrap();
+        assert_eq!(report.stream_target, Some(ConsumerTarget::Real));
+        let half = state(&w).await;
+        assert_eq!(half.state, BreakerState::HalfOpen);
+        // Trials counted by the consumers, then reported.
+        assert!(w.breakers.claim_trial(&nordic(), half.version, 3).await.unwrap());
+        assert!(w.breakers.claim_trial(&nordic(), half.version, 3).await.unwrap());
+        w.breakers.record_trial(&nordic(), half.version, true).await.unwrap();
+        w.breakers.record_trial(&nordic(), half.version, true).await.unwrap();
+        let passed = json!({"detail-type": "Trials Passed", "source": "lifeboat",
+            "detail": {"schema_version": 1, "operator": "nordic", "observed_version": half.version, "successes": 2,
+                       "at": "2026-11-30T12:00:40Z"}});
+        w.switch.handle(&passed).await.unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::Closed);
+        assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
+        assert_eq!(
+            state_changes(&w.events),
+            vec![
+                (BreakerState::Closed, BreakerState::Open, 1),
+                (BreakerState::Open, BreakerState::HalfOpen, 2),
+                (BreakerState::HalfOpen, BreakerState::Closed, 3)
+            ]
+        );
+        // The trip request from before the outage, delivered late, is ignored.
+        w.switch.handle(&trip(0)).await.unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::Closed);
+    }
+
+    #[tokio::test]
+    async fn both_alarm_shapes_open_and_a_late_alarm_does_not_reopen() {
+        for payload in [
+            alarm_action("ALARM", "2026-11-30T12:00:00.000+0000"),
+            alarm_event("ALARM", "2026-11-30T12:00:00.000+0000"),
+        ] {
+            let w = world();
+            // The alarm fired a while ago; the breaker was never stored: it opens.
+            w.clock.set(DateTime::from_timestamp(1_796_100_000, 0).unwrap());
+            let report = w.switch.handle(&payload).await.unwrap();
+            assert!(report.decisions[0].changed, "{payload}");
+            assert_eq!(state(&w).await.state, BreakerState::Open);
+        }
+        // An alarm older than the current state is ignored.
+        let w = world();
+        w.switch
+            .handle(&json!({"command": "force-closed", "operator": "nordic", "reason": "test"}))
+            .await
+            .unwrap();
+        w.switch
+            .handle(&json!({"command": "release", "operator": "nordic", "reason": "test"}))
+            .await
+            .unwrap();
+        let old = (start() - TimeDelta::hours(1)).format("%Y-%m-%dT%H:%M:%S%.3f+0000").to_string();
+        let report = w.switch.handle(&alarm_action("ALARM", &old)).await.unwrap();
+        assert!(!report.decisions[0].changed);
+    }
+
+    #[tokio::test]
+    async fn commands_pin_and_release() {
+        let w = world();
+        let cmd = |c: &str| json!({"command": c, "operator": "nordic", "reason": "supplier maintenance"});
+        w.switch.handle(&cmd("force-open")).await.unwrap();
+        assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Fallback);
+        w.clock.advance(Duration::from_secs(3600));
+        w.switch.handle(&tick()).await.unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::ForcedOpen);
+        assert!(state(&w).await.reason.contains("supplier maintenance"));
+        w.switch.handle(&cmd("release")).await.unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::HalfOpen);
+        assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
+    }
+
+    #[tokio::test]
+    async fn concurrent_switches_make_one_transition() {
+        let w = world();
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let switch = w.switch.clone();
+            tasks.push(tokio::spawn(async move { switch.handle(&trip(0)).await.unwrap() }));
+        }
+        let mut changed = 0;
+        for t in tasks {
+            changed += t.await.unwrap().decisions.iter().filter(|d| d.changed).count();
+        }
+        assert_eq!(changed, 1);
+        assert_eq!(state(&w).await.version, 1);
+        assert_eq!(state_changes(&w.events).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn bad_payloads_are_clear_errors() {
+        let w = world();
+        let unknown = alarm_action("ALARM", "2026-11-30T12:00:00.000+0000");
+        let mut unknown = unknown;
+        unknown["alarmData"]["alarmName"] = json!("someone-elses-alarm");
+        let err = w.switch.handle(&unknown).await.unwrap_err();
+        assert!(err.to_string().contains("ALARM_OPERATORS"), "{err}");
+        assert!(w.switch.handle(&json!({"foo": "bar"})).await.is_err());
+        let diagnostic: Diagnostic = w.switch.handle(&json!([1, 2])).await.unwrap_err().into();
+        assert_eq!(diagnostic.error_type, "BadInput");
     }
 }

@@ -38,8 +38,10 @@ use serde_json::Value;
 /// The name this function writes into the outcomes it produces.
 pub const NAME: &str = "real-consumer";
 
-/// Default number of operator calls in flight per batch.
-pub const DEFAULT_CONCURRENCY: usize = 16;
+/// Default number of operator calls in flight per batch: a whole batch of the
+/// template's BatchSize at once, so a batch takes as long as its slowest call
+/// (at most one budget) rather than several budgets in waves.
+pub const DEFAULT_CONCURRENCY: usize = 64;
 
 /// Why a whole invocation failed (records never fail the invocation).
 #[derive(Debug, thiserror::Error)]
@@ -275,6 +277,7 @@ impl RealConsumer {
         }
 
         let mut budget = self.settings.for_operator(&request.operator).budgets.for_operation(request.operation);
+        let full_timeout = budget.timeout;
         budget.timeout = budget.timeout.min(remaining);
         budget.slow_after = budget.slow_after.min(budget.timeout);
         let call = OperatorCall {
@@ -285,7 +288,12 @@ impl RealConsumer {
             budget,
         };
         let result = self.operator.call(&call).await;
-        let health = result.class.health();
+        let mut health = result.class.health();
+        if health == Health::Timeout && budget.timeout < full_timeout {
+            // The request's own deadline cut the budget short: this timeout
+            // says more about our queue than about the operator.
+            health = Health::Neutral;
+        }
         tracing::debug!(
             operator = %request.operator, operation = %request.operation, request_id = %request.request_id,
             class = result.class.name(), elapsed_ms = result.elapsed.as_millis() as u64, "operator call"

@@ -1,0 +1,16 @@
+//! lifeboat-sim: the gateway in one process, on the in-memory adapters and
+//! virtual time.
+//!
+//! The real handler code of the real consumer, the fallback consumer and the
+//! circuit switch runs unchanged; this crate plays the parts AWS plays around
+//! them: the Requests stream (one shard, batches delivered one at a time to
+//! whichever consumer the mapping points at, a failed record re-delivered from
+//! its position), the EventBridge rules that carry `Trip Requested` and `Trials
+//! Passed` to the switch, and the schedule's tick. Under
+//! `tokio::time::pause()` a day passes in well under a second.
+
+pub mod clock;
+pub mod gateway;
+
+pub use clock::TokioClock;
+pub use gateway::{Gateway, GatewayConfig, Transition};

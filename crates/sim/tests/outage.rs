@@ -1,0 +1,177 @@
+//! The gateway through an outage under load, on paused time: the fast path
+//! alone (no alarm here) must open the breaker within 10 s, every request must
+//! end with exactly one outcome, half-open must admit at most K trial calls per
+//! round, and the breaker must close again after the operator recovers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use lifeboat_core::memory::MemoryRequestStore;
+use lifeboat_core::ports::{RequestStore, StreamRouter};
+use lifeboat_core::request::{FailureReason, RequestRecord};
+use lifeboat_core::{BreakerState, Clock, ConsumerTarget, Operation, OperatorId};
+use lifeboat_operator::{Outage, OutageMode, SimConfig, SimulatedOperator};
+use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+
+fn base() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_796_032_800, 0).unwrap()
+}
+
+fn nordic() -> OperatorId {
+    OperatorId::new("nordic").unwrap()
+}
+
+/// Requests at `rate` per second until `until`, `outage_rate` inside the outage.
+async fn load(
+    requests: Arc<MemoryRequestStore>,
+    clock: Arc<dyn Clock>,
+    until: DateTime<Utc>,
+    outage: (DateTime<Utc>, DateTime<Utc>),
+    rate: u32,
+    outage_rate: u32,
+) {
+    let mut n = 0u64;
+    while clock.now() < until {
+        let now = clock.now();
+        let per_s = if now >= outage.0 && now < outage.1 { outage_rate } else { rate };
+        n += 1;
+        let request = RequestRecord {
+            request_id: format!("r-{n}"),
+            operator: nordic(),
+            operation: if n % 4 == 0 { Operation::Price } else { Operation::Search },
+            params: BTreeMap::from([
+                ("from".to_owned(), "HEL".to_owned()),
+                ("to".to_owned(), "TLL".to_owned()),
+                ("date".to_owned(), "2026-12-24".to_owned()),
+                ("passengers".to_owned(), "2".to_owned()),
+            ]),
+            created_at: now,
+            deadline: now + TimeDelta::seconds(10),
+        };
+        requests.put_request(&request).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1) / per_s).await;
+    }
+}
+
+async fn run_outage(mode: OutageMode) {
+    let clock: Arc<TokioClock> = Arc::new(TokioClock::starting_at(base()));
+    let outage_start = base() + TimeDelta::seconds(60);
+    let outage_end = base() + TimeDelta::seconds(240);
+    let config = SimConfig {
+        outages: vec![Outage {
+            start: outage_start,
+            end: outage_end,
+            mode,
+        }],
+        ..SimConfig::default()
+    };
+    let sim = SimulatedOperator::new(nordic(), config, clock.clone());
+    let mut gateway = Gateway::new(
+        Arc::new(sim.clone()),
+        clock.clone(),
+        GatewayConfig {
+            operators: vec![nordic()],
+            ..GatewayConfig::default()
+        },
+    );
+    let load_until = base() + TimeDelta::seconds(420);
+    let load_task = tokio::spawn(load(
+        gateway.requests.clone(),
+        clock.clone(),
+        load_until,
+        (outage_start, outage_end),
+        10,
+        20,
+    ));
+    // Run past the end of the load so every record is delivered.
+    gateway.run_until(load_until + TimeDelta::seconds(30)).await;
+    load_task.await.unwrap();
+
+    // Detection by the fast path alone.
+    let opened = gateway
+        .transitions
+        .iter()
+        .find(|t| t.to == BreakerState::Open)
+        .expect("the breaker opened");
+    let detection = (opened.at - outage_start).num_milliseconds() as f64 / 1000.0;
+    println!("{mode}: detection {detection:.1} s ({})", opened.reason);
+    assert!(opened.at >= outage_start, "no false trip before the outage: {opened:?}");
+    assert!(detection <= 10.0, "opened {detection} s after the outage started");
+    assert_eq!(opened.stream, ConsumerTarget::Fallback);
+
+    // Every request exactly one outcome.
+    let counts = gateway.requests.counts();
+    println!(
+        "{mode}: requests {} with outcome {} refused second outcomes {}",
+        counts.total, counts.with_outcome, counts.refused_outcome_writes
+    );
+    assert!(counts.total > 3000);
+    assert_eq!(counts.with_outcome, counts.total);
+    assert_eq!(counts.outcome_writes as usize, counts.total);
+
+    // Half-open rounds admit at most K trial calls.
+    let k = GatewayConfig::default().settings.default.breaker.trial_calls as usize;
+    let all = gateway.requests.all();
+    let mut rounds = 0;
+    for (i, t) in gateway.transitions.iter().enumerate() {
+        if t.to != BreakerState::HalfOpen {
+            continue;
+        }
+        rounds += 1;
+        let end = gateway.transitions.get(i + 1).map(|n| n.at).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let calls = all
+            .iter()
+            .filter_map(|s| s.outcome.as_ref())
+            .filter(|o| o.by == real_consumer::NAME)
+            .filter_map(|o| Some(o.at - TimeDelta::milliseconds(o.call_ms? as i64)))
+            .filter(|called_at| *called_at >= t.at && *called_at <= end)
+            .count();
+        println!("{mode}: half-open round at {} admitted {calls} calls", (t.at - base()).num_seconds());
+        assert!(calls <= k, "half-open round admitted {calls} calls, more than {k}");
+    }
+    assert!(rounds >= 1);
+
+    // While open nobody called the operator: requests failed fast.
+    let fast_failures = all
+        .iter()
+        .filter_map(|s| s.outcome.as_ref())
+        .filter(|o| o.failure_reason() == Some(FailureReason::BreakerOpen))
+        .count();
+    assert!(fast_failures > 100);
+
+    // Closed again after recovery, and the stream points back.
+    let last = gateway.transitions.last().unwrap();
+    assert_eq!(last.to, BreakerState::Closed, "{:#?}", gateway.transitions);
+    assert!(last.at >= outage_end);
+    assert_eq!(gateway.router.current().await.unwrap(), ConsumerTarget::Real);
+    let recovery = (last.at - outage_end).num_milliseconds() as f64 / 1000.0;
+    println!("{mode}: closed {recovery:.1} s after the operator recovered; transitions:");
+    for t in &gateway.transitions {
+        println!(
+            "  +{:>6.1} s  {} → {} v{} ({}) stream → {}",
+            (t.at - base()).num_milliseconds() as f64 / 1000.0,
+            t.from,
+            t.to,
+            t.version,
+            t.reason,
+            t.stream
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_operator_opens_fast_and_recovers() {
+    run_outage(OutageMode::Hang).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusing_operator_opens_fast_and_recovers() {
+    run_outage(OutageMode::Refuse).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_operator_opens_fast_and_recovers() {
+    run_outage(OutageMode::ServerError).await;
+}
