@@ -27,7 +27,9 @@ use chrono::DateTime;
 use lambda_runtime::Diagnostic;
 use lifeboat_core::breaker::{Decision, Input, decide};
 use lifeboat_core::events::{BreakerStateChanged, LifeboatEvent, SCHEMA_VERSION};
-use lifeboat_core::ports::{BreakerStore, EventPublisher, Repoint, RouterError, StoreError, StreamRouter};
+use lifeboat_core::ports::{
+    BreakerStore, EventPublisher, Repoint, RouterError, StoreError, StreamRouter,
+};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, ConsumerTarget, OperatorId};
 use serde::Serialize;
@@ -115,7 +117,9 @@ impl CircuitSwitch {
             }
             SwitchInput::Tick => {
                 for operator in self.known_operators().await? {
-                    report.decisions.push(self.apply(&operator, &Input::Tick).await?);
+                    report
+                        .decisions
+                        .push(self.apply(&operator, &Input::Tick).await?);
                 }
             }
         }
@@ -135,7 +139,11 @@ impl CircuitSwitch {
     }
 
     /// Decide and persist one input for one operator.
-    async fn apply(&self, operator: &OperatorId, input: &Input) -> Result<OperatorDecision, SwitchError> {
+    async fn apply(
+        &self,
+        operator: &OperatorId,
+        input: &Input,
+    ) -> Result<OperatorDecision, SwitchError> {
         let cfg = self.settings.for_operator(operator).breaker;
         for _ in 0..WRITE_ATTEMPTS {
             let stored = self.breakers.load(operator).await?;
@@ -143,7 +151,8 @@ impl CircuitSwitch {
             let now = self.clock.now();
             // A breaker never stored has been closed since forever, so any alarm
             // or trip is newer than its state.
-            let current = stored.unwrap_or_else(|| BreakerRecord::initial(operator.clone(), DateTime::UNIX_EPOCH));
+            let current = stored
+                .unwrap_or_else(|| BreakerRecord::initial(operator.clone(), DateTime::UNIX_EPOCH));
             match decide(&current, input, now, &cfg) {
                 Decision::Unchanged(why) => {
                     tracing::info!(operator = %operator, state = %current.state, version = current.version, why, "no change");
@@ -195,9 +204,15 @@ impl CircuitSwitch {
             .filter(|r| self.operators.is_empty() || self.operators.contains(&r.operator))
             .collect();
         let all_open = !served.is_empty()
-            && served.iter().all(|r| r.state.target() == ConsumerTarget::Fallback)
+            && served
+                .iter()
+                .all(|r| r.state.target() == ConsumerTarget::Fallback)
             && (self.operators.is_empty() || self.operators.len() == served.len());
-        let target = if all_open { ConsumerTarget::Fallback } else { ConsumerTarget::Real };
+        let target = if all_open {
+            ConsumerTarget::Fallback
+        } else {
+            ConsumerTarget::Real
+        };
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -217,7 +232,10 @@ impl CircuitSwitch {
         }
         report.stream_target = Some(target);
 
-        let unannounced: Vec<&BreakerRecord> = records.iter().filter(|r| r.announced_version < r.version).collect();
+        let unannounced: Vec<&BreakerRecord> = records
+            .iter()
+            .filter(|r| r.announced_version < r.version)
+            .collect();
         if unannounced.is_empty() {
             return Ok(());
         }
@@ -246,7 +264,9 @@ impl CircuitSwitch {
             if failed.contains(&i) {
                 continue;
             }
-            self.breakers.mark_announced(&record.operator, record.version).await?;
+            self.breakers
+                .mark_announced(&record.operator, record.version)
+                .await?;
             tracing::info!(operator = %record.operator, state = %record.state, version = record.version, "state change announced");
             report.announced.push(record.version);
         }
@@ -358,13 +378,19 @@ mod tests {
         assert!(report.stream_repointed);
         assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Fallback);
         let record = state(&w).await;
-        assert_eq!((record.state, record.version, record.announced_version), (BreakerState::Open, 1, 1));
+        assert_eq!(
+            (record.state, record.version, record.announced_version),
+            (BreakerState::Open, 1, 1)
+        );
 
         // The same event again changes nothing and announces nothing.
         let again = w.switch.handle(&trip(0)).await.unwrap();
         assert!(!again.decisions[0].changed);
         assert!(!again.stream_repointed);
-        assert_eq!(state_changes(&w.events), vec![(BreakerState::Closed, BreakerState::Open, 1)]);
+        assert_eq!(
+            state_changes(&w.events),
+            vec![(BreakerState::Closed, BreakerState::Open, 1)]
+        );
     }
 
     #[tokio::test]
@@ -372,7 +398,10 @@ mod tests {
         let w = world();
         w.switch.handle(&trip(0)).await.unwrap();
         // An OK alarm while open does not close it.
-        w.switch.handle(&alarm_event("OK", "2026-11-30T12:00:05.000+0000")).await.unwrap();
+        w.switch
+            .handle(&alarm_event("OK", "2026-11-30T12:00:05.000+0000"))
+            .await
+            .unwrap();
         assert_eq!(state(&w).await.state, BreakerState::Open);
         // A tick before the open period ends changes nothing.
         w.clock.advance(Duration::from_secs(5));
@@ -384,10 +413,26 @@ mod tests {
         let half = state(&w).await;
         assert_eq!(half.state, BreakerState::HalfOpen);
         // Trials counted by the consumers, then reported.
-        assert!(w.breakers.claim_trial(&nordic(), half.version, 3).await.unwrap());
-        assert!(w.breakers.claim_trial(&nordic(), half.version, 3).await.unwrap());
-        w.breakers.record_trial(&nordic(), half.version, true).await.unwrap();
-        w.breakers.record_trial(&nordic(), half.version, true).await.unwrap();
+        assert!(
+            w.breakers
+                .claim_trial(&nordic(), half.version, 3)
+                .await
+                .unwrap()
+        );
+        assert!(
+            w.breakers
+                .claim_trial(&nordic(), half.version, 3)
+                .await
+                .unwrap()
+        );
+        w.breakers
+            .record_trial(&nordic(), half.version, true)
+            .await
+            .unwrap();
+        w.breakers
+            .record_trial(&nordic(), half.version, true)
+            .await
+            .unwrap();
         let passed = json!({"detail-type": "Trials Passed", "source": "lifeboat",
             "detail": {"schema_version": 1, "operator": "nordic", "observed_version": half.version, "successes": 2,
                        "at": "2026-11-30T12:00:40Z"}});
@@ -415,7 +460,8 @@ mod tests {
         ] {
             let w = world();
             // The alarm fired a while ago; the breaker was never stored: it opens.
-            w.clock.set(DateTime::from_timestamp(1_796_100_000, 0).unwrap());
+            w.clock
+                .set(DateTime::from_timestamp(1_796_100_000, 0).unwrap());
             let report = w.switch.handle(&payload).await.unwrap();
             assert!(report.decisions[0].changed, "{payload}");
             assert_eq!(state(&w).await.state, BreakerState::Open);
@@ -430,7 +476,9 @@ mod tests {
             .handle(&json!({"command": "release", "operator": "nordic", "reason": "test"}))
             .await
             .unwrap();
-        let old = (start() - TimeDelta::hours(1)).format("%Y-%m-%dT%H:%M:%S%.3f+0000").to_string();
+        let old = (start() - TimeDelta::hours(1))
+            .format("%Y-%m-%dT%H:%M:%S%.3f+0000")
+            .to_string();
         let report = w.switch.handle(&alarm_action("ALARM", &old)).await.unwrap();
         assert!(!report.decisions[0].changed);
     }
@@ -438,7 +486,8 @@ mod tests {
     #[tokio::test]
     async fn commands_pin_and_release() {
         let w = world();
-        let cmd = |c: &str| json!({"command": c, "operator": "nordic", "reason": "supplier maintenance"});
+        let cmd =
+            |c: &str| json!({"command": c, "operator": "nordic", "reason": "supplier maintenance"});
         w.switch.handle(&cmd("force-open")).await.unwrap();
         assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Fallback);
         w.clock.advance(Duration::from_secs(3600));
@@ -456,11 +505,19 @@ mod tests {
         let mut tasks = Vec::new();
         for _ in 0..20 {
             let switch = w.switch.clone();
-            tasks.push(tokio::spawn(async move { switch.handle(&trip(0)).await.unwrap() }));
+            tasks.push(tokio::spawn(async move {
+                switch.handle(&trip(0)).await.unwrap()
+            }));
         }
         let mut changed = 0;
         for t in tasks {
-            changed += t.await.unwrap().decisions.iter().filter(|d| d.changed).count();
+            changed += t
+                .await
+                .unwrap()
+                .decisions
+                .iter()
+                .filter(|d| d.changed)
+                .count();
         }
         assert_eq!(changed, 1);
         assert_eq!(state(&w).await.version, 1);

@@ -91,7 +91,11 @@ fn alarm_state(text: &str) -> Result<AlarmState, InputError> {
     }
 }
 
-fn alarm_input(alarms: &AlarmMap, data: &Value, fallback_time: Option<&str>) -> Result<SwitchInput, InputError> {
+fn alarm_input(
+    alarms: &AlarmMap,
+    data: &Value,
+    fallback_time: Option<&str>,
+) -> Result<SwitchInput, InputError> {
     let name = str_at(data, "/alarmName").ok_or_else(|| InputError::Invalid {
         field: "alarmName",
         why: "missing".into(),
@@ -120,10 +124,11 @@ fn alarm_input(alarms: &AlarmMap, data: &Value, fallback_time: Option<&str>) -> 
 /// Read a payload.
 pub fn parse(payload: &Value, alarms: &AlarmMap) -> Result<SwitchInput, InputError> {
     if let Some(command) = payload.get("command") {
-        let command: Command = serde_json::from_value(command.clone()).map_err(|_| InputError::Invalid {
-            field: "command",
-            why: format!("{command} is not force-open, force-closed or release"),
-        })?;
+        let command: Command =
+            serde_json::from_value(command.clone()).map_err(|_| InputError::Invalid {
+                field: "command",
+                why: format!("{command} is not force-open, force-closed or release"),
+            })?;
         let operator = str_at(payload, "/operator").ok_or_else(|| InputError::Invalid {
             field: "operator",
             why: "missing".into(),
@@ -161,10 +166,11 @@ pub fn parse(payload: &Value, alarms: &AlarmMap) -> Result<SwitchInput, InputErr
         ("aws.events", "Scheduled Event") | ("aws.scheduler", _) => Ok(SwitchInput::Tick),
         (lifeboat_core::events::SOURCE, _) => {
             let detail = payload.get("detail").unwrap_or(&Value::Null);
-            let event = LifeboatEvent::parse(detail_type, detail).map_err(|e| InputError::Invalid {
-                field: "detail",
-                why: e.to_string(),
-            })?;
+            let event =
+                LifeboatEvent::parse(detail_type, detail).map_err(|e| InputError::Invalid {
+                    field: "detail",
+                    why: e.to_string(),
+                })?;
             match event {
                 LifeboatEvent::TripRequested(t) => Ok(SwitchInput::One {
                     operator: t.operator,
@@ -200,7 +206,10 @@ mod tests {
 
     #[test]
     fn alarm_maps_parse_and_reject_garbage() {
-        assert_eq!(alarms().operator_for("other").map(OperatorId::as_str), Some("baltic"));
+        assert_eq!(
+            alarms().operator_for("other").map(OperatorId::as_str),
+            Some("baltic")
+        );
         assert!(AlarmMap::parse("").unwrap().operator_for("x").is_none());
         assert!(AlarmMap::parse("no-equals").is_err());
         assert!(AlarmMap::parse("a=BAD OP").is_err());
@@ -215,17 +224,47 @@ mod tests {
 
     #[test]
     fn commands_need_an_operator_and_a_reason() {
-        let ok = parse(&json!({"command": "force-open", "operator": "nordic", "reason": "maintenance"}), &alarms());
-        assert!(matches!(ok, Ok(SwitchInput::One { input: Input::Command { command: Command::ForceOpen, .. }, .. })));
-        assert!(parse(&json!({"command": "explode", "operator": "nordic", "reason": "x"}), &alarms()).is_err());
-        assert!(parse(&json!({"command": "release", "operator": "nordic"}), &alarms()).is_err());
+        let ok = parse(
+            &json!({"command": "force-open", "operator": "nordic", "reason": "maintenance"}),
+            &alarms(),
+        );
+        assert!(matches!(
+            ok,
+            Ok(SwitchInput::One {
+                input: Input::Command {
+                    command: Command::ForceOpen,
+                    ..
+                },
+                ..
+            })
+        ));
+        assert!(
+            parse(
+                &json!({"command": "explode", "operator": "nordic", "reason": "x"}),
+                &alarms()
+            )
+            .is_err()
+        );
+        assert!(
+            parse(
+                &json!({"command": "release", "operator": "nordic"}),
+                &alarms()
+            )
+            .is_err()
+        );
         assert!(parse(&json!({"command": "release", "reason": "x"}), &alarms()).is_err());
     }
 
     #[test]
     fn unknown_alarms_and_payloads_are_clear_errors() {
         let payload = json!({"source": "aws.cloudwatch", "alarmData": {"alarmName": "nope", "state": {"value": "ALARM", "timestamp": "2026-11-30T10:00:00.000+0000"}}});
-        assert_eq!(parse(&payload, &alarms()), Err(InputError::UnknownAlarm("nope".into())));
-        assert!(matches!(parse(&json!({"hello": 1}), &alarms()), Err(InputError::Unrecognised(_))));
+        assert_eq!(
+            parse(&payload, &alarms()),
+            Err(InputError::UnknownAlarm("nope".into()))
+        );
+        assert!(matches!(
+            parse(&json!({"hello": 1}), &alarms()),
+            Err(InputError::Unrecognised(_))
+        ));
     }
 }

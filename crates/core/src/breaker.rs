@@ -296,32 +296,64 @@ pub fn decide(
 ) -> Decision {
     use BreakerState::*;
     match (current.state, input) {
-        (_, Input::Command { command, reason }) => command_decision(current, *command, reason, now, cfg),
+        (_, Input::Command { command, reason }) => {
+            command_decision(current, *command, reason, now, cfg)
+        }
         (ForcedOpen | ForcedClosed, _) => Decision::Unchanged("forced: only a command moves it"),
 
-        (Closed, Input::Alarm { state: AlarmState::Alarm, alarm, at }) => {
+        (
+            Closed,
+            Input::Alarm {
+                state: AlarmState::Alarm,
+                alarm,
+                at,
+            },
+        ) => {
             if *at < current.since {
                 Decision::Unchanged("alarm older than the current state")
             } else {
                 open(current, 0, format!("alarm {alarm} in ALARM"), now, cfg)
             }
         }
-        (_, Input::Alarm { state: AlarmState::Alarm, .. }) => {
-            Decision::Unchanged("alarm only opens a closed breaker")
-        }
+        (
+            _,
+            Input::Alarm {
+                state: AlarmState::Alarm,
+                ..
+            },
+        ) => Decision::Unchanged("alarm only opens a closed breaker"),
         (_, Input::Alarm { .. }) => {
             Decision::Unchanged("alarm back to OK: recovery goes through half-open")
         }
 
-        (_, Input::Trip { observed_version, .. }) if *observed_version != current.version => {
+        (
+            _,
+            Input::Trip {
+                observed_version, ..
+            },
+        ) if *observed_version != current.version => {
             Decision::Unchanged("trip request for an older version")
         }
-        (Closed, Input::Trip { reason: reason @ TripReason::Window { .. }, .. }) => {
-            open(current, 0, reason.to_string(), now, cfg)
-        }
-        (HalfOpen, Input::Trip { reason: reason @ TripReason::TrialFailed { .. }, .. }) => {
-            open(current, current.failed_trials.saturating_add(1), reason.to_string(), now, cfg)
-        }
+        (
+            Closed,
+            Input::Trip {
+                reason: reason @ TripReason::Window { .. },
+                ..
+            },
+        ) => open(current, 0, reason.to_string(), now, cfg),
+        (
+            HalfOpen,
+            Input::Trip {
+                reason: reason @ TripReason::TrialFailed { .. },
+                ..
+            },
+        ) => open(
+            current,
+            current.failed_trials.saturating_add(1),
+            reason.to_string(),
+            now,
+            cfg,
+        ),
         (HalfOpen, Input::Trip { .. }) => Decision::Unchanged("half-open: the trials decide"),
         (Closed, Input::Trip { .. }) => Decision::Unchanged("trial result while closed"),
         (Open, Input::Trip { .. }) => Decision::Unchanged("already open"),
@@ -356,7 +388,10 @@ pub fn decide(
                 open(
                     current,
                     current.failed_trials.saturating_add(1),
-                    format!("no trial verdict within {} s", cfg.half_open_timeout.as_secs()),
+                    format!(
+                        "no trial verdict within {} s",
+                        cfg.half_open_timeout.as_secs()
+                    ),
                     now,
                     cfg,
                 )
@@ -378,7 +413,9 @@ fn command_decision(
     use BreakerState::*;
     let to = match (command, current.state) {
         (Command::ForceOpen, ForcedOpen) => return Decision::Unchanged("already forced open"),
-        (Command::ForceClosed, ForcedClosed) => return Decision::Unchanged("already forced closed"),
+        (Command::ForceClosed, ForcedClosed) => {
+            return Decision::Unchanged("already forced closed");
+        }
         (Command::ForceOpen, _) => ForcedOpen,
         (Command::ForceClosed, _) => ForcedClosed,
         // Leaving a forced-open breaker tests the operator before trusting it.
@@ -484,13 +521,22 @@ mod tests {
         assert_eq!((open.state, open.version), (BreakerState::Open, 1));
         let until = open.open_until.unwrap();
         assert!(until > t(10) && until <= t(40));
-        assert_eq!(decide(&open, &Input::Tick, t(11), &cfg), Decision::Unchanged("open period not over"));
+        assert_eq!(
+            decide(&open, &Input::Tick, t(11), &cfg),
+            Decision::Unchanged("open period not over")
+        );
         let half = apply(&open, &Input::Tick, t(41));
         assert_eq!((half.state, half.version), (BreakerState::HalfOpen, 2));
         let mut counted = half.clone();
         counted.trials_claimed = 2;
         counted.trial_successes = 2;
-        let closed = apply(&counted, &Input::TrialsPassed { observed_version: 2 }, t(42));
+        let closed = apply(
+            &counted,
+            &Input::TrialsPassed {
+                observed_version: 2,
+            },
+            t(42),
+        );
         assert_eq!((closed.state, closed.version), (BreakerState::Closed, 3));
         assert_eq!(closed.failed_trials, 0);
     }
@@ -517,7 +563,9 @@ mod tests {
         let reopened = apply(
             &half,
             &Input::Trip {
-                reason: TripReason::TrialFailed { detail: "timeout".into() },
+                reason: TripReason::TrialFailed {
+                    detail: "timeout".into(),
+                },
                 observed_version: half.version,
             },
             t(101),
@@ -531,21 +579,40 @@ mod tests {
     fn duplicates_and_stale_inputs_change_nothing() {
         let cfg = BreakerConfig::default();
         let open = apply(&closed(), &window_trip(0), t(10));
-        assert!(matches!(decide(&open, &window_trip(0), t(11), &cfg), Decision::Unchanged(_)));
+        assert!(matches!(
+            decide(&open, &window_trip(0), t(11), &cfg),
+            Decision::Unchanged(_)
+        ));
         let half = apply(&open, &Input::Tick, t(100));
         let mut passed = half.clone();
         passed.trial_successes = 2;
-        let closed_again = apply(&passed, &Input::TrialsPassed { observed_version: half.version }, t(101));
+        let closed_again = apply(
+            &passed,
+            &Input::TrialsPassed {
+                observed_version: half.version,
+            },
+            t(101),
+        );
         // A late alarm from before the recovery does not reopen it.
         let late_alarm = Input::Alarm {
             alarm: "op-errors".into(),
             state: AlarmState::Alarm,
             at: t(50),
         };
-        assert!(matches!(decide(&closed_again, &late_alarm, t(102), &cfg), Decision::Unchanged(_)));
+        assert!(matches!(
+            decide(&closed_again, &late_alarm, t(102), &cfg),
+            Decision::Unchanged(_)
+        ));
         // A late trial result for the old round does not either.
         assert!(matches!(
-            decide(&closed_again, &Input::TrialsPassed { observed_version: half.version }, t(102), &cfg),
+            decide(
+                &closed_again,
+                &Input::TrialsPassed {
+                    observed_version: half.version
+                },
+                t(102),
+                &cfg
+            ),
             Decision::Unchanged(_)
         ));
     }
@@ -559,7 +626,10 @@ mod tests {
             state: AlarmState::Ok,
             at: t(20),
         };
-        assert!(matches!(decide(&open, &ok, t(20), &cfg), Decision::Unchanged(_)));
+        assert!(matches!(
+            decide(&open, &ok, t(20), &cfg),
+            Decision::Unchanged(_)
+        ));
     }
 
     #[test]
@@ -568,11 +638,19 @@ mod tests {
         let open = apply(&closed(), &window_trip(0), t(0));
         let mut half = apply(&open, &Input::Tick, t(100));
         half.trial_successes = 1;
-        let passed = Input::TrialsPassed { observed_version: half.version };
-        assert!(matches!(decide(&half, &passed, t(101), &cfg), Decision::Unchanged(_)));
+        let passed = Input::TrialsPassed {
+            observed_version: half.version,
+        };
+        assert!(matches!(
+            decide(&half, &passed, t(101), &cfg),
+            Decision::Unchanged(_)
+        ));
         half.trial_successes = 2;
         half.trial_failures = 1;
-        assert!(matches!(decide(&half, &passed, t(101), &cfg), Decision::Unchanged(_)));
+        assert!(matches!(
+            decide(&half, &passed, t(101), &cfg),
+            Decision::Unchanged(_)
+        ));
     }
 
     #[test]
@@ -580,27 +658,51 @@ mod tests {
         let open = apply(&closed(), &window_trip(0), t(0));
         let half = apply(&open, &Input::Tick, t(100));
         let cfg = BreakerConfig::default();
-        assert!(matches!(decide(&half, &Input::Tick, t(120), &cfg), Decision::Unchanged(_)));
+        assert!(matches!(
+            decide(&half, &Input::Tick, t(120), &cfg),
+            Decision::Unchanged(_)
+        ));
         let reopened = apply(&half, &Input::Tick, t(160));
-        assert_eq!((reopened.state, reopened.failed_trials), (BreakerState::Open, 1));
+        assert_eq!(
+            (reopened.state, reopened.failed_trials),
+            (BreakerState::Open, 1)
+        );
     }
 
     #[test]
     fn forced_states_are_left_only_by_release() {
         let cfg = BreakerConfig::default();
-        let cmd = |command| Input::Command { command, reason: "maintenance".into() };
+        let cmd = |command| Input::Command {
+            command,
+            reason: "maintenance".into(),
+        };
         let forced = apply(&closed(), &cmd(Command::ForceOpen), t(0));
         assert_eq!(forced.state, BreakerState::ForcedOpen);
         assert_eq!(forced.state.target(), ConsumerTarget::Fallback);
         assert!(forced.reason.contains("maintenance"));
-        for input in [Input::Tick, window_trip(forced.version), Input::TrialsPassed { observed_version: 1 }] {
-            assert!(matches!(decide(&forced, &input, t(10_000), &cfg), Decision::Unchanged(_)));
+        for input in [
+            Input::Tick,
+            window_trip(forced.version),
+            Input::TrialsPassed {
+                observed_version: 1,
+            },
+        ] {
+            assert!(matches!(
+                decide(&forced, &input, t(10_000), &cfg),
+                Decision::Unchanged(_)
+            ));
         }
         let released = apply(&forced, &cmd(Command::Release), t(1));
         assert_eq!(released.state, BreakerState::HalfOpen);
         let pinned = apply(&released, &cmd(Command::ForceClosed), t(2));
-        assert_eq!(apply(&pinned, &cmd(Command::Release), t(3)).state, BreakerState::Closed);
-        assert!(matches!(decide(&closed(), &cmd(Command::Release), t(4), &cfg), Decision::Unchanged(_)));
+        assert_eq!(
+            apply(&pinned, &cmd(Command::Release), t(3)).state,
+            BreakerState::Closed
+        );
+        assert!(matches!(
+            decide(&closed(), &cmd(Command::Release), t(4), &cfg),
+            Decision::Unchanged(_)
+        ));
     }
 
     #[test]

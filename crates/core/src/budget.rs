@@ -78,8 +78,14 @@ mod tests {
     #[test]
     fn defaults_follow_the_answer_clusters() {
         let b = Budgets::default();
-        assert_eq!(b.for_operation(Operation::Search).timeout, Duration::from_secs(3));
-        assert_eq!(b.for_operation(Operation::Price).timeout, Duration::from_millis(2750));
+        assert_eq!(
+            b.for_operation(Operation::Search).timeout,
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            b.for_operation(Operation::Price).timeout,
+            Duration::from_millis(2750)
+        );
         assert_eq!(b.search.slow_after, Duration::from_millis(2400));
     }
 }

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::{BreakerState, TripReason};
-use crate::operator::{OperatorId, Operation};
+use crate::operator::{Operation, OperatorId};
 use crate::request::FailureReason;
 
 /// The EventBridge `source` of every lifeboat event.
@@ -128,7 +128,9 @@ pub enum LifeboatEvent {
 pub enum EventError {
     #[error("unknown detail-type {0:?}")]
     UnknownType(String),
-    #[error("{detail_type} schema_version {found} is newer than {SCHEMA_VERSION}, the newest this build reads")]
+    #[error(
+        "{detail_type} schema_version {found} is newer than {SCHEMA_VERSION}, the newest this build reads"
+    )]
     NewerSchema { detail_type: String, found: u32 },
     #[error("{detail_type} detail does not match its schema: {source}")]
     BadDetail {
@@ -196,8 +198,12 @@ impl LifeboatEvent {
             OPERATOR_REQUEST_FAILED => {
                 LifeboatEvent::OperatorRequestFailed(serde_json::from_value(detail).map_err(bad)?)
             }
-            TRIP_REQUESTED => LifeboatEvent::TripRequested(serde_json::from_value(detail).map_err(bad)?),
-            TRIALS_PASSED => LifeboatEvent::TrialsPassed(serde_json::from_value(detail).map_err(bad)?),
+            TRIP_REQUESTED => {
+                LifeboatEvent::TripRequested(serde_json::from_value(detail).map_err(bad)?)
+            }
+            TRIALS_PASSED => {
+                LifeboatEvent::TrialsPassed(serde_json::from_value(detail).map_err(bad)?)
+            }
             SALE_SWITCH_WRITE_FAILED => {
                 LifeboatEvent::SaleSwitchWriteFailed(serde_json::from_value(detail).map_err(bad)?)
             }
@@ -244,7 +250,10 @@ mod tests {
                 operator: op(),
                 observed_version: 6,
                 reason: TripReason::Window {
-                    verdict: WindowVerdict::FailureRate { rate: 0.75, calls: 20 },
+                    verdict: WindowVerdict::FailureRate {
+                        rate: 0.75,
+                        calls: 20,
+                    },
                 },
                 at: at(),
             }),
@@ -291,7 +300,8 @@ mod tests {
 
     #[test]
     fn newer_schemas_and_unknown_types_are_rejected() {
-        let mut detail: serde_json::Value = serde_json::from_str(&samples()[0].detail_json()).unwrap();
+        let mut detail: serde_json::Value =
+            serde_json::from_str(&samples()[0].detail_json()).unwrap();
         detail["schema_version"] = 2.into();
         assert!(matches!(
             LifeboatEvent::parse(BREAKER_STATE_CHANGED, &detail),

@@ -18,4 +18,4 @@ pub mod window;
 
 pub use breaker::{BreakerConfig, BreakerRecord, BreakerState, ConsumerTarget};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use operator::{OperatorId, Operation};
+pub use operator::{Operation, OperatorId};

@@ -14,8 +14,8 @@ use crate::breaker::{BreakerRecord, BreakerState, ConsumerTarget};
 use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
 use crate::ports::{
-    BreakerStore, EventPublisher, OutcomeWrite, PublishError, RequestStore, Repoint, RouterError, StoreError,
-    StoredRequest, StreamRouter, TrialTally, WindowStore,
+    BreakerStore, EventPublisher, OutcomeWrite, PublishError, Repoint, RequestStore, RouterError,
+    StoreError, StoredRequest, StreamRouter, TrialTally, WindowStore,
 };
 use crate::request::{Outcome, RequestRecord};
 use crate::window::{Bucket, CallCounts};
@@ -80,7 +80,11 @@ impl MemoryRequestStore {
 
     pub fn all(&self) -> Vec<StoredRequest> {
         let inner = lock(&self.inner);
-        inner.log.iter().filter_map(|id| inner.items.get(id).cloned()).collect()
+        inner
+            .log
+            .iter()
+            .filter_map(|id| inner.items.get(id).cloned())
+            .collect()
     }
 }
 
@@ -89,7 +93,10 @@ impl RequestStore for MemoryRequestStore {
     async fn put_request(&self, request: &RequestRecord) -> Result<(), StoreError> {
         let mut inner = lock(&self.inner);
         if inner.items.contains_key(&request.request_id) {
-            return Err(StoreError::Conflict(format!("request {} exists", request.request_id)));
+            return Err(StoreError::Conflict(format!(
+                "request {} exists",
+                request.request_id
+            )));
         }
         inner.items.insert(
             request.request_id.clone(),
@@ -106,7 +113,11 @@ impl RequestStore for MemoryRequestStore {
         Ok(lock(&self.inner).items.get(request_id).cloned())
     }
 
-    async fn write_outcome(&self, request_id: &str, outcome: &Outcome) -> Result<OutcomeWrite, StoreError> {
+    async fn write_outcome(
+        &self,
+        request_id: &str,
+        outcome: &Outcome,
+    ) -> Result<OutcomeWrite, StoreError> {
         let mut inner = lock(&self.inner);
         let result = match inner.items.get_mut(request_id) {
             None => return Err(StoreError::Conflict(format!("no request {request_id}"))),
@@ -146,7 +157,11 @@ impl BreakerStore for MemoryBreakerStore {
         Ok(lock(&self.records).values().cloned().collect())
     }
 
-    async fn save(&self, record: &BreakerRecord, expected_version: Option<u64>) -> Result<(), StoreError> {
+    async fn save(
+        &self,
+        record: &BreakerRecord,
+        expected_version: Option<u64>,
+    ) -> Result<(), StoreError> {
         let mut records = lock(&self.records);
         let stored = records.get(&record.operator).map(|r| r.version);
         if stored != expected_version {
@@ -159,10 +174,19 @@ impl BreakerStore for MemoryBreakerStore {
         Ok(())
     }
 
-    async fn claim_trial(&self, operator: &OperatorId, version: u64, limit: u32) -> Result<bool, StoreError> {
+    async fn claim_trial(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        limit: u32,
+    ) -> Result<bool, StoreError> {
         let mut records = lock(&self.records);
         match records.get_mut(operator) {
-            Some(r) if r.state == BreakerState::HalfOpen && r.version == version && r.trials_claimed < limit => {
+            Some(r)
+                if r.state == BreakerState::HalfOpen
+                    && r.version == version
+                    && r.trials_claimed < limit =>
+            {
                 r.trials_claimed += 1;
                 Ok(true)
             }
@@ -234,7 +258,11 @@ impl WindowStore for MemoryWindowStore {
         Ok(())
     }
 
-    async fn since(&self, operator: &OperatorId, since: DateTime<Utc>) -> Result<Vec<Bucket>, StoreError> {
+    async fn since(
+        &self,
+        operator: &OperatorId,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<Bucket>, StoreError> {
         let buckets = lock(&self.buckets);
         Ok(buckets
             .get(operator)
@@ -350,15 +378,31 @@ mod tests {
     async fn one_outcome_per_request() {
         let store = MemoryRequestStore::new();
         store.put_request(&request("a")).await.unwrap();
-        assert!(matches!(store.put_request(&request("a")).await, Err(StoreError::Conflict(_))));
+        assert!(matches!(
+            store.put_request(&request("a")).await,
+            Err(StoreError::Conflict(_))
+        ));
         let first = Outcome::failed(FailureReason::Timeout, "t", t(), "real-consumer");
         let second = Outcome::failed(FailureReason::BreakerOpen, "b", t(), "fallback-consumer");
-        assert_eq!(store.write_outcome("a", &first).await.unwrap(), OutcomeWrite::Written);
-        assert_eq!(store.write_outcome("a", &second).await.unwrap(), OutcomeWrite::AlreadyPresent);
+        assert_eq!(
+            store.write_outcome("a", &first).await.unwrap(),
+            OutcomeWrite::Written
+        );
+        assert_eq!(
+            store.write_outcome("a", &second).await.unwrap(),
+            OutcomeWrite::AlreadyPresent
+        );
         assert_eq!(store.get("a").await.unwrap().unwrap().outcome, Some(first));
         assert!(store.write_outcome("missing", &second).await.is_err());
         let counts = store.counts();
-        assert_eq!((counts.total, counts.with_outcome, counts.refused_outcome_writes), (1, 1, 1));
+        assert_eq!(
+            (
+                counts.total,
+                counts.with_outcome,
+                counts.refused_outcome_writes
+            ),
+            (1, 1, 1)
+        );
     }
 
     #[tokio::test]

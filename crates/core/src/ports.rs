@@ -51,7 +51,11 @@ pub trait RequestStore: Send + Sync {
 
     /// Write the one outcome of a request, unless it already has one. A write
     /// for a request id that was never stored is refused with `Conflict`.
-    async fn write_outcome(&self, request_id: &str, outcome: &Outcome) -> Result<OutcomeWrite, StoreError>;
+    async fn write_outcome(
+        &self,
+        request_id: &str,
+        outcome: &Outcome,
+    ) -> Result<OutcomeWrite, StoreError>;
 }
 
 /// Counts of one half-open round, as stored after a trial result.
@@ -72,12 +76,21 @@ pub trait BreakerStore: Send + Sync {
 
     /// Write `record` if the stored version is `expected_version` (`None`: no
     /// record stored yet). Otherwise `Conflict`.
-    async fn save(&self, record: &BreakerRecord, expected_version: Option<u64>) -> Result<(), StoreError>;
+    async fn save(
+        &self,
+        record: &BreakerRecord,
+        expected_version: Option<u64>,
+    ) -> Result<(), StoreError>;
 
     /// Atomically claim one half-open trial slot of round `version`: succeeds
     /// only while the breaker is half-open at `version` with fewer than `limit`
     /// slots claimed. `Ok(false)`: no slot for this caller.
-    async fn claim_trial(&self, operator: &OperatorId, version: u64, limit: u32) -> Result<bool, StoreError>;
+    async fn claim_trial(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        limit: u32,
+    ) -> Result<bool, StoreError>;
 
     /// Atomically count a trial result in round `version`. `Ok(None)`: the
     /// breaker has moved on and the result no longer matters.
@@ -97,11 +110,19 @@ pub trait BreakerStore: Send + Sync {
 #[async_trait]
 pub trait WindowStore: Send + Sync {
     /// Atomically add `counts` to the bucket starting at `bucket_start`.
-    async fn add(&self, operator: &OperatorId, bucket_start: DateTime<Utc>, counts: &CallCounts)
-    -> Result<(), StoreError>;
+    async fn add(
+        &self,
+        operator: &OperatorId,
+        bucket_start: DateTime<Utc>,
+        counts: &CallCounts,
+    ) -> Result<(), StoreError>;
 
     /// Buckets that start at or after `since`.
-    async fn since(&self, operator: &OperatorId, since: DateTime<Utc>) -> Result<Vec<Bucket>, StoreError>;
+    async fn since(
+        &self,
+        operator: &OperatorId,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<Bucket>, StoreError>;
 }
 
 /// Errors of the event publisher.
@@ -110,7 +131,10 @@ pub enum PublishError {
     /// Some events were not accepted even after retrying; `failed` holds their
     /// indexes in the published slice with the bus's reason.
     #[error("{} of {total} events not published: {}", failed.len(), first_reason(failed))]
-    Partial { total: usize, failed: Vec<(usize, String)> },
+    Partial {
+        total: usize,
+        failed: Vec<(usize, String)>,
+    },
     #[error("event bus unavailable: {0}")]
     Unavailable(String),
 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::budget::Budget;
-use crate::operator::{OperatorId, Operation};
+use crate::operator::{Operation, OperatorId};
 
 /// A request for the operator, written by search or cart into the Requests table
 /// and carried to a consumer by the table's stream.
@@ -237,13 +237,24 @@ mod tests {
     #[test]
     fn slow_answers_are_classified_by_the_budget() {
         let budget = Budget::with_timeout(Duration::from_secs(3));
-        assert_eq!(CallClass::answered(Duration::from_millis(1300), &budget), CallClass::Ok);
-        assert_eq!(CallClass::answered(Duration::from_millis(2500), &budget), CallClass::Slow);
+        assert_eq!(
+            CallClass::answered(Duration::from_millis(1300), &budget),
+            CallClass::Ok
+        );
+        assert_eq!(
+            CallClass::answered(Duration::from_millis(2500), &budget),
+            CallClass::Slow
+        );
     }
 
     #[test]
     fn outcomes_round_trip_as_json() {
-        let outcome = Outcome::failed(FailureReason::BreakerOpen, "breaker open", at(10), "fallback-consumer");
+        let outcome = Outcome::failed(
+            FailureReason::BreakerOpen,
+            "breaker open",
+            at(10),
+            "fallback-consumer",
+        );
         let json = serde_json::to_value(&outcome).unwrap_or_default();
         assert_eq!(json["status"], "failed");
         assert_eq!(json["reason"], "breaker_open");
@@ -260,7 +271,9 @@ mod tests {
             detail: "no answer in 3000 ms".into(),
         };
         assert_eq!(
-            timeout.into_outcome(at(0), "real-consumer").failure_reason(),
+            timeout
+                .into_outcome(at(0), "real-consumer")
+                .failure_reason(),
             Some(FailureReason::Timeout)
         );
         let ok = CallResult {

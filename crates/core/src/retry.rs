@@ -36,7 +36,12 @@ impl RetrySchedule {
             return None;
         }
         let factor = 1u32.checked_shl(attempt - 1).unwrap_or(u32::MAX);
-        Some(self.first.checked_mul(factor).unwrap_or(self.max_gap).min(self.max_gap))
+        Some(
+            self.first
+                .checked_mul(factor)
+                .unwrap_or(self.max_gap)
+                .min(self.max_gap),
+        )
     }
 }
 
@@ -47,7 +52,10 @@ mod tests {
     #[test]
     fn gaps_grow_from_five_seconds_to_a_minute() {
         let s = RetrySchedule::default();
-        let gaps: Vec<u64> = (1..=8).filter_map(|a| s.gap_after(a)).map(|d| d.as_secs()).collect();
+        let gaps: Vec<u64> = (1..=8)
+            .filter_map(|a| s.gap_after(a))
+            .map(|d| d.as_secs())
+            .collect();
         assert_eq!(gaps, vec![5, 10, 20, 40, 60, 60, 60]);
         assert_eq!(s.gap_after(8), None);
         assert_eq!(s.gap_after(0), None);

@@ -68,7 +68,13 @@ mod tests {
     fn empty_means_defaults() {
         let s = Settings::from_json("").unwrap();
         let op = OperatorId::new("any").unwrap();
-        assert_eq!(s.for_operator(&op).budgets.for_operation(Operation::Search).timeout, Duration::from_secs(3));
+        assert_eq!(
+            s.for_operator(&op)
+                .budgets
+                .for_operation(Operation::Search)
+                .timeout,
+            Duration::from_secs(3)
+        );
     }
 
     #[test]

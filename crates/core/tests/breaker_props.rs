@@ -18,11 +18,21 @@ fn t0() -> DateTime<Utc> {
 /// both current and stale versions are exercised.
 #[derive(Debug, Clone)]
 enum Step {
-    AlarmOn { age_s: i64 },
+    AlarmOn {
+        age_s: i64,
+    },
     AlarmOk,
-    WindowTrip { stale: bool },
-    TrialFailed { stale: bool },
-    TrialsPassed { successes: u32, failures: u32, stale: bool },
+    WindowTrip {
+        stale: bool,
+    },
+    TrialFailed {
+        stale: bool,
+    },
+    TrialsPassed {
+        successes: u32,
+        failures: u32,
+        stale: bool,
+    },
     Tick,
     Cmd(Command),
 }
@@ -33,19 +43,32 @@ fn step() -> impl Strategy<Value = Step> {
         Just(Step::AlarmOk),
         any::<bool>().prop_map(|stale| Step::WindowTrip { stale }),
         any::<bool>().prop_map(|stale| Step::TrialFailed { stale }),
-        (0u32..5, 0u32..2, any::<bool>()).prop_map(|(successes, failures, stale)| Step::TrialsPassed {
-            successes,
-            failures,
-            stale
+        (0u32..5, 0u32..2, any::<bool>()).prop_map(|(successes, failures, stale)| {
+            Step::TrialsPassed {
+                successes,
+                failures,
+                stale,
+            }
         }),
         Just(Step::Tick),
         Just(Step::Tick),
-        prop_oneof![Just(Command::ForceOpen), Just(Command::ForceClosed), Just(Command::Release)].prop_map(Step::Cmd),
+        prop_oneof![
+            Just(Command::ForceOpen),
+            Just(Command::ForceClosed),
+            Just(Command::Release)
+        ]
+        .prop_map(Step::Cmd),
     ]
 }
 
 fn to_input(step: &Step, record: &mut BreakerRecord, now: DateTime<Utc>) -> Input {
-    let v = |stale: bool| if stale { record.version.saturating_sub(1) } else { record.version };
+    let v = |stale: bool| {
+        if stale {
+            record.version.saturating_sub(1)
+        } else {
+            record.version
+        }
+    };
     match step {
         Step::AlarmOn { age_s } => Input::Alarm {
             alarm: "a".into(),

@@ -12,7 +12,9 @@ use lambda_runtime::Diagnostic;
 use lifeboat_core::Clock;
 use lifeboat_core::ports::{EventPublisher, RequestStore};
 use lifeboat_core::request::{FailureReason, Outcome};
-use lifeboat_stream::{StreamItem, batch_response, classify, failure_event, publish_all, quarantine, records};
+use lifeboat_stream::{
+    StreamItem, batch_response, classify, failure_event, publish_all, quarantine, records,
+};
 use serde_json::Value;
 
 /// The name this function writes into the outcomes it produces.
@@ -68,7 +70,8 @@ impl FallbackConsumer {
                 StreamItem::Skip { .. } => report.skipped += 1,
                 StreamItem::Quarantine(q) => {
                     report.quarantined += 1;
-                    events.push(quarantine(self.requests.as_ref(), &q, self.clock.now(), NAME).await);
+                    events
+                        .push(quarantine(self.requests.as_ref(), &q, self.clock.now(), NAME).await);
                 }
             }
         }
@@ -78,8 +81,11 @@ impl FallbackConsumer {
                 let at = self.clock.now();
                 let detail = "breaker open: the operator was not called";
                 let outcome = Outcome::failed(FailureReason::BreakerOpen, detail, at, NAME);
-                let result = lifeboat_stream::write_outcome(self.requests.as_ref(), &request, &outcome).await;
-                let event = matches!(result, Ok(true)).then(|| failure_event(&request, FailureReason::BreakerOpen, detail, at));
+                let result =
+                    lifeboat_stream::write_outcome(self.requests.as_ref(), &request, &outcome)
+                        .await;
+                let event = matches!(result, Ok(true))
+                    .then(|| failure_event(&request, FailureReason::BreakerOpen, detail, at));
                 (sequence, result, event)
             })
             .buffer_unordered(WRITE_CONCURRENCY)
@@ -120,10 +126,16 @@ mod tests {
     use lifeboat_core::memory::{MemoryEventBus, MemoryRequestStore};
     use serde_json::json;
 
-    fn consumer() -> (FallbackConsumer, Arc<MemoryRequestStore>, Arc<MemoryEventBus>) {
+    fn consumer() -> (
+        FallbackConsumer,
+        Arc<MemoryRequestStore>,
+        Arc<MemoryEventBus>,
+    ) {
         let requests = Arc::new(MemoryRequestStore::new());
         let events = Arc::new(MemoryEventBus::new());
-        let clock = Arc::new(ManualClock::new(DateTime::from_timestamp(1_796_032_800, 0).unwrap()));
+        let clock = Arc::new(ManualClock::new(
+            DateTime::from_timestamp(1_796_032_800, 0).unwrap(),
+        ));
         (
             FallbackConsumer {
                 requests: requests.clone(),
@@ -168,7 +180,11 @@ mod tests {
             })
             .collect();
         assert_eq!(failures.len(), report.requests);
-        assert!(failures.iter().all(|f| f.reason == FailureReason::BreakerOpen));
+        assert!(
+            failures
+                .iter()
+                .all(|f| f.reason == FailureReason::BreakerOpen)
+        );
 
         // The same batch again (a retry) writes nothing and publishes nothing.
         let again = consumer.handle(&batch).await.unwrap();
@@ -196,7 +212,10 @@ mod tests {
     #[tokio::test]
     async fn a_payload_that_is_not_a_batch_is_a_clear_error() {
         let (consumer, _, _) = consumer();
-        let err = consumer.handle(&json!({"hello": "world"})).await.unwrap_err();
+        let err = consumer
+            .handle(&json!({"hello": "world"}))
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("Records"));
     }
 }

@@ -27,12 +27,16 @@ use futures::StreamExt;
 use lambda_runtime::Diagnostic;
 use lifeboat_core::breaker::TripReason;
 use lifeboat_core::events::{LifeboatEvent, SCHEMA_VERSION, TrialsPassed, TripRequested};
-use lifeboat_core::ports::{BreakerStore, EventPublisher, OperatorApi, RequestStore, StoreError, WindowStore};
+use lifeboat_core::ports::{
+    BreakerStore, EventPublisher, OperatorApi, RequestStore, StoreError, WindowStore,
+};
 use lifeboat_core::request::{FailureReason, Health, OperatorCall, Outcome, RequestRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::window::CallCounts;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, OperatorId};
-use lifeboat_stream::{StreamItem, batch_response, classify, failure_event, publish_all, quarantine, records};
+use lifeboat_stream::{
+    StreamItem, batch_response, classify, failure_event, publish_all, quarantine, records,
+};
 use serde_json::Value;
 
 /// The name this function writes into the outcomes it produces.
@@ -113,13 +117,16 @@ impl RealConsumer {
                 StreamItem::Skip { .. } => report.skipped += 1,
                 StreamItem::Quarantine(q) => {
                     report.quarantined += 1;
-                    events.push(quarantine(self.requests.as_ref(), &q, self.clock.now(), NAME).await);
+                    events
+                        .push(quarantine(self.requests.as_ref(), &q, self.clock.now(), NAME).await);
                 }
             }
         }
         report.requests = requests.len();
 
-        let views = self.read_breakers(requests.iter().map(|(_, r)| &r.operator)).await;
+        let views = self
+            .read_breakers(requests.iter().map(|(_, r)| &r.operator))
+            .await;
         let processed: Vec<Processed> = futures::stream::iter(requests)
             .map(|(sequence, request)| {
                 let view = views.get(&request.operator).cloned().flatten();
@@ -188,7 +195,10 @@ impl RealConsumer {
         Ok(report)
     }
 
-    async fn read_breakers<'a>(&self, operators: impl Iterator<Item = &'a OperatorId>) -> HashMap<OperatorId, BreakerView> {
+    async fn read_breakers<'a>(
+        &self,
+        operators: impl Iterator<Item = &'a OperatorId>,
+    ) -> HashMap<OperatorId, BreakerView> {
         let mut views = HashMap::new();
         for operator in operators {
             if views.contains_key(operator) {
@@ -212,7 +222,12 @@ impl RealConsumer {
         views
     }
 
-    async fn process(&self, sequence: Option<String>, request: RequestRecord, view: BreakerView) -> Processed {
+    async fn process(
+        &self,
+        sequence: Option<String>,
+        request: RequestRecord,
+        view: BreakerView,
+    ) -> Processed {
         let mut done = Processed {
             sequence,
             operator: request.operator.clone(),
@@ -239,35 +254,67 @@ impl RealConsumer {
 
         let now = self.clock.now();
         let Some(remaining) = request.remaining(now) else {
-            return self.fail(done, &request, FailureReason::Expired, "deadline passed before the call").await;
+            return self
+                .fail(
+                    done,
+                    &request,
+                    FailureReason::Expired,
+                    "deadline passed before the call",
+                )
+                .await;
         };
         if !self.operator.knows(&request.operator) {
             let detail = format!("unknown operator {}", request.operator);
-            return self.fail(done, &request, FailureReason::Malformed, &detail).await;
+            return self
+                .fail(done, &request, FailureReason::Malformed, &detail)
+                .await;
         }
-        let state = view.as_ref().map(|r| r.state).unwrap_or(BreakerState::Closed);
+        let state = view
+            .as_ref()
+            .map(|r| r.state)
+            .unwrap_or(BreakerState::Closed);
         match state {
             BreakerState::Open | BreakerState::ForcedOpen => {
-                return self.fail(done, &request, FailureReason::BreakerOpen, "breaker open").await;
+                return self
+                    .fail(done, &request, FailureReason::BreakerOpen, "breaker open")
+                    .await;
             }
             BreakerState::HalfOpen => {
                 let Some(record) = view.as_ref() else {
                     return done;
                 };
-                let limit = self.settings.for_operator(&request.operator).breaker.trial_calls;
-                match self.breakers.claim_trial(&request.operator, record.version, limit).await {
+                let limit = self
+                    .settings
+                    .for_operator(&request.operator)
+                    .breaker
+                    .trial_calls;
+                match self
+                    .breakers
+                    .claim_trial(&request.operator, record.version, limit)
+                    .await
+                {
                     Ok(true) => {
                         tracing::info!(operator = %request.operator, state = %state, version = record.version, request_id = %request.request_id, "half-open trial call");
                     }
                     Ok(false) => {
                         return self
-                            .fail(done, &request, FailureReason::BreakerOpen, "half-open: every trial slot is taken")
+                            .fail(
+                                done,
+                                &request,
+                                FailureReason::BreakerOpen,
+                                "half-open: every trial slot is taken",
+                            )
                             .await;
                     }
                     Err(e) => {
                         tracing::warn!(operator = %request.operator, error = %e, "trial slot not claimed");
                         return self
-                            .fail(done, &request, FailureReason::BreakerOpen, "half-open: trial slot not claimed")
+                            .fail(
+                                done,
+                                &request,
+                                FailureReason::BreakerOpen,
+                                "half-open: trial slot not claimed",
+                            )
                             .await;
                     }
                 }
@@ -276,7 +323,11 @@ impl RealConsumer {
             BreakerState::Closed | BreakerState::ForcedClosed => {}
         }
 
-        let mut budget = self.settings.for_operator(&request.operator).budgets.for_operation(request.operation);
+        let mut budget = self
+            .settings
+            .for_operator(&request.operator)
+            .budgets
+            .for_operation(request.operation);
         let full_timeout = budget.timeout;
         budget.timeout = budget.timeout.min(remaining);
         budget.slow_after = budget.slow_after.min(budget.timeout);
@@ -300,7 +351,10 @@ impl RealConsumer {
         );
         done.called = Some(health);
         if done.trial.is_some() {
-            done.trial = Some(matches!(health, Health::Success | Health::SlowSuccess | Health::Neutral));
+            done.trial = Some(matches!(
+                health,
+                Health::Success | Health::SlowSuccess | Health::Neutral
+            ));
         }
         let outcome = result.into_outcome(self.clock.now(), NAME);
         if let Some(reason) = outcome.failure_reason() {
@@ -319,7 +373,13 @@ impl RealConsumer {
         done
     }
 
-    async fn fail(&self, mut done: Processed, request: &RequestRecord, reason: FailureReason, detail: &str) -> Processed {
+    async fn fail(
+        &self,
+        mut done: Processed,
+        request: &RequestRecord,
+        reason: FailureReason,
+        detail: &str,
+    ) -> Processed {
         let outcome = Outcome::failed(reason, detail, self.clock.now(), NAME);
         done.written = lifeboat_stream::write_outcome(self.requests.as_ref(), request, &outcome)
             .await
@@ -339,7 +399,11 @@ impl RealConsumer {
     ) -> Option<LifeboatEvent> {
         let cfg = self.settings.for_operator(operator).window;
         let now = self.clock.now();
-        if let Err(e) = self.window.add(operator, cfg.bucket_start(now), counts).await {
+        if let Err(e) = self
+            .window
+            .add(operator, cfg.bucket_start(now), counts)
+            .await
+        {
             tracing::warn!(operator = %operator, error = %e, "window counts not written");
         }
         let record = view?;
@@ -366,19 +430,34 @@ impl RealConsumer {
 
     /// Count trial results in the breaker record; report a failed round or a
     /// passed one.
-    async fn count_trials(&self, operator: &OperatorId, results: &[bool], view: Option<&BreakerRecord>) -> Vec<LifeboatEvent> {
+    async fn count_trials(
+        &self,
+        operator: &OperatorId,
+        results: &[bool],
+        view: Option<&BreakerRecord>,
+    ) -> Vec<LifeboatEvent> {
         let Some(record) = view else {
             return Vec::new();
         };
-        let needed = self.settings.for_operator(operator).breaker.successes_to_close;
+        let needed = self
+            .settings
+            .for_operator(operator)
+            .breaker
+            .successes_to_close;
         let now = self.clock.now();
         let mut events = Vec::new();
         let mut best = None;
         for ok in results {
-            match self.breakers.record_trial(operator, record.version, *ok).await {
+            match self
+                .breakers
+                .record_trial(operator, record.version, *ok)
+                .await
+            {
                 Ok(Some(tally)) => best = Some(tally),
                 Ok(None) => return events,
-                Err(e) => tracing::warn!(operator = %operator, error = %e, "trial result not counted"),
+                Err(e) => {
+                    tracing::warn!(operator = %operator, error = %e, "trial result not counted")
+                }
             }
         }
         if results.iter().any(|ok| !ok) {

@@ -8,7 +8,9 @@ use circuit_switch::CircuitSwitch;
 use circuit_switch::input::AlarmMap;
 use fallback_consumer::FallbackConsumer;
 use lifeboat_core::events::{LifeboatEvent, SOURCE};
-use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter, MemoryWindowStore};
+use lifeboat_core::memory::{
+    MemoryBreakerStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter, MemoryWindowStore,
+};
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
 use lifeboat_core::request::RequestRecord;
 use lifeboat_core::settings::Settings;
@@ -55,7 +57,13 @@ pub struct Transition {
     pub reason: String,
     /// Where the stream pointed after the switch handled it.
     pub stream: ConsumerTarget,
+    /// Calls the operator had received when the switch made this transition,
+    /// if a counter was given with [`Gateway::count_operator_calls_with`].
+    pub operator_calls: Option<u64>,
 }
+
+/// Reads how many calls the operator has received.
+pub type CallCounter = Box<dyn Fn() -> u64 + Send + Sync>;
 
 /// The gateway in memory.
 pub struct Gateway {
@@ -69,6 +77,7 @@ pub struct Gateway {
     pub fallback: FallbackConsumer,
     pub switch: CircuitSwitch,
     pub transitions: Vec<Transition>,
+    call_counter: Option<CallCounter>,
     config: GatewayConfig,
     stream_position: usize,
     bus_position: usize,
@@ -77,7 +86,11 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(operator: Arc<dyn OperatorApi>, clock: Arc<dyn Clock>, config: GatewayConfig) -> Self {
+    pub fn new(
+        operator: Arc<dyn OperatorApi>,
+        clock: Arc<dyn Clock>,
+        config: GatewayConfig,
+    ) -> Self {
         let requests = Arc::new(MemoryRequestStore::new());
         let breakers = Arc::new(MemoryBreakerStore::new());
         let window = Arc::new(MemoryWindowStore::new());
@@ -120,12 +133,19 @@ impl Gateway {
             fallback,
             switch,
             transitions: Vec::new(),
+            call_counter: None,
             config,
             stream_position: 0,
             bus_position: 0,
             next_tick,
             sequence: 0,
         }
+    }
+
+    /// Note the operator's call count at every transition (for example from
+    /// the simulated operator's own statistics).
+    pub fn count_operator_calls_with(&mut self, counter: CallCounter) {
+        self.call_counter = Some(counter);
     }
 
     /// Run the gateway's side of AWS until the clock reaches `until`.
@@ -142,7 +162,8 @@ impl Gateway {
     /// Returns whether a batch was delivered.
     pub async fn step(&mut self) -> bool {
         if self.clock.now() >= self.next_tick {
-            self.next_tick = self.clock.now() + chrono::TimeDelta::from_std(self.config.tick_every).unwrap_or_default();
+            self.next_tick = self.clock.now()
+                + chrono::TimeDelta::from_std(self.config.tick_every).unwrap_or_default();
             self.invoke_switch(&json!({
                 "version": "0", "id": "tick", "detail-type": "Scheduled Event", "source": "aws.events",
                 "time": self.clock.now().to_rfc3339(), "detail": {}
@@ -158,8 +179,12 @@ impl Gateway {
         self.bus_position = next;
         for event in events {
             // The rules on the bus send these two to the switch.
-            if matches!(event, LifeboatEvent::TripRequested(_) | LifeboatEvent::TrialsPassed(_)) {
-                let detail: Value = serde_json::from_str(&event.detail_json()).unwrap_or(Value::Null);
+            if matches!(
+                event,
+                LifeboatEvent::TripRequested(_) | LifeboatEvent::TrialsPassed(_)
+            ) {
+                let detail: Value =
+                    serde_json::from_str(&event.detail_json()).unwrap_or(Value::Null);
                 self.invoke_switch(&json!({
                     "version": "0", "id": "bus", "detail-type": event.detail_type(), "source": SOURCE,
                     "time": self.clock.now().to_rfc3339(), "detail": detail
@@ -173,6 +198,7 @@ impl Gateway {
         match self.switch.handle(payload).await {
             Ok(report) => {
                 let stream = report.stream_target.unwrap_or(ConsumerTarget::Real);
+                let operator_calls = self.call_counter.as_ref().map(|count| count());
                 for d in report.decisions.into_iter().filter(|d| d.changed) {
                     self.transitions.push(Transition {
                         at: self.clock.now(),
@@ -182,6 +208,7 @@ impl Gateway {
                         version: d.version,
                         reason: d.reason,
                         stream,
+                        operator_calls,
                     });
                 }
             }

@@ -109,7 +109,10 @@ pub fn classify(record: &Value) -> StreamItem {
         })
     };
     if image.is_empty() {
-        return quarantine(false, "insert without a NewImage: the stream must carry new images".into());
+        return quarantine(
+            false,
+            "insert without a NewImage: the stream must carry new images".into(),
+        );
     }
     match record_type.as_deref() {
         Some(REQUEST_RECORD_TYPE) => {}
@@ -118,12 +121,20 @@ pub fn classify(record: &Value) -> StreamItem {
     }
     match serde_dynamo::from_item::<_, RequestRecord>(image.clone()) {
         Ok(request) => StreamItem::Request { sequence, request },
-        Err(e) => quarantine(request_id.is_some(), format!("request item does not match the schema: {e}")),
+        Err(e) => quarantine(
+            request_id.is_some(),
+            format!("request item does not match the schema: {e}"),
+        ),
     }
 }
 
 /// The `Operator Request Failed` event for a request that ended without an answer.
-pub fn failure_event(request: &RequestRecord, reason: FailureReason, detail: &str, at: DateTime<Utc>) -> LifeboatEvent {
+pub fn failure_event(
+    request: &RequestRecord,
+    reason: FailureReason,
+    detail: &str,
+    at: DateTime<Utc>,
+) -> LifeboatEvent {
     LifeboatEvent::OperatorRequestFailed(OperatorRequestFailed {
         schema_version: SCHEMA_VERSION,
         request_id: Some(request.request_id.clone()),
@@ -275,13 +286,22 @@ mod tests {
 
     #[test]
     fn modify_and_remove_are_skipped() {
-        assert!(matches!(classify(&record("MODIFY", request_image())), StreamItem::Skip { .. }));
-        assert!(matches!(classify(&record("REMOVE", json!({}))), StreamItem::Skip { .. }));
+        assert!(matches!(
+            classify(&record("MODIFY", request_image())),
+            StreamItem::Skip { .. }
+        ));
+        assert!(matches!(
+            classify(&record("REMOVE", json!({}))),
+            StreamItem::Skip { .. }
+        ));
     }
 
     #[test]
     fn foreign_and_malformed_records_are_quarantined() {
-        let foreign = record("INSERT", json!({"Id": {"N": "101"}, "Message": {"S": "New item!"}}));
+        let foreign = record(
+            "INSERT",
+            json!({"Id": {"N": "101"}, "Message": {"S": "New item!"}}),
+        );
         match classify(&foreign) {
             StreamItem::Quarantine(q) => assert!(!q.ours),
             other => panic!("{other:?}"),
@@ -298,7 +318,10 @@ mod tests {
         }
         let mut no_operation = request_image();
         no_operation.as_object_mut().unwrap().remove("operation");
-        assert!(matches!(classify(&record("INSERT", no_operation)), StreamItem::Quarantine(_)));
+        assert!(matches!(
+            classify(&record("INSERT", no_operation)),
+            StreamItem::Quarantine(_)
+        ));
         match classify(&json!({"eventName": 7, "dynamodb": {"SequenceNumber": "5"}})) {
             StreamItem::Quarantine(q) => assert_eq!(q.sequence.as_deref(), Some("5")),
             other => panic!("{other:?}"),
