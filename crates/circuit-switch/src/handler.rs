@@ -70,6 +70,31 @@ impl From<SwitchError> for Diagnostic {
     }
 }
 
+/// The function refuses to start, with the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Config(#[from] lifeboat_aws::ConfigError),
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error(transparent)]
+    Settings(#[from] lifeboat_core::settings::SettingsError),
+    #[error("OPERATORS: {0}")]
+    Operators(#[from] lifeboat_core::operator::InvalidOperatorId),
+}
+
+/// A variable that may be unset.
+fn optional<'a>(
+    env: &'a lifeboat_aws::Env,
+    name: &'static str,
+) -> Result<&'a str, lifeboat_aws::ConfigError> {
+    match env.required(name) {
+        Ok(v) => Ok(v),
+        Err(lifeboat_aws::ConfigError::Missing(_) | lifeboat_aws::ConfigError::Empty(_)) => Ok(""),
+        Err(e) => Err(e),
+    }
+}
+
 /// Everything the switch needs, built once per Lambda instance.
 pub struct CircuitSwitch {
     pub breakers: Arc<dyn BreakerStore>,
@@ -107,6 +132,33 @@ pub struct OperatorDecision {
 }
 
 impl CircuitSwitch {
+    /// Build the switch on AWS from `BREAKER_TABLE`, `EVENT_BUS_NAME`,
+    /// `REQUESTS_MAPPING_UUID`, `REAL_CONSUMER_FUNCTION`,
+    /// `FALLBACK_CONSUMER_FUNCTION`, and the optional `ALARM_OPERATORS`
+    /// (`alarm-name=operator,…`), `OPERATORS` (`nordic,baltic`) and
+    /// `OPERATOR_SETTINGS`.
+    pub fn from_env(
+        env: &lifeboat_aws::Env,
+        clients: &lifeboat_aws::Clients,
+    ) -> Result<Self, StartupError> {
+        let operators = optional(env, "OPERATORS")?
+            .split(',')
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+            .map(OperatorId::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            breakers: Arc::new(clients.breaker_store(env)?),
+            events: Arc::new(clients.publisher(env)?),
+            router: Arc::new(clients.stream_router(env)?),
+            clock: Arc::new(lifeboat_core::SystemClock),
+            settings: Settings::from_json(optional(env, "OPERATOR_SETTINGS")?)?,
+            alarms: AlarmMap::parse(optional(env, "ALARM_OPERATORS")?)?,
+            operators,
+            repoint_backoff: Duration::from_millis(500),
+        })
+    }
+
     /// Handle one payload.
     pub async fn handle(&self, payload: &Value) -> Result<SwitchReport, SwitchError> {
         let parsed = input::parse(payload, &self.alarms)?;

@@ -59,6 +59,19 @@ pub struct FallbackReport {
 }
 
 impl FallbackConsumer {
+    /// Build the consumer on AWS from `REQUESTS_TABLE` and `EVENT_BUS_NAME`.
+    pub fn from_env(
+        env: &lifeboat_aws::Env,
+        clients: &lifeboat_aws::Clients,
+    ) -> Result<Self, lifeboat_aws::ConfigError> {
+        Ok(Self {
+            requests: Arc::new(clients.request_store(env)?),
+            events: Arc::new(clients.publisher(env)?),
+            clock: Arc::new(lifeboat_core::SystemClock),
+        })
+    }
+
+    /// Handle one stream batch.
     pub async fn handle(&self, payload: &Value) -> Result<FallbackReport, FallbackError> {
         let records = records(payload).map_err(FallbackError::NotABatch)?;
         let mut report = FallbackReport::default();

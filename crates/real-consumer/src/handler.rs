@@ -63,6 +63,33 @@ impl From<ConsumerError> for Diagnostic {
     }
 }
 
+/// The function refuses to start, with the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Config(#[from] lifeboat_aws::ConfigError),
+    #[error("OPERATOR_ENDPOINTS: {0}")]
+    Endpoints(#[from] lifeboat_operator::HttpApiError),
+    #[error(transparent)]
+    Settings(#[from] lifeboat_core::settings::SettingsError),
+    #[error("CALL_CONCURRENCY must be a whole number from 1 to 1000, got {0:?}")]
+    Concurrency(String),
+}
+
+/// A variable that may be unset.
+fn optional<'a>(
+    env: &'a lifeboat_aws::Env,
+    name: &'static str,
+) -> Result<Option<&'a str>, lifeboat_aws::ConfigError> {
+    match env.required(name) {
+        Ok(v) => Ok(Some(v)),
+        Err(lifeboat_aws::ConfigError::Missing(_) | lifeboat_aws::ConfigError::Empty(_)) => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Everything the handler needs, built once per Lambda instance.
 pub struct RealConsumer {
     pub requests: Arc<dyn RequestStore>,
@@ -105,6 +132,35 @@ struct Processed {
 }
 
 impl RealConsumer {
+    /// Build the consumer on AWS from the function's environment:
+    /// `REQUESTS_TABLE`, `BREAKER_TABLE`, `EVENT_BUS_NAME`,
+    /// `OPERATOR_ENDPOINTS` (`nordic=https://…,baltic=https://…`), and the
+    /// optional `CALL_CONCURRENCY` and `OPERATOR_SETTINGS`.
+    pub fn from_env(
+        env: &lifeboat_aws::Env,
+        clients: &lifeboat_aws::Clients,
+    ) -> Result<Self, StartupError> {
+        let endpoints = env.required("OPERATOR_ENDPOINTS")?;
+        let concurrency = match optional(env, "CALL_CONCURRENCY")? {
+            None => DEFAULT_CONCURRENCY,
+            Some(text) => match text.trim().parse::<usize>() {
+                Ok(n) if (1..=1000).contains(&n) => n,
+                _ => return Err(StartupError::Concurrency(text.to_owned())),
+            },
+        };
+        let settings = Settings::from_json(optional(env, "OPERATOR_SETTINGS")?.unwrap_or(""))?;
+        Ok(Self {
+            requests: Arc::new(clients.request_store(env)?),
+            breakers: Arc::new(clients.breaker_store(env)?),
+            window: Arc::new(clients.window_store(env)?),
+            events: Arc::new(clients.publisher(env)?),
+            operator: Arc::new(lifeboat_operator::HttpOperatorApi::parse(endpoints)?),
+            clock: Arc::new(lifeboat_core::SystemClock),
+            settings,
+            concurrency,
+        })
+    }
+
     /// Handle one stream batch.
     pub async fn handle(&self, payload: &Value) -> Result<BatchReport, ConsumerError> {
         let records = records(payload).map_err(ConsumerError::NotABatch)?;
@@ -484,5 +540,274 @@ impl RealConsumer {
             }));
         }
         events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{DateTime, TimeDelta, Utc};
+    use lifeboat_core::events::LifeboatEvent;
+    use lifeboat_core::memory::{
+        MemoryBreakerStore, MemoryEventBus, MemoryRequestStore, MemoryWindowStore,
+    };
+    use lifeboat_core::request::OutcomeKind;
+    use lifeboat_operator::{OutageMode, SimConfig, SimulatedOperator};
+    use lifeboat_sim::TokioClock;
+    use lifeboat_sim::gateway::stream_record;
+    use serde_json::json;
+
+    /// 2026-11-30T10:15:00Z, the time of the fixtures.
+    fn base() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_796_033_700, 0).unwrap()
+    }
+
+    struct World {
+        consumer: RealConsumer,
+        requests: Arc<MemoryRequestStore>,
+        breakers: Arc<MemoryBreakerStore>,
+        bus: Arc<MemoryEventBus>,
+        sim: SimulatedOperator,
+        clock: Arc<TokioClock>,
+    }
+
+    fn world() -> World {
+        let clock = Arc::new(TokioClock::starting_at(base()));
+        let requests = Arc::new(MemoryRequestStore::new());
+        let breakers = Arc::new(MemoryBreakerStore::new());
+        let bus = Arc::new(MemoryEventBus::new());
+        let sim = SimulatedOperator::new(
+            OperatorId::new("nordic").unwrap(),
+            SimConfig::default(),
+            clock.clone(),
+        );
+        let consumer = RealConsumer {
+            requests: requests.clone(),
+            breakers: breakers.clone(),
+            window: Arc::new(MemoryWindowStore::new()),
+            events: bus.clone(),
+            operator: Arc::new(sim.clone()),
+            clock: clock.clone(),
+            settings: Settings::default(),
+            concurrency: DEFAULT_CONCURRENCY,
+        };
+        World {
+            consumer,
+            requests,
+            breakers,
+            bus,
+            sim,
+            clock,
+        }
+    }
+
+    fn fixture(name: &str) -> Value {
+        let path = format!("{}/../../tests/events/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// `n` fresh requests for `operator`, stored, and their stream batch.
+    async fn batch(w: &World, operator: &str, n: usize, deadline_s: i64) -> Value {
+        let now = w.clock.now();
+        let mut records = Vec::new();
+        for i in 0..n {
+            let request = RequestRecord {
+                request_id: format!("{operator}-{}-{i}", now.timestamp_millis()),
+                operator: OperatorId::new(operator).unwrap(),
+                operation: lifeboat_core::Operation::Search,
+                params: [
+                    ("from".to_owned(), "HEL".to_owned()),
+                    ("to".to_owned(), "TLL".to_owned()),
+                ]
+                .into(),
+                created_at: now,
+                deadline: now + TimeDelta::seconds(deadline_s),
+            };
+            w.requests.put_request(&request).await.unwrap();
+            records.push(stream_record(&request, i));
+        }
+        json!({ "Records": records })
+    }
+
+    fn events_of(bus: &MemoryEventBus, detail_type: &str) -> usize {
+        bus.events()
+            .iter()
+            .filter(|e| e.detail_type() == detail_type)
+            .count()
+    }
+
+    async fn put_breaker(w: &World, state: BreakerState, version: u64) {
+        let mut record = BreakerRecord::initial(OperatorId::new("nordic").unwrap(), w.clock.now());
+        record.state = state;
+        record.version = version;
+        w.breakers.save(&record, None).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn healthy_requests_are_answered_once() {
+        let w = world();
+        let payload = batch(&w, "nordic", 20, 10).await;
+        let report = w.consumer.handle(&payload).await.unwrap();
+        assert_eq!(
+            (report.requests, report.calls, report.outcomes_written),
+            (20, 20, 20)
+        );
+        assert!(report.response.batch_item_failures.is_empty());
+        assert_eq!(report.trips_requested, 0);
+        let answered = w
+            .requests
+            .all()
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.outcome.as_ref().map(|o| &o.kind),
+                    Some(OutcomeKind::Answered { .. })
+                )
+            })
+            .count();
+        assert!(answered >= 17, "{answered} of 20 answered");
+
+        // The same batch again (Lambda retrying it) calls nobody.
+        let again = w.consumer.handle(&payload).await.unwrap();
+        assert_eq!((again.calls, again.already_answered), (0, 20));
+        assert_eq!(w.sim.stats().total, 20);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_fixture_batch_is_processed() {
+        let w = world();
+        let payload = fixture("dynamodb-insert-requests.json");
+        for record in records(&payload).unwrap() {
+            if let StreamItem::Request { request, .. } = classify(record) {
+                w.requests.put_request(&request).await.unwrap();
+            }
+        }
+        let report = w.consumer.handle(&payload).await.unwrap();
+        assert_eq!(report.requests, 3);
+        assert_eq!(report.outcomes_written, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn foreign_and_malformed_records_neither_crash_nor_fail_the_batch() {
+        let w = world();
+        let payload = fixture("dynamodb-foreign-and-malformed.json");
+        for record in records(&payload).unwrap() {
+            if let StreamItem::Request { request, .. } = classify(record) {
+                w.requests.put_request(&request).await.unwrap();
+            }
+        }
+        let report = w.consumer.handle(&payload).await.unwrap();
+        assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
+        assert_eq!(report.skipped, 2, "the MODIFY and the REMOVE");
+        assert!(report.quarantined >= 3, "{report:?}");
+        assert_eq!(
+            events_of(&w.bus, "Operator Request Failed"),
+            report.quarantined
+        );
+        assert!(
+            w.consumer
+                .handle(&json!({"Records": "nope"}))
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unknown_operators_and_expired_requests_are_not_called() {
+        let w = world();
+        let unknown = batch(&w, "atlantis", 2, 10).await;
+        let report = w.consumer.handle(&unknown).await.unwrap();
+        assert_eq!((report.calls, report.outcomes_written), (0, 2));
+        let expired = batch(&w, "nordic", 3, 1).await;
+        tokio::time::advance(std::time::Duration::from_secs(2)).await;
+        let report = w.consumer.handle(&expired).await.unwrap();
+        assert_eq!((report.calls, report.outcomes_written), (0, 3));
+        let reasons: Vec<_> = w
+            .requests
+            .all()
+            .iter()
+            .filter_map(|s| s.outcome.as_ref()?.failure_reason())
+            .collect();
+        assert_eq!(
+            reasons
+                .iter()
+                .filter(|r| **r == FailureReason::Malformed)
+                .count(),
+            2
+        );
+        assert_eq!(
+            reasons
+                .iter()
+                .filter(|r| **r == FailureReason::Expired)
+                .count(),
+            3
+        );
+        assert_eq!(w.sim.stats().total, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_open_breaker_means_no_calls() {
+        let w = world();
+        put_breaker(&w, BreakerState::Open, 3).await;
+        let report = w
+            .consumer
+            .handle(&batch(&w, "nordic", 10, 10).await)
+            .await
+            .unwrap();
+        assert_eq!((report.calls, report.outcomes_written), (0, 10));
+        assert_eq!(w.sim.stats().total, 0);
+        assert_eq!(events_of(&w.bus, "Operator Request Failed"), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_operator_asks_for_a_trip() {
+        let w = world();
+        put_breaker(&w, BreakerState::Closed, 2).await;
+        w.sim.set_mode(Some(OutageMode::Hang));
+        let report = w
+            .consumer
+            .handle(&batch(&w, "nordic", 12, 10).await)
+            .await
+            .unwrap();
+        assert_eq!(report.calls, 12);
+        assert_eq!(report.trips_requested, 1);
+        let trip = w.bus.events().into_iter().find_map(|e| match e {
+            LifeboatEvent::TripRequested(t) => Some(t),
+            _ => None,
+        });
+        assert_eq!(trip.unwrap().observed_version, 2);
+        assert_eq!(events_of(&w.bus, "Operator Request Failed"), 12);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn half_open_calls_at_most_k_and_reports_the_round() {
+        let w = world();
+        put_breaker(&w, BreakerState::HalfOpen, 5).await;
+        let report = w
+            .consumer
+            .handle(&batch(&w, "nordic", 30, 10).await)
+            .await
+            .unwrap();
+        let k = Settings::default().default.breaker.trial_calls as usize;
+        assert_eq!(report.calls, k);
+        assert_eq!(w.sim.stats().total as usize, k);
+        assert_eq!(report.outcomes_written, 30);
+        let record = w
+            .breakers
+            .load(&OperatorId::new("nordic").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.trials_claimed as usize, k);
+        // The simulated operator is healthy: the round passes (or, on a rare
+        // background error, fails) and says so.
+        assert_eq!(report.trials_passed + report.trips_requested, 1);
+        // A second batch in the same round gets no slot.
+        let second = w
+            .consumer
+            .handle(&batch(&w, "nordic", 5, 10).await)
+            .await
+            .unwrap();
+        assert_eq!(second.calls, 0);
     }
 }
