@@ -1,1 +1,37 @@
-//! lifeboat-aws
+//! lifeboat-aws: the AWS adapters of lifeboat-core's ports.
+//!
+//! | port | adapter | AWS API |
+//! |---|---|---|
+//! | [`RequestStore`](lifeboat_core::ports::RequestStore) | [`DynamoRequestStore`] | DynamoDB, Requests table |
+//! | [`BreakerStore`](lifeboat_core::ports::BreakerStore) | [`DynamoBreakerStore`] | DynamoDB, Breaker table |
+//! | [`WindowStore`](lifeboat_core::ports::WindowStore) | [`DynamoWindowStore`] | DynamoDB, Breaker table (bucket items) |
+//! | [`EventPublisher`](lifeboat_core::ports::EventPublisher) | [`EventBridgePublisher`] | EventBridge `PutEvents` |
+//! | [`StreamRouter`](lifeboat_core::ports::StreamRouter) | [`LambdaStreamRouter`] | Lambda event source mappings |
+//!
+//! Every adapter has the semantics of its in-memory twin in
+//! [`lifeboat_core::memory`]: conditions that the memory adapters check under a
+//! lock are DynamoDB condition expressions here, and every counter is a single
+//! atomic `ADD`, never a read followed by a write.
+//!
+//! Clients are built once per process ([`Clients::load`]) from the default AWS
+//! configuration chain, which honours `AWS_ENDPOINT_URL` and
+//! `AWS_ENDPOINT_URL_<SERVICE>`, so the same binaries talk to moto locally.
+
+pub mod breaker;
+pub mod clients;
+mod error;
+pub mod events;
+pub mod item;
+pub mod requests;
+pub mod router;
+pub mod window;
+
+pub use breaker::DynamoBreakerStore;
+pub use clients::{Clients, ConfigError, Env};
+pub use events::EventBridgePublisher;
+pub use item::ItemError;
+pub use requests::{
+    DynamoRequestStore, RequestHints, request_from_item, request_hints, request_to_item,
+};
+pub use router::LambdaStreamRouter;
+pub use window::DynamoWindowStore;

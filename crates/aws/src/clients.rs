@@ -1,0 +1,219 @@
+//! SDK clients, built once per process, and the environment that names the
+//! resources they work on.
+//!
+//! A function's `main` does, once:
+//!
+//! ```no_run
+//! # async fn init() -> Result<(), lifeboat_aws::ConfigError> {
+//! use lifeboat_aws::{Clients, Env};
+//! let env = Env::from_process();
+//! let clients = Clients::load().await;
+//! let requests = clients.request_store(&env)?;
+//! let breakers = clients.breaker_store(&env)?;
+//! # Ok(()) }
+//! ```
+//!
+//! and lends the adapters to every invocation. The default configuration chain
+//! honours `AWS_ENDPOINT_URL` and `AWS_ENDPOINT_URL_<SERVICE>`, so the same
+//! binaries talk to moto when those point at it.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+use aws_config::{BehaviorVersion, SdkConfig};
+
+use crate::{
+    DynamoBreakerStore, DynamoRequestStore, DynamoWindowStore, EventBridgePublisher,
+    LambdaStreamRouter,
+};
+
+/// The Requests table's name.
+pub const REQUESTS_TABLE: &str = "REQUESTS_TABLE";
+/// The Breaker table's name (breakers and failure-window buckets).
+pub const BREAKER_TABLE: &str = "BREAKER_TABLE";
+/// The EventBridge bus's name or ARN.
+pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
+/// The UUID of the Requests stream's event source mapping.
+pub const REQUESTS_MAPPING_UUID: &str = "REQUESTS_MAPPING_UUID";
+/// The real consumer's function name or ARN.
+pub const REAL_CONSUMER_FUNCTION: &str = "REAL_CONSUMER_FUNCTION";
+/// The fallback consumer's function name or ARN.
+pub const FALLBACK_CONSUMER_FUNCTION: &str = "FALLBACK_CONSUMER_FUNCTION";
+
+/// A required setting is missing or unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("environment variable {0} is not set")]
+    Missing(&'static str),
+    #[error("environment variable {0} is empty")]
+    Empty(&'static str),
+    #[error("environment variable {0} is not valid UTF-8")]
+    NotUnicode(&'static str),
+}
+
+/// A snapshot of the environment variables that configure lifeboat's adapters.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    vars: BTreeMap<String, OsString>,
+}
+
+impl Env {
+    /// The process's environment, read once.
+    pub fn from_process() -> Self {
+        Self {
+            vars: std::env::vars_os()
+                .filter_map(|(k, v)| k.into_string().ok().map(|k| (k, v)))
+                .collect(),
+        }
+    }
+
+    /// An environment of the given variables only (tests, the local harness).
+    pub fn from_pairs<K: Into<String>, V: Into<OsString>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        Self {
+            vars: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+
+    /// A variable that must be set, non-empty, to valid UTF-8.
+    pub fn required(&self, name: &'static str) -> Result<&str, ConfigError> {
+        let value = self.vars.get(name).ok_or(ConfigError::Missing(name))?;
+        let value = value.to_str().ok_or(ConfigError::NotUnicode(name))?;
+        if value.trim().is_empty() {
+            return Err(ConfigError::Empty(name));
+        }
+        Ok(value)
+    }
+
+    pub fn requests_table(&self) -> Result<&str, ConfigError> {
+        self.required(REQUESTS_TABLE)
+    }
+
+    pub fn breaker_table(&self) -> Result<&str, ConfigError> {
+        self.required(BREAKER_TABLE)
+    }
+
+    pub fn event_bus_name(&self) -> Result<&str, ConfigError> {
+        self.required(EVENT_BUS_NAME)
+    }
+
+    pub fn requests_mapping_uuid(&self) -> Result<&str, ConfigError> {
+        self.required(REQUESTS_MAPPING_UUID)
+    }
+
+    pub fn real_consumer_function(&self) -> Result<&str, ConfigError> {
+        self.required(REAL_CONSUMER_FUNCTION)
+    }
+
+    pub fn fallback_consumer_function(&self) -> Result<&str, ConfigError> {
+        self.required(FALLBACK_CONSUMER_FUNCTION)
+    }
+}
+
+/// The default AWS configuration: region, credentials and endpoints from the
+/// environment, the Lambda execution role, or the shared config files.
+pub async fn load_sdk_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest()).load().await
+}
+
+/// The SDK clients lifeboat's adapters use. Cheap to clone: clones share
+/// connection pools.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub eventbridge: aws_sdk_eventbridge::Client,
+    pub lambda: aws_sdk_lambda::Client,
+}
+
+impl Clients {
+    /// Clients from the default configuration chain ([`load_sdk_config`]).
+    pub async fn load() -> Self {
+        Self::new(&load_sdk_config().await)
+    }
+
+    pub fn new(config: &SdkConfig) -> Self {
+        Self {
+            dynamodb: aws_sdk_dynamodb::Client::new(config),
+            eventbridge: aws_sdk_eventbridge::Client::new(config),
+            lambda: aws_sdk_lambda::Client::new(config),
+        }
+    }
+
+    /// The Requests table named by `REQUESTS_TABLE`.
+    pub fn request_store(&self, env: &Env) -> Result<DynamoRequestStore, ConfigError> {
+        Ok(DynamoRequestStore::new(
+            self.dynamodb.clone(),
+            env.requests_table()?,
+        ))
+    }
+
+    /// The breakers in the table named by `BREAKER_TABLE`.
+    pub fn breaker_store(&self, env: &Env) -> Result<DynamoBreakerStore, ConfigError> {
+        Ok(DynamoBreakerStore::new(
+            self.dynamodb.clone(),
+            env.breaker_table()?,
+        ))
+    }
+
+    /// The failure-window buckets in the table named by `BREAKER_TABLE`.
+    pub fn window_store(&self, env: &Env) -> Result<DynamoWindowStore, ConfigError> {
+        Ok(DynamoWindowStore::new(
+            self.dynamodb.clone(),
+            env.breaker_table()?,
+        ))
+    }
+
+    /// The bus named by `EVENT_BUS_NAME`.
+    pub fn publisher(&self, env: &Env) -> Result<EventBridgePublisher, ConfigError> {
+        Ok(EventBridgePublisher::new(
+            self.eventbridge.clone(),
+            env.event_bus_name()?,
+        ))
+    }
+
+    /// The mapping `REQUESTS_MAPPING_UUID` between `REAL_CONSUMER_FUNCTION`
+    /// and `FALLBACK_CONSUMER_FUNCTION`.
+    pub fn stream_router(&self, env: &Env) -> Result<LambdaStreamRouter, ConfigError> {
+        Ok(LambdaStreamRouter::new(
+            self.lambda.clone(),
+            env.requests_mapping_uuid()?,
+            env.real_consumer_function()?,
+            env.fallback_consumer_function()?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn required_variables_say_which_is_wrong() {
+        let env = Env::from_pairs([(REQUESTS_TABLE, "Requests"), (BREAKER_TABLE, " ")]);
+        assert_eq!(env.requests_table(), Ok("Requests"));
+        assert_eq!(env.breaker_table(), Err(ConfigError::Empty(BREAKER_TABLE)));
+        assert_eq!(
+            env.event_bus_name(),
+            Err(ConfigError::Missing(EVENT_BUS_NAME))
+        );
+        assert_eq!(
+            ConfigError::Missing(EVENT_BUS_NAME).to_string(),
+            "environment variable EVENT_BUS_NAME is not set"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn non_unicode_values_are_refused() {
+        use std::os::unix::ffi::OsStringExt;
+        let env = Env::from_pairs([(EVENT_BUS_NAME, OsString::from_vec(vec![0xff, 0xfe]))]);
+        assert_eq!(
+            env.event_bus_name(),
+            Err(ConfigError::NotUnicode(EVENT_BUS_NAME))
+        );
+    }
+}

@@ -1,0 +1,47 @@
+//! Reading DynamoDB items back into core types.
+//!
+//! Items are (de)serialized with serde_dynamo through private item structs that
+//! mirror the table design exactly. Reading is a `TryFrom` from the item struct:
+//! every attribute the design requires must be there and valid, and nothing
+//! missing is filled in with a zero.
+
+use chrono::{DateTime, Utc};
+
+/// Why a DynamoDB item is not what it should be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ItemError {
+    /// The item has no `record_type`: it was not written by lifeboat.
+    #[error("foreign item: no record_type attribute")]
+    NoRecordType,
+    /// The item is some other kind of record.
+    #[error("item is a {0:?} record, not a request")]
+    NotARequest(String),
+    /// An attribute is missing or has the wrong DynamoDB type.
+    #[error("item does not match its schema: {0}")]
+    Schema(String),
+    /// An attribute is present but its value is not valid.
+    #[error("item has an invalid {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+impl From<serde_dynamo::Error> for ItemError {
+    fn from(e: serde_dynamo::Error) -> Self {
+        ItemError::Schema(e.to_string())
+    }
+}
+
+/// An RFC 3339 timestamp attribute.
+pub(crate) fn parse_time(field: &'static str, value: &str) -> Result<DateTime<Utc>, ItemError> {
+    DateTime::parse_from_rfc3339(value)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| ItemError::Invalid {
+            field,
+            reason: format!("{value:?} is not an RFC 3339 timestamp ({e})"),
+        })
+}
+
+/// How timestamps are written: RFC 3339 in UTC, as chrono's serde form, so
+/// anything that reads the item with serde (the stream consumers) agrees.
+pub(crate) fn format_time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}

@@ -1,0 +1,243 @@
+//! Where the Requests stream goes: the event source mapping's function.
+//!
+//! Re-pointing is `UpdateEventSourceMapping` with a new `FunctionName`, which
+//! keeps the mapping's position in the stream (deleting and re-creating the
+//! mapping would not). While a previous update is still being applied Lambda
+//! refuses another one with `ResourceInUseException`: that is
+//! [`RouterError::Busy`], and the caller tries again later.
+
+use async_trait::async_trait;
+use aws_sdk_lambda::operation::get_event_source_mapping::GetEventSourceMappingError;
+use aws_sdk_lambda::operation::update_event_source_mapping::UpdateEventSourceMappingError;
+use lifeboat_core::breaker::ConsumerTarget;
+use lifeboat_core::ports::{Repoint, RouterError, StreamRouter};
+
+use crate::error::describe;
+
+/// Whether `function_arn` (as the mapping reports it) is the function
+/// configured as `configured`: a full ARN must match exactly, a name (with an
+/// optional `:qualifier`) must match what follows `:function:` in the ARN.
+pub fn names_function(configured: &str, function_arn: &str) -> bool {
+    if configured == function_arn {
+        return true;
+    }
+    if configured.starts_with("arn:") {
+        return false;
+    }
+    function_arn
+        .split_once(":function:")
+        .is_some_and(|(_, name)| name == configured)
+}
+
+/// [`StreamRouter`] on one Lambda event source mapping.
+#[derive(Debug, Clone)]
+pub struct LambdaStreamRouter {
+    client: aws_sdk_lambda::Client,
+    mapping_uuid: String,
+    real_function: String,
+    fallback_function: String,
+}
+
+impl LambdaStreamRouter {
+    /// The functions are names or ARNs, as in the template's outputs.
+    pub fn new(
+        client: aws_sdk_lambda::Client,
+        mapping_uuid: impl Into<String>,
+        real_function: impl Into<String>,
+        fallback_function: impl Into<String>,
+    ) -> Self {
+        Self {
+            client,
+            mapping_uuid: mapping_uuid.into(),
+            real_function: real_function.into(),
+            fallback_function: fallback_function.into(),
+        }
+    }
+
+    pub fn mapping_uuid(&self) -> &str {
+        &self.mapping_uuid
+    }
+
+    fn function(&self, target: ConsumerTarget) -> &str {
+        match target {
+            ConsumerTarget::Real => &self.real_function,
+            ConsumerTarget::Fallback => &self.fallback_function,
+        }
+    }
+
+    /// The ARN of the function the mapping delivers to now.
+    async fn function_arn(&self) -> Result<String, RouterError> {
+        let output = self
+            .client
+            .get_event_source_mapping()
+            .uuid(&self.mapping_uuid)
+            .send()
+            .await
+            .map_err(|e| match e.as_service_error() {
+                Some(GetEventSourceMappingError::ResourceNotFoundException(_)) => {
+                    RouterError::NotFound(self.mapping_uuid.clone())
+                }
+                _ => RouterError::Unavailable(describe(
+                    &format!("GetEventSourceMapping {}", self.mapping_uuid),
+                    &e,
+                )),
+            })?;
+        output.function_arn.ok_or_else(|| {
+            RouterError::Unavailable(format!(
+                "event source mapping {} names no function",
+                self.mapping_uuid
+            ))
+        })
+    }
+
+    fn target_of(&self, function_arn: &str) -> Option<ConsumerTarget> {
+        [ConsumerTarget::Real, ConsumerTarget::Fallback]
+            .into_iter()
+            .find(|t| names_function(self.function(*t), function_arn))
+    }
+}
+
+#[async_trait]
+impl StreamRouter for LambdaStreamRouter {
+    async fn current(&self) -> Result<ConsumerTarget, RouterError> {
+        let arn = self.function_arn().await?;
+        self.target_of(&arn).ok_or_else(|| {
+            RouterError::Unavailable(format!(
+                "event source mapping {} delivers to {arn}, which is neither the real consumer ({}) nor the fallback consumer ({})",
+                self.mapping_uuid, self.real_function, self.fallback_function
+            ))
+        })
+    }
+
+    async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError> {
+        let arn = self.function_arn().await?;
+        let function = self.function(target);
+        if names_function(function, &arn) {
+            return Ok(Repoint::AlreadyThere);
+        }
+        if self.target_of(&arn).is_none() {
+            // Someone pointed it elsewhere by hand; the breaker's word wins.
+            tracing::warn!(
+                mapping = %self.mapping_uuid,
+                function_arn = %arn,
+                %target,
+                "event source mapping pointed at neither consumer; re-pointing it"
+            );
+        }
+        let output = self
+            .client
+            .update_event_source_mapping()
+            .uuid(&self.mapping_uuid)
+            .function_name(function)
+            .send()
+            .await
+            .map_err(|e| {
+                let what = format!("UpdateEventSourceMapping {}", self.mapping_uuid);
+                match e.as_service_error() {
+                    Some(UpdateEventSourceMappingError::ResourceNotFoundException(_)) => {
+                        RouterError::NotFound(self.mapping_uuid.clone())
+                    }
+                    Some(
+                        UpdateEventSourceMappingError::ResourceInUseException(_)
+                        | UpdateEventSourceMappingError::ResourceConflictException(_),
+                    ) => RouterError::Busy(describe(&what, &e)),
+                    _ => RouterError::Unavailable(describe(&what, &e)),
+                }
+            })?;
+        match output.function_arn() {
+            Some(now) if !names_function(function, now) => Err(RouterError::Unavailable(format!(
+                "event source mapping {} was updated to {function} but reports {now}",
+                self.mapping_uuid
+            ))),
+            _ => Ok(Repoint::Changed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_lambda::Client;
+    use aws_sdk_lambda::operation::get_event_source_mapping::GetEventSourceMappingOutput;
+    use aws_sdk_lambda::types::error::{ResourceInUseException, ResourceNotFoundException};
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    const REAL: &str = "arn:aws:lambda:us-east-1:123456789012:function:real-consumer";
+
+    #[test]
+    fn functions_are_matched_by_arn_or_name() {
+        assert!(names_function(REAL, REAL));
+        assert!(names_function("real-consumer", REAL));
+        assert!(!names_function("real", REAL));
+        assert!(!names_function("fallback-consumer", REAL));
+        assert!(!names_function(
+            "arn:aws:lambda:eu-west-1:123456789012:function:real-consumer",
+            REAL
+        ));
+        assert!(!names_function("real-consumer", &format!("{REAL}:live")));
+        assert!(names_function(
+            "real-consumer:live",
+            &format!("{REAL}:live")
+        ));
+    }
+
+    fn router(client: Client) -> LambdaStreamRouter {
+        LambdaStreamRouter::new(client, "uuid-1", "real-consumer", "fallback-consumer")
+    }
+
+    fn mapping(arn: &'static str) -> aws_smithy_mocks::Rule {
+        mock!(Client::get_event_source_mapping).then_output(move || {
+            GetEventSourceMappingOutput::builder()
+                .function_arn(arn)
+                .build()
+        })
+    }
+
+    #[tokio::test]
+    async fn a_mapping_still_updating_is_busy() {
+        let get = mapping(REAL);
+        let update = mock!(Client::update_event_source_mapping).then_error(|| {
+            UpdateEventSourceMappingError::ResourceInUseException(
+                ResourceInUseException::builder()
+                    .message("The resource you requested is currently in use")
+                    .build(),
+            )
+        });
+        let client = mock_client!(aws_sdk_lambda, RuleMode::MatchAny, [&get, &update]);
+        let err = router(client)
+            .point_at(ConsumerTarget::Fallback)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, RouterError::Busy(m) if m.contains("ResourceInUseException")),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_mapping_is_not_found() {
+        let get = mock!(Client::get_event_source_mapping).then_error(|| {
+            GetEventSourceMappingError::ResourceNotFoundException(
+                ResourceNotFoundException::builder().build(),
+            )
+        });
+        let client = mock_client!(aws_sdk_lambda, RuleMode::MatchAny, [&get]);
+        let router = router(client);
+        assert!(matches!(router.current().await, Err(RouterError::NotFound(u)) if u == "uuid-1"));
+        assert!(matches!(
+            router.point_at(ConsumerTarget::Real).await,
+            Err(RouterError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_mapping_pointing_elsewhere_is_reported() {
+        let get = mapping("arn:aws:lambda:us-east-1:123456789012:function:something-else");
+        let client = mock_client!(aws_sdk_lambda, RuleMode::MatchAny, [&get]);
+        let err = router(client).current().await.unwrap_err();
+        assert!(
+            matches!(&err, RouterError::Unavailable(m) if m.contains("something-else")),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,438 @@
+//! lifeboat's AWS resources, created through the SDK with the schemas of
+//! `template.yaml`: the Requests table (stream NEW_AND_OLD_IMAGES, TTL
+//! `expires_at`), the Breaker table (`operator` + `item`, TTL `expires_at`),
+//! the event bus with an SQS queue catching its events, and the two stream
+//! consumers with the event source mapping between them.
+//!
+//! Meant for moto (see the module above), where nothing but the API exists:
+//! the functions have no code that runs and the queue needs no policy. The
+//! end-to-end harness and the adapter tests build on [`Stack::create`] or the
+//! single steps.
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    StreamSpecification, StreamViewType, TimeToLiveSpecification,
+};
+use aws_sdk_eventbridge::types::Target;
+use aws_sdk_lambda::primitives::Blob;
+use aws_sdk_lambda::types::{EventSourcePosition, FunctionCode, FunctionResponseType, Runtime};
+use aws_sdk_sqs::types::QueueAttributeName;
+
+/// The TTL attribute of both tables.
+pub const TTL_ATTRIBUTE: &str = "expires_at";
+
+/// The event pattern of every lifeboat event.
+pub const LIFEBOAT_EVENTS_PATTERN: &str = r#"{"source": ["lifeboat"]}"#;
+
+/// The filter the template puts on the stream mapping: new request items only.
+pub const REQUESTS_FILTER_PATTERN: &str =
+    r#"{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"record_type": {"S": ["request"]}}}}"#;
+
+/// An empty zip archive: moto stores function code without looking into it.
+const EMPTY_ZIP: [u8; 22] = [
+    0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+/// A call that set up a resource failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {message}")]
+pub struct ResourceError {
+    pub what: String,
+    pub message: String,
+}
+
+impl ResourceError {
+    fn new(what: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            what: what.into(),
+            message: message.into(),
+        }
+    }
+
+    fn from_sdk(what: impl Into<String>, e: impl std::error::Error) -> Self {
+        Self::new(what, DisplayErrorContext(e).to_string())
+    }
+}
+
+/// The Requests table as created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestsTable {
+    pub name: String,
+    pub arn: String,
+    /// The table's stream, for the event source mapping and the stream pump.
+    pub stream_arn: String,
+}
+
+fn key(name: &str, kind: KeyType) -> Result<KeySchemaElement, ResourceError> {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(kind)
+        .build()
+        .map_err(|e| ResourceError::from_sdk("key schema", e))
+}
+
+fn string_attribute(name: &str) -> Result<AttributeDefinition, ResourceError> {
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .map_err(|e| ResourceError::from_sdk("attribute definition", e))
+}
+
+async fn enable_ttl(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ResourceError> {
+    let spec = TimeToLiveSpecification::builder()
+        .attribute_name(TTL_ATTRIBUTE)
+        .enabled(true)
+        .build()
+        .map_err(|e| ResourceError::from_sdk("TTL specification", e))?;
+    client
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(spec)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("UpdateTimeToLive {table}"), e))?;
+    Ok(())
+}
+
+/// The Requests table: `request_id` (S) key, stream NEW_AND_OLD_IMAGES, TTL
+/// on `expires_at`, on demand.
+pub async fn create_requests_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+) -> Result<RequestsTable, ResourceError> {
+    let stream = StreamSpecification::builder()
+        .stream_enabled(true)
+        .stream_view_type(StreamViewType::NewAndOldImages)
+        .build()
+        .map_err(|e| ResourceError::from_sdk("stream specification", e))?;
+    let output = client
+        .create_table()
+        .table_name(name)
+        .attribute_definitions(string_attribute("request_id")?)
+        .key_schema(key("request_id", KeyType::Hash)?)
+        .billing_mode(BillingMode::PayPerRequest)
+        .stream_specification(stream)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("CreateTable {name}"), e))?;
+    let description = output
+        .table_description
+        .ok_or_else(|| ResourceError::new(format!("CreateTable {name}"), "no table description"))?;
+    let arn = description.table_arn.unwrap_or_default();
+    let stream_arn = description
+        .latest_stream_arn
+        .ok_or_else(|| ResourceError::new(format!("CreateTable {name}"), "no stream ARN"))?;
+    enable_ttl(client, name).await?;
+    Ok(RequestsTable {
+        name: name.to_owned(),
+        arn,
+        stream_arn,
+    })
+}
+
+/// The Breaker table: `operator` (S) partition key, `item` (S) sort key,
+/// TTL on `expires_at`, on demand. Returns its ARN.
+pub async fn create_breaker_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+) -> Result<String, ResourceError> {
+    let output = client
+        .create_table()
+        .table_name(name)
+        .attribute_definitions(string_attribute("operator")?)
+        .attribute_definitions(string_attribute("item")?)
+        .key_schema(key("operator", KeyType::Hash)?)
+        .key_schema(key("item", KeyType::Range)?)
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("CreateTable {name}"), e))?;
+    enable_ttl(client, name).await?;
+    Ok(output
+        .table_description
+        .and_then(|d| d.table_arn)
+        .unwrap_or_default())
+}
+
+/// A custom event bus. Returns its ARN.
+pub async fn create_event_bus(
+    client: &aws_sdk_eventbridge::Client,
+    name: &str,
+) -> Result<String, ResourceError> {
+    let output = client
+        .create_event_bus()
+        .name(name)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("CreateEventBus {name}"), e))?;
+    Ok(output.event_bus_arn.unwrap_or_default())
+}
+
+/// An SQS queue that receives a bus's events through a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueTarget {
+    pub queue_url: String,
+    pub queue_arn: String,
+    pub rule_arn: String,
+}
+
+/// Create `queue`, and a rule `rule` on `bus` with `pattern` that targets it.
+/// (On AWS the queue would also need a policy letting EventBridge send to it;
+/// moto does not check one.)
+pub async fn create_queue_target(
+    eventbridge: &aws_sdk_eventbridge::Client,
+    sqs: &aws_sdk_sqs::Client,
+    bus: &str,
+    rule: &str,
+    queue: &str,
+    pattern: &str,
+) -> Result<QueueTarget, ResourceError> {
+    let queue_url = sqs
+        .create_queue()
+        .queue_name(queue)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("CreateQueue {queue}"), e))?
+        .queue_url
+        .ok_or_else(|| ResourceError::new(format!("CreateQueue {queue}"), "no queue URL"))?;
+    let queue_arn = sqs
+        .get_queue_attributes()
+        .queue_url(&queue_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("GetQueueAttributes {queue}"), e))?
+        .attributes
+        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+        .ok_or_else(|| ResourceError::new(format!("GetQueueAttributes {queue}"), "no QueueArn"))?;
+    let rule_arn = eventbridge
+        .put_rule()
+        .name(rule)
+        .event_bus_name(bus)
+        .event_pattern(pattern)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("PutRule {rule}"), e))?
+        .rule_arn
+        .unwrap_or_default();
+    let target = Target::builder()
+        .id(queue)
+        .arn(&queue_arn)
+        .build()
+        .map_err(|e| ResourceError::from_sdk("target", e))?;
+    let output = eventbridge
+        .put_targets()
+        .rule(rule)
+        .event_bus_name(bus)
+        .targets(target)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("PutTargets {rule}"), e))?;
+    if output.failed_entry_count() > 0 {
+        return Err(ResourceError::new(
+            format!("PutTargets {rule}"),
+            format!("{:?}", output.failed_entries()),
+        ));
+    }
+    Ok(QueueTarget {
+        queue_url,
+        queue_arn,
+        rule_arn,
+    })
+}
+
+/// An execution role Lambda may assume (moto's `CreateFunction` checks that
+/// the role exists). An existing role of that name is reused. Returns its ARN.
+pub async fn create_lambda_role(
+    iam: &aws_sdk_iam::Client,
+    name: &str,
+) -> Result<String, ResourceError> {
+    const TRUST: &str = r#"{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]}"#;
+    let created = iam
+        .create_role()
+        .role_name(name)
+        .assume_role_policy_document(TRUST)
+        .send()
+        .await;
+    let role = match created {
+        Ok(output) => output.role,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_entity_already_exists_exception()) =>
+        {
+            iam.get_role()
+                .role_name(name)
+                .send()
+                .await
+                .map_err(|e| ResourceError::from_sdk(format!("GetRole {name}"), e))?
+                .role
+        }
+        Err(e) => return Err(ResourceError::from_sdk(format!("CreateRole {name}"), e)),
+    };
+    role.map(|r| r.arn)
+        .ok_or_else(|| ResourceError::new(format!("CreateRole {name}"), "no role"))
+}
+
+/// A function with no code that runs (runtime provided.al2023), standing in
+/// for a consumer so a mapping can point at it. Returns its ARN.
+pub async fn create_stub_function(
+    lambda: &aws_sdk_lambda::Client,
+    name: &str,
+    role_arn: &str,
+) -> Result<String, ResourceError> {
+    let output = lambda
+        .create_function()
+        .function_name(name)
+        .runtime(Runtime::Providedal2023)
+        .handler("bootstrap")
+        .role(role_arn)
+        .code(
+            FunctionCode::builder()
+                .zip_file(Blob::new(EMPTY_ZIP.to_vec()))
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("CreateFunction {name}"), e))?;
+    output
+        .function_arn
+        .ok_or_else(|| ResourceError::new(format!("CreateFunction {name}"), "no function ARN"))
+}
+
+/// The Requests stream's event source mapping, as in the template: from the
+/// latest record, batches of 50, new request items only, partial batch
+/// failures. Returns its UUID.
+pub async fn create_stream_mapping(
+    lambda: &aws_sdk_lambda::Client,
+    stream_arn: &str,
+    function: &str,
+) -> Result<String, ResourceError> {
+    let filter = aws_sdk_lambda::types::FilterCriteria::builder()
+        .filters(
+            aws_sdk_lambda::types::Filter::builder()
+                .pattern(REQUESTS_FILTER_PATTERN)
+                .build(),
+        )
+        .build();
+    let output = lambda
+        .create_event_source_mapping()
+        .event_source_arn(stream_arn)
+        .function_name(function)
+        .starting_position(EventSourcePosition::Latest)
+        .batch_size(50)
+        .filter_criteria(filter)
+        .function_response_types(FunctionResponseType::ReportBatchItemFailures)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("CreateEventSourceMapping {function}"), e))?;
+    output.uuid.ok_or_else(|| {
+        ResourceError::new(format!("CreateEventSourceMapping {function}"), "no UUID")
+    })
+}
+
+/// Names of the resources of one [`Stack`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackNames {
+    pub requests_table: String,
+    pub breaker_table: String,
+    pub bus: String,
+    pub events_rule: String,
+    pub events_queue: String,
+    pub role: String,
+    pub real_function: String,
+    pub fallback_function: String,
+}
+
+impl StackNames {
+    /// Every name starts with `prefix`; the functions are called after the
+    /// consumer binaries (`real-consumer`, `fallback-consumer`).
+    pub fn prefixed(prefix: &str) -> Self {
+        Self {
+            requests_table: format!("{prefix}Requests"),
+            breaker_table: format!("{prefix}Breaker"),
+            bus: format!("{prefix}lifeboat"),
+            events_rule: format!("{prefix}lifeboat-events"),
+            events_queue: format!("{prefix}lifeboat-events"),
+            role: format!("{prefix}lifeboat-consumer"),
+            real_function: format!("{prefix}real-consumer"),
+            fallback_function: format!("{prefix}fallback-consumer"),
+        }
+    }
+}
+
+impl Default for StackNames {
+    fn default() -> Self {
+        Self::prefixed("")
+    }
+}
+
+/// Everything the lifeboat functions need, created in one go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stack {
+    pub names: StackNames,
+    pub requests: RequestsTable,
+    pub bus_arn: String,
+    /// Every lifeboat event on the bus lands here.
+    pub events: QueueTarget,
+    pub real_function_arn: String,
+    pub fallback_function_arn: String,
+    /// The Requests stream's mapping, pointing at the real consumer.
+    pub mapping_uuid: String,
+}
+
+impl Stack {
+    pub async fn create(config: &SdkConfig, names: StackNames) -> Result<Self, ResourceError> {
+        let dynamodb = aws_sdk_dynamodb::Client::new(config);
+        let eventbridge = aws_sdk_eventbridge::Client::new(config);
+        let sqs = aws_sdk_sqs::Client::new(config);
+        let iam = aws_sdk_iam::Client::new(config);
+        let lambda = aws_sdk_lambda::Client::new(config);
+
+        let requests = create_requests_table(&dynamodb, &names.requests_table).await?;
+        create_breaker_table(&dynamodb, &names.breaker_table).await?;
+        let bus_arn = create_event_bus(&eventbridge, &names.bus).await?;
+        let events = create_queue_target(
+            &eventbridge,
+            &sqs,
+            &names.bus,
+            &names.events_rule,
+            &names.events_queue,
+            LIFEBOAT_EVENTS_PATTERN,
+        )
+        .await?;
+        let role = create_lambda_role(&iam, &names.role).await?;
+        let real_function_arn = create_stub_function(&lambda, &names.real_function, &role).await?;
+        let fallback_function_arn =
+            create_stub_function(&lambda, &names.fallback_function, &role).await?;
+        let mapping_uuid =
+            create_stream_mapping(&lambda, &requests.stream_arn, &names.real_function).await?;
+        Ok(Self {
+            names,
+            requests,
+            bus_arn,
+            events,
+            real_function_arn,
+            fallback_function_arn,
+            mapping_uuid,
+        })
+    }
+
+    /// The environment variables the functions read (see
+    /// `lifeboat_aws::clients`), naming this stack's resources.
+    pub fn env_vars(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("REQUESTS_TABLE", self.names.requests_table.clone()),
+            ("BREAKER_TABLE", self.names.breaker_table.clone()),
+            ("EVENT_BUS_NAME", self.names.bus.clone()),
+            ("REQUESTS_MAPPING_UUID", self.mapping_uuid.clone()),
+            ("REAL_CONSUMER_FUNCTION", self.names.real_function.clone()),
+            (
+                "FALLBACK_CONSUMER_FUNCTION",
+                self.names.fallback_function.clone(),
+            ),
+        ]
+    }
+}

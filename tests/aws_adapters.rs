@@ -1,0 +1,669 @@
+//! lifeboat-aws's adapters against moto_server: the same guarantees the
+//! in-memory adapters give, now from DynamoDB condition expressions, atomic
+//! counters, EventBridge and Lambda's event source mappings.
+//!
+//! Every test starts its own moto (about a second) and names its own
+//! resources, so tests run in parallel and share nothing. The concurrency
+//! tests fire real concurrent requests at moto through one SDK client.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use aws_config::SdkConfig;
+use aws_sdk_eventbridge::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_eventbridge::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_eventbridge::error::BoxError;
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::future::join_all;
+use lifeboat_aws::{
+    DynamoBreakerStore, DynamoRequestStore, DynamoWindowStore, EventBridgePublisher,
+    LambdaStreamRouter,
+};
+use lifeboat_core::breaker::{BreakerRecord, BreakerState, ConsumerTarget};
+use lifeboat_core::events::{
+    BreakerStateChanged, LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION, TrialsPassed,
+};
+use lifeboat_core::operator::{Operation, OperatorId};
+use lifeboat_core::ports::{
+    BreakerStore, EventPublisher, OutcomeWrite, Repoint, RequestStore, RouterError, StoreError,
+    StreamRouter, TrialTally, WindowStore,
+};
+use lifeboat_core::request::{FailureReason, Outcome, OutcomeKind, RequestRecord};
+use lifeboat_core::window::CallCounts;
+use lifeboat_local::moto::MotoServer;
+use lifeboat_local::moto::resources::{self, Stack, StackNames};
+
+async fn moto() -> (MotoServer, SdkConfig) {
+    let moto = MotoServer::start().await.expect("moto_server starts");
+    let config = moto.sdk_config().await;
+    (moto, config)
+}
+
+fn t(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(secs, 0).expect("valid timestamp")
+}
+
+fn op(name: &str) -> OperatorId {
+    OperatorId::new(name).expect("valid operator id")
+}
+
+fn request(id: &str) -> RequestRecord {
+    RequestRecord {
+        request_id: id.to_owned(),
+        operator: op("nordic"),
+        operation: Operation::Search,
+        params: BTreeMap::from([
+            ("from".to_owned(), "HEL".to_owned()),
+            ("to".to_owned(), "TLL".to_owned()),
+            ("date".to_owned(), "2026-12-01".to_owned()),
+        ]),
+        created_at: t(1_796_000_000),
+        deadline: t(1_796_000_003),
+    }
+}
+
+async fn requests_store(config: &SdkConfig, table: &str) -> DynamoRequestStore {
+    let client = aws_sdk_dynamodb::Client::new(config);
+    resources::create_requests_table(&client, table)
+        .await
+        .expect("requests table");
+    DynamoRequestStore::new(client, table)
+}
+
+async fn breaker_table(config: &SdkConfig, table: &str) -> aws_sdk_dynamodb::Client {
+    let client = aws_sdk_dynamodb::Client::new(config);
+    resources::create_breaker_table(&client, table)
+        .await
+        .expect("breaker table");
+    client
+}
+
+fn half_open(operator: &str, version: u64) -> BreakerRecord {
+    let mut record = BreakerRecord::initial(op(operator), t(1_796_000_000));
+    record.state = BreakerState::HalfOpen;
+    record.version = version;
+    record.reason = "open period over".to_owned();
+    record
+}
+
+#[tokio::test]
+async fn requests_are_written_once_and_read_back() {
+    let (_moto, config) = moto().await;
+    let store = requests_store(&config, "requests-put-get").await;
+
+    store.put_request(&request("r-1")).await.unwrap();
+    let stored = store.get("r-1").await.unwrap().expect("stored request");
+    assert_eq!(stored.request, request("r-1"));
+    assert_eq!(stored.outcome, None);
+
+    let mut again = request("r-1");
+    again.operation = Operation::Price;
+    assert!(matches!(
+        store.put_request(&again).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.get("r-1").await.unwrap().unwrap().request,
+        request("r-1")
+    );
+    assert_eq!(store.get("r-2").await.unwrap(), None);
+
+    // The item has the table design, TTL included.
+    let item = aws_sdk_dynamodb::Client::new(&config)
+        .get_item()
+        .table_name("requests-put-get")
+        .key(
+            "request_id",
+            aws_sdk_dynamodb::types::AttributeValue::S("r-1".into()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert_eq!(item["record_type"].as_s().unwrap(), "request");
+    assert_eq!(
+        item["expires_at"].as_n().unwrap(),
+        &(1_796_000_003 + 86_400).to_string()
+    );
+}
+
+#[tokio::test]
+async fn exactly_one_outcome_under_twenty_concurrent_writers() {
+    let (_moto, config) = moto().await;
+    let store = Arc::new(requests_store(&config, "requests-one-outcome").await);
+    store.put_request(&request("r-1")).await.unwrap();
+
+    let writers = (0..20).map(|n| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let mut outcome = Outcome::failed(
+                FailureReason::Timeout,
+                format!("writer {n}"),
+                t(1_796_000_004),
+                "real-consumer",
+            );
+            if n % 2 == 0 {
+                outcome.kind = OutcomeKind::Answered {
+                    body: format!("{{\"writer\":{n}}}"),
+                };
+                outcome.call_ms = Some(1300);
+            }
+            let written = store.write_outcome("r-1", &outcome).await.unwrap();
+            (written, outcome)
+        })
+    });
+    let results: Vec<(OutcomeWrite, Outcome)> = join_all(writers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let winners: Vec<&Outcome> = results
+        .iter()
+        .filter(|(w, _)| *w == OutcomeWrite::Written)
+        .map(|(_, o)| o)
+        .collect();
+    assert_eq!(winners.len(), 1, "exactly one writer wins");
+    assert_eq!(
+        results
+            .iter()
+            .filter(|(w, _)| *w == OutcomeWrite::AlreadyPresent)
+            .count(),
+        19
+    );
+    let stored = store.get("r-1").await.unwrap().unwrap();
+    assert_eq!(
+        stored.outcome.as_ref(),
+        Some(winners[0]),
+        "the winner's outcome is the one stored"
+    );
+}
+
+#[tokio::test]
+async fn an_outcome_for_a_missing_request_is_a_conflict() {
+    let (_moto, config) = moto().await;
+    let store = requests_store(&config, "requests-missing").await;
+    let outcome = Outcome::failed(
+        FailureReason::BreakerOpen,
+        "breaker open",
+        t(1_796_000_004),
+        "fallback-consumer",
+    );
+    assert!(matches!(
+        store.write_outcome("nobody", &outcome).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.get("nobody").await.unwrap(),
+        None,
+        "no item was created"
+    );
+}
+
+#[tokio::test]
+async fn breaker_saves_are_conditional_on_the_version() {
+    let (_moto, config) = moto().await;
+    let client = breaker_table(&config, "breaker-save").await;
+    let store = DynamoBreakerStore::new(client.clone(), "breaker-save");
+    let window = DynamoWindowStore::new(client, "breaker-save");
+
+    let mut record = BreakerRecord::initial(op("nordic"), t(1_796_000_000));
+    store.save(&record, None).await.unwrap();
+    assert!(matches!(
+        store.save(&record, None).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.load(&op("nordic")).await.unwrap(),
+        Some(record.clone())
+    );
+
+    record.version = 1;
+    record.state = BreakerState::Open;
+    record.previous = Some(BreakerState::Closed);
+    record.open_until = Some(t(1_796_000_030));
+    record.reason = "failure rate 80% over 20 calls".to_owned();
+    store.save(&record, Some(0)).await.unwrap();
+    assert!(matches!(
+        store.save(&record, Some(0)).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store.save(&record, Some(7)).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.load(&op("nordic")).await.unwrap(),
+        Some(record.clone())
+    );
+
+    // No record yet: only a first save (expected None) may write one.
+    let other = BreakerRecord::initial(op("baltic"), t(1_796_000_000));
+    assert!(matches!(
+        store.save(&other, Some(0)).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(store.load(&op("baltic")).await.unwrap(), None);
+    store.save(&other, None).await.unwrap();
+
+    // Buckets share the table; list() returns breakers only, by operator.
+    window
+        .add(
+            &op("nordic"),
+            t(1_796_000_001),
+            &CallCounts {
+                calls: 1,
+                successes: 1,
+                ..CallCounts::default()
+            },
+        )
+        .await
+        .unwrap();
+    let listed = store.list().await.unwrap();
+    assert_eq!(listed, vec![other, record]);
+}
+
+#[tokio::test]
+async fn fifty_concurrent_claimers_get_exactly_the_trial_limit() {
+    let (_moto, config) = moto().await;
+    let client = breaker_table(&config, "breaker-claims").await;
+    let store = Arc::new(DynamoBreakerStore::new(client, "breaker-claims"));
+    store.save(&half_open("nordic", 3), None).await.unwrap();
+
+    let claimers = (0..50).map(|_| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.claim_trial(&op("nordic"), 3, 3).await.unwrap() })
+    });
+    let granted = join_all(claimers)
+        .await
+        .into_iter()
+        .filter(|r| *r.as_ref().unwrap())
+        .count();
+    assert_eq!(
+        granted, 3,
+        "exactly `limit` trial slots across all claimers"
+    );
+    assert_eq!(
+        store
+            .load(&op("nordic"))
+            .await
+            .unwrap()
+            .unwrap()
+            .trials_claimed,
+        3
+    );
+    assert!(!store.claim_trial(&op("nordic"), 3, 3).await.unwrap());
+
+    // Another round's version, or a breaker that is not half-open: no slot.
+    store.save(&half_open("baltic", 5), None).await.unwrap();
+    assert!(!store.claim_trial(&op("baltic"), 4, 3).await.unwrap());
+    let mut open = half_open("aland", 2);
+    open.state = BreakerState::Open;
+    store.save(&open, None).await.unwrap();
+    assert!(!store.claim_trial(&op("aland"), 2, 3).await.unwrap());
+    assert_eq!(
+        store
+            .load(&op("aland"))
+            .await
+            .unwrap()
+            .unwrap()
+            .trials_claimed,
+        0
+    );
+    // No breaker at all: no slot, and no item made up by the ADD.
+    assert!(!store.claim_trial(&op("nobody"), 0, 3).await.unwrap());
+    assert_eq!(store.load(&op("nobody")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn trial_results_are_tallied_until_the_breaker_moves_on() {
+    let (_moto, config) = moto().await;
+    let client = breaker_table(&config, "breaker-trials").await;
+    let store = Arc::new(DynamoBreakerStore::new(client, "breaker-trials"));
+    let nordic = op("nordic");
+    store.save(&half_open("nordic", 5), None).await.unwrap();
+
+    assert_eq!(
+        store.record_trial(&nordic, 5, true).await.unwrap(),
+        Some(TrialTally {
+            successes: 1,
+            failures: 0
+        })
+    );
+    assert_eq!(
+        store.record_trial(&nordic, 5, false).await.unwrap(),
+        Some(TrialTally {
+            successes: 1,
+            failures: 1
+        })
+    );
+    let concurrent = (0..10).map(|_| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.record_trial(&op("nordic"), 5, true).await.unwrap() })
+    });
+    let tallies: Vec<TrialTally> = join_all(concurrent)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().unwrap())
+        .collect();
+    let mut seen: Vec<u32> = tallies.iter().map(|t| t.successes).collect();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (2..=11).collect::<Vec<u32>>(),
+        "every result counted once"
+    );
+    assert_eq!(
+        store.record_trial(&nordic, 4, true).await.unwrap(),
+        None,
+        "an older round"
+    );
+
+    // The switch closes the breaker (version 6): late results no longer count.
+    let mut closed = store.load(&nordic).await.unwrap().unwrap();
+    closed.state = BreakerState::Closed;
+    closed.previous = Some(BreakerState::HalfOpen);
+    closed.version = 6;
+    store.save(&closed, Some(5)).await.unwrap();
+    assert_eq!(store.record_trial(&nordic, 5, true).await.unwrap(), None);
+    assert_eq!(
+        store.record_trial(&nordic, 6, true).await.unwrap(),
+        None,
+        "not half-open"
+    );
+
+    // Announcing: only the current version, never backwards.
+    store.mark_announced(&nordic, 5).await.unwrap();
+    assert_eq!(
+        store
+            .load(&nordic)
+            .await
+            .unwrap()
+            .unwrap()
+            .announced_version,
+        0
+    );
+    store.mark_announced(&nordic, 6).await.unwrap();
+    store.mark_announced(&nordic, 6).await.unwrap();
+    assert_eq!(
+        store
+            .load(&nordic)
+            .await
+            .unwrap()
+            .unwrap()
+            .announced_version,
+        6
+    );
+    store.mark_announced(&op("nobody"), 1).await.unwrap();
+    assert_eq!(store.load(&op("nobody")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn window_counts_from_concurrent_writers_add_up() {
+    let (_moto, config) = moto().await;
+    let client = breaker_table(&config, "breaker-window").await;
+    let store = Arc::new(DynamoWindowStore::new(client, "breaker-window"));
+    let start = t(1_796_000_000);
+    let batch = CallCounts {
+        calls: 5,
+        successes: 2,
+        failures: 1,
+        timeouts: 2,
+        slow: 1,
+    };
+
+    // 20 batches land in bucket 0, 10 in bucket +1 s, 5 in bucket +2 s, all
+    // at once: the first ADD of each bucket creates it while others race it.
+    let writers = (0..35).map(|n| {
+        let store = Arc::clone(&store);
+        let bucket = start
+            + TimeDelta::seconds(if n < 20 {
+                0
+            } else if n < 30 {
+                1
+            } else {
+                2
+            });
+        tokio::spawn(async move { store.add(&op("nordic"), bucket, &batch).await.unwrap() })
+    });
+    for r in join_all(writers).await {
+        r.unwrap();
+    }
+    store.add(&op("baltic"), start, &batch).await.unwrap();
+
+    let times = |n: u32| CallCounts {
+        calls: 5 * n,
+        successes: 2 * n,
+        failures: n,
+        timeouts: 2 * n,
+        slow: n,
+    };
+    let all = store.since(&op("nordic"), start).await.unwrap();
+    assert_eq!(
+        all.iter().map(|b| (b.start, b.counts)).collect::<Vec<_>>(),
+        vec![
+            (start, times(20)),
+            (start + TimeDelta::seconds(1), times(10)),
+            (start + TimeDelta::seconds(2), times(5)),
+        ]
+    );
+    let recent = store
+        .since(&op("nordic"), start + TimeDelta::seconds(1))
+        .await
+        .unwrap();
+    assert_eq!(recent.len(), 2);
+    let after_half = store
+        .since(&op("nordic"), start + TimeDelta::milliseconds(1500))
+        .await
+        .unwrap();
+    assert_eq!(
+        after_half.iter().map(|b| b.start).collect::<Vec<_>>(),
+        vec![start + TimeDelta::seconds(2)]
+    );
+    // Just after a bucket's start (by a nanosecond) excludes that bucket.
+    let just_after = store
+        .since(&op("nordic"), start + TimeDelta::nanoseconds(1))
+        .await
+        .unwrap();
+    assert_eq!(just_after.len(), 2);
+    assert!(
+        store
+            .since(&op("nordic"), start + TimeDelta::seconds(3))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.since(&op("baltic"), start).await.unwrap().len(), 1);
+    assert!(store.since(&op("aland"), start).await.unwrap().is_empty());
+}
+
+/// Counts the HTTP requests a client sends.
+#[derive(Debug, Default)]
+struct CallCounter(AtomicUsize);
+
+#[derive(Debug)]
+struct CountCalls(Arc<CallCounter>);
+
+impl Intercept for CountCalls {
+    fn name(&self) -> &'static str {
+        "CountCalls"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn sample_events(count: u64) -> Vec<LifeboatEvent> {
+    (0..count)
+        .map(|n| match n % 3 {
+            0 => LifeboatEvent::BreakerStateChanged(BreakerStateChanged {
+                schema_version: SCHEMA_VERSION,
+                operator: op("nordic"),
+                from: BreakerState::Closed,
+                to: BreakerState::Open,
+                version: n,
+                reason: format!("event {n}"),
+                at: t(1_796_000_000),
+            }),
+            1 => LifeboatEvent::OperatorRequestFailed(OperatorRequestFailed {
+                schema_version: SCHEMA_VERSION,
+                request_id: Some(format!("r-{n}")),
+                operator: Some("nordic".to_owned()),
+                kind: Some(Operation::Price),
+                reason: FailureReason::BreakerOpen,
+                detail: format!("event {n}"),
+                at: t(1_796_000_000),
+            }),
+            _ => LifeboatEvent::TrialsPassed(TrialsPassed {
+                schema_version: SCHEMA_VERSION,
+                operator: op("nordic"),
+                observed_version: n,
+                successes: 2,
+                at: t(1_796_000_000),
+            }),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn twenty_five_events_reach_the_bus_in_three_calls() {
+    let (_moto, config) = moto().await;
+    let eventbridge = aws_sdk_eventbridge::Client::new(&config);
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    resources::create_event_bus(&eventbridge, "bus-publish")
+        .await
+        .unwrap();
+    let target = resources::create_queue_target(
+        &eventbridge,
+        &sqs,
+        "bus-publish",
+        "all-lifeboat",
+        "events-publish",
+        resources::LIFEBOAT_EVENTS_PATTERN,
+    )
+    .await
+    .unwrap();
+
+    let counter = Arc::new(CallCounter::default());
+    let counted = aws_sdk_eventbridge::Client::from_conf(
+        aws_sdk_eventbridge::config::Builder::from(&config)
+            .interceptor(CountCalls(Arc::clone(&counter)))
+            .build(),
+    );
+    let publisher = EventBridgePublisher::new(counted, "bus-publish");
+    let events = sample_events(25);
+    publisher.publish(&events).await.unwrap();
+    assert_eq!(counter.0.load(Ordering::SeqCst), 3, "10 + 10 + 5 entries");
+
+    // The rule delivered every event to the queue; read them all back.
+    let mut bodies = Vec::new();
+    for _ in 0..20 {
+        let received = sqs
+            .receive_message()
+            .queue_url(&target.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        for message in received.messages() {
+            bodies.push(message.body().unwrap_or_default().to_owned());
+            sqs.delete_message()
+                .queue_url(&target.queue_url)
+                .receipt_handle(message.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+        }
+        if bodies.len() >= 25 {
+            break;
+        }
+    }
+    assert_eq!(bodies.len(), 25);
+    let mut parsed = Vec::new();
+    for body in &bodies {
+        let envelope: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(envelope["source"], "lifeboat");
+        let detail_type = envelope["detail-type"].as_str().unwrap();
+        parsed.push(LifeboatEvent::parse(detail_type, &envelope["detail"]).unwrap());
+    }
+    let published: HashSet<String> = events.iter().map(LifeboatEvent::detail_json).collect();
+    let delivered: HashSet<String> = parsed.iter().map(LifeboatEvent::detail_json).collect();
+    assert_eq!(delivered, published, "every event, once, as published");
+}
+
+#[tokio::test]
+async fn the_stream_mapping_is_repointed_and_back() {
+    let (_moto, config) = moto().await;
+    let stack = Stack::create(&config, StackNames::prefixed("router-"))
+        .await
+        .unwrap();
+    let lambda = aws_sdk_lambda::Client::new(&config);
+    let router = LambdaStreamRouter::new(
+        lambda.clone(),
+        &stack.mapping_uuid,
+        &stack.names.real_function,
+        &stack.names.fallback_function,
+    );
+
+    assert_eq!(router.current().await.unwrap(), ConsumerTarget::Real);
+    assert_eq!(
+        router.point_at(ConsumerTarget::Fallback).await.unwrap(),
+        Repoint::Changed
+    );
+    assert_eq!(
+        router.point_at(ConsumerTarget::Fallback).await.unwrap(),
+        Repoint::AlreadyThere
+    );
+    assert_eq!(router.current().await.unwrap(), ConsumerTarget::Fallback);
+    let mapping = lambda
+        .get_event_source_mapping()
+        .uuid(&stack.mapping_uuid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        mapping.function_arn(),
+        Some(stack.fallback_function_arn.as_str())
+    );
+    assert_eq!(
+        mapping.event_source_arn(),
+        Some(stack.requests.stream_arn.as_str())
+    );
+
+    // The same router configured with ARNs.
+    let by_arn = LambdaStreamRouter::new(
+        lambda.clone(),
+        &stack.mapping_uuid,
+        &stack.real_function_arn,
+        &stack.fallback_function_arn,
+    );
+    assert_eq!(by_arn.current().await.unwrap(), ConsumerTarget::Fallback);
+    assert_eq!(
+        by_arn.point_at(ConsumerTarget::Real).await.unwrap(),
+        Repoint::Changed
+    );
+    assert_eq!(router.current().await.unwrap(), ConsumerTarget::Real);
+    assert_eq!(
+        router.point_at(ConsumerTarget::Real).await.unwrap(),
+        Repoint::AlreadyThere
+    );
+
+    let missing = LambdaStreamRouter::new(lambda, "00000000-0000-0000-0000-000000000000", "a", "b");
+    assert!(matches!(
+        missing.current().await,
+        Err(RouterError::NotFound(_))
+    ));
+    assert!(matches!(
+        missing.point_at(ConsumerTarget::Fallback).await,
+        Err(RouterError::NotFound(_))
+    ));
+}
