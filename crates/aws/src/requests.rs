@@ -103,15 +103,13 @@ impl TryFrom<RequestItem> for StoredRequest {
             field: "operator",
             reason: e.to_string(),
         })?;
-        let operation: Operation =
-            item.operation
-                .parse()
-                .map_err(
-                    |e: lifeboat_core::operator::UnknownOperation| ItemError::Invalid {
-                        field: "operation",
-                        reason: e.to_string(),
-                    },
-                )?;
+        let operation = item
+            .operation
+            .parse::<Operation>()
+            .map_err(|e| ItemError::Invalid {
+                field: "operation",
+                reason: e.to_string(),
+            })?;
         let created_at = parse_time("created_at", &item.created_at)?;
         let deadline = parse_time("deadline", &item.deadline)?;
         let outcome = item
@@ -532,5 +530,53 @@ mod tests {
             DynamoRequestStore::judge_refused_outcome("r-1", None),
             Err(StoreError::Conflict(_))
         ));
+    }
+
+    fn refused(item: Option<HashMap<String, AttributeValue>>) -> UpdateItemError {
+        let mut failed = aws_sdk_dynamodb::types::error::ConditionalCheckFailedException::builder()
+            .message("The conditional request failed");
+        for (k, v) in item.unwrap_or_default() {
+            failed = failed.item(k, v);
+        }
+        UpdateItemError::ConditionalCheckFailedException(failed.build())
+    }
+
+    #[tokio::test]
+    async fn a_refused_write_with_the_old_item_needs_no_second_read() {
+        use aws_sdk_dynamodb::Client;
+        use aws_smithy_mocks::{RuleMode, mock, mock_client};
+        let update = mock!(Client::update_item).then_error(|| {
+            refused(Some(HashMap::from([
+                ("request_id".to_owned(), AttributeValue::S("r-1".into())),
+                ("outcome".to_owned(), AttributeValue::M(HashMap::new())),
+            ])))
+        });
+        // No GetItem rule: a second read would fail the test.
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&update]);
+        let store = DynamoRequestStore::new(client, "Requests");
+        let outcome = Outcome::failed(FailureReason::Timeout, "t", at(1), "real-consumer");
+        assert_eq!(
+            store.write_outcome("r-1", &outcome).await.unwrap(),
+            OutcomeWrite::AlreadyPresent
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_write_without_the_old_item_reads_to_tell_why() {
+        use aws_sdk_dynamodb::Client;
+        use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+        use aws_smithy_mocks::{RuleMode, mock, mock_client};
+        let update = mock!(Client::update_item).then_error(|| refused(None));
+        let missing = mock!(Client::get_item)
+            .match_requests(|r| r.consistent_read() == Some(true))
+            .then_output(|| GetItemOutput::builder().build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&update, &missing]);
+        let store = DynamoRequestStore::new(client, "Requests");
+        let outcome = Outcome::failed(FailureReason::Timeout, "t", at(1), "real-consumer");
+        assert!(matches!(
+            store.write_outcome("r-1", &outcome).await,
+            Err(StoreError::Conflict(_))
+        ));
+        assert_eq!(missing.num_calls(), 1);
     }
 }
