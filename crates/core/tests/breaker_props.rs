@@ -1,5 +1,7 @@
 //! Property tests of the breaker: random sequences of inputs at random times.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};

@@ -3,6 +3,8 @@
 //! end with exactly one outcome, half-open must admit at most K trial calls per
 //! round, and the breaker must close again after the operator recovers.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +46,7 @@ async fn load(
         let request = RequestRecord {
             request_id: format!("r-{n}"),
             operator: nordic(),
-            operation: if n % 4 == 0 {
+            operation: if n.is_multiple_of(4) {
                 Operation::Price
             } else {
                 Operation::Search
