@@ -588,4 +588,57 @@ mod tests {
         let diagnostic: Diagnostic = w.switch.handle(&json!([1, 2])).await.unwrap_err().into();
         assert_eq!(diagnostic.error_type, "BadInput");
     }
+
+    fn fixture(name: &str) -> Value {
+        let path = format!("{}/../../tests/events/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_fixture_payload_is_understood() {
+        // Each alarm shape opens a fresh breaker.
+        for name in [
+            "cloudwatch-alarm-state-change.json",
+            "cloudwatch-alarm-lambda-action.json",
+        ] {
+            let w = world();
+            w.clock
+                .set(DateTime::from_timestamp(1_796_033_760, 0).unwrap());
+            let report = w.switch.handle(&fixture(name)).await.unwrap();
+            assert_eq!(report.decisions[0].to, BreakerState::Open, "{name}");
+        }
+        // A trip, a tick after the open period, trials, and a command, in order.
+        let w = world();
+        w.switch
+            .handle(&fixture("trip-requested.json"))
+            .await
+            .unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::Open);
+        w.clock.advance(Duration::from_secs(31));
+        w.switch
+            .handle(&fixture("schedule-tick.json"))
+            .await
+            .unwrap();
+        let half = state(&w).await;
+        assert_eq!(half.state, BreakerState::HalfOpen);
+        let mut passed = fixture("trials-passed.json");
+        passed["detail"]["observed_version"] = half.version.into();
+        w.breakers
+            .record_trial(&nordic(), half.version, true)
+            .await
+            .unwrap();
+        w.breakers
+            .record_trial(&nordic(), half.version, true)
+            .await
+            .unwrap();
+        w.switch.handle(&passed).await.unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::Closed);
+        w.switch
+            .handle(&fixture("operator-command.json"))
+            .await
+            .unwrap();
+        let forced = state(&w).await;
+        assert_eq!(forced.state, BreakerState::ForcedOpen);
+        assert!(forced.reason.contains("maintenance window"));
+    }
 }
