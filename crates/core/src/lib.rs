@@ -13,6 +13,7 @@ pub mod operator;
 pub mod ports;
 pub mod request;
 pub mod retry;
+pub mod sale;
 pub mod settings;
 pub mod window;
 

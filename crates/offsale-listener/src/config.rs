@@ -1,0 +1,240 @@
+//! The listener's settings, read once from the environment at start-up (the
+//! variables are listed in the crate documentation).
+
+use std::time::Duration;
+
+use lifeboat_aws::Env;
+use lifeboat_core::retry::RetrySchedule;
+use lifeboat_core::sale::WritePolicy;
+
+use crate::http::{HttpSwitchConfig, HttpSwitchError};
+
+/// `table` (default) or `http`.
+pub const SALE_SWITCH: &str = "SALE_SWITCH";
+/// The legacy switch's URL template, `{operator}` replaced by the operator id.
+pub const SALE_SWITCH_URL: &str = "SALE_SWITCH_URL";
+/// `PUT` (default) or `POST`.
+pub const SALE_SWITCH_METHOD: &str = "SALE_SWITCH_METHOD";
+/// The name of an authentication header sent with every write.
+pub const SALE_SWITCH_AUTH_HEADER: &str = "SALE_SWITCH_AUTH_HEADER";
+/// Its value.
+pub const SALE_SWITCH_AUTH_VALUE: &str = "SALE_SWITCH_AUTH_VALUE";
+/// Milliseconds one write may take (default 5000).
+pub const SALE_SWITCH_TIMEOUT_MS: &str = "SALE_SWITCH_TIMEOUT_MS";
+/// Attempts per version before the fault is raised (default 8).
+pub const SALE_RETRY_MAX_ATTEMPTS: &str = "SALE_RETRY_MAX_ATTEMPTS";
+/// Where sale records live; only `memory` exists in this build.
+pub const SALE_STATUS_STORE: &str = "SALE_STATUS_STORE";
+
+const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+
+/// A setting that cannot be used. Names the variable; never echoes the auth
+/// value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Env(#[from] lifeboat_aws::ConfigError),
+    #[error("{name}={value:?}: expected {expected}")]
+    Invalid {
+        name: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("{SALE_SWITCH}=http needs {SALE_SWITCH_URL}")]
+    NoUrl,
+    #[error("set both {SALE_SWITCH_AUTH_HEADER} and {SALE_SWITCH_AUTH_VALUE}, or neither")]
+    HalfAuth,
+    #[error(transparent)]
+    Http(#[from] HttpSwitchError),
+    #[error(
+        "{SALE_STATUS_STORE} is not set: this build keeps sale records only in memory \
+         ({SALE_STATUS_STORE}=memory, for local runs); the DynamoDB store is not wired yet"
+    )]
+    NoDurableStore,
+}
+
+/// Where the sale status is written.
+#[derive(Debug, Clone)]
+pub enum SwitchTarget {
+    /// Our own status table is the switch: the cart reads it.
+    Table,
+    /// The legacy booking system's switch over HTTP.
+    Http(HttpSwitchConfig),
+}
+
+/// Where sale records are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// In the process: lost with it. For local runs only.
+    Memory,
+}
+
+/// Everything the environment says.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    pub switch: SwitchTarget,
+    pub policy: WritePolicy,
+    pub store: StoreChoice,
+}
+
+/// A variable that may be unset or empty.
+fn optional<'a>(env: &'a Env, name: &'static str) -> Result<Option<&'a str>, ConfigError> {
+    match env.required(name) {
+        Ok(v) => Ok(Some(v.trim())),
+        Err(lifeboat_aws::ConfigError::Missing(_) | lifeboat_aws::ConfigError::Empty(_)) => {
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn number(env: &Env, name: &'static str, default: u64) -> Result<u64, ConfigError> {
+    match optional(env, name)? {
+        None => Ok(default),
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(ConfigError::Invalid {
+                name,
+                value: v.to_owned(),
+                expected: "a whole number above 0",
+            }),
+        },
+    }
+}
+
+impl ListenerConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let timeout =
+            Duration::from_millis(number(env, SALE_SWITCH_TIMEOUT_MS, DEFAULT_TIMEOUT_MS)?);
+        let max_attempts = number(
+            env,
+            SALE_RETRY_MAX_ATTEMPTS,
+            u64::from(RetrySchedule::default().max_attempts),
+        )?;
+        let max_attempts = u32::try_from(max_attempts).map_err(|_| ConfigError::Invalid {
+            name: SALE_RETRY_MAX_ATTEMPTS,
+            value: max_attempts.to_string(),
+            expected: "at most 4294967295",
+        })?;
+        let switch = match optional(env, SALE_SWITCH)?
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("table") => SwitchTarget::Table,
+            Some("http") => {
+                let url = optional(env, SALE_SWITCH_URL)?.ok_or(ConfigError::NoUrl)?;
+                let method = optional(env, SALE_SWITCH_METHOD)?.unwrap_or("PUT");
+                let auth = match (
+                    optional(env, SALE_SWITCH_AUTH_HEADER)?,
+                    optional(env, SALE_SWITCH_AUTH_VALUE)?,
+                ) {
+                    (Some(name), Some(value)) => Some((name, value)),
+                    (None, None) => None,
+                    _ => return Err(ConfigError::HalfAuth),
+                };
+                SwitchTarget::Http(HttpSwitchConfig::new(url, method, auth, timeout)?)
+            }
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    name: SALE_SWITCH,
+                    value: other.to_owned(),
+                    expected: "table or http",
+                });
+            }
+        };
+        let store = match optional(env, SALE_STATUS_STORE)? {
+            Some(v) if v.eq_ignore_ascii_case("memory") => StoreChoice::Memory,
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    name: SALE_STATUS_STORE,
+                    value: other.to_owned(),
+                    expected: "memory (the only store in this build)",
+                });
+            }
+            None => return Err(ConfigError::NoDurableStore),
+        };
+        Ok(Self {
+            switch,
+            policy: WritePolicy::new(
+                RetrySchedule {
+                    max_attempts,
+                    ..RetrySchedule::default()
+                },
+                timeout,
+            ),
+            store,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        Env::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn defaults_are_the_status_table_and_eight_attempts() {
+        let config = ListenerConfig::from_env(&env(&[(SALE_STATUS_STORE, "memory")])).unwrap();
+        assert!(matches!(config.switch, SwitchTarget::Table));
+        assert_eq!(config.policy.schedule, RetrySchedule::default());
+        assert_eq!(config.policy.schedule.max_attempts, 8);
+        assert_eq!(config.policy.attempt_timeout, Duration::from_secs(5));
+        assert_eq!(config.policy.lease, Duration::from_secs(15));
+        assert_eq!(config.store, StoreChoice::Memory);
+    }
+
+    #[test]
+    fn the_http_switch_is_read_whole() {
+        let config = ListenerConfig::from_env(&env(&[
+            (SALE_STATUS_STORE, "memory"),
+            (SALE_SWITCH, "http"),
+            (
+                SALE_SWITCH_URL,
+                "https://legacy.example/operators/{operator}/sale-status",
+            ),
+            (SALE_SWITCH_METHOD, "POST"),
+            (SALE_SWITCH_AUTH_HEADER, "Authorization"),
+            (SALE_SWITCH_AUTH_VALUE, "Bearer t0ken"),
+            (SALE_SWITCH_TIMEOUT_MS, "2500"),
+            (SALE_RETRY_MAX_ATTEMPTS, "3"),
+        ]))
+        .unwrap();
+        let SwitchTarget::Http(http) = &config.switch else {
+            panic!("expected the http switch");
+        };
+        assert_eq!(http.method(), reqwest::Method::POST);
+        assert_eq!(http.auth_header().unwrap().as_str(), "authorization");
+        assert_eq!(http.timeout(), Duration::from_millis(2500));
+        assert_eq!(config.policy.schedule.max_attempts, 3);
+        assert!(!format!("{config:?}").contains("t0ken"));
+    }
+
+    #[test]
+    fn bad_settings_name_the_variable() {
+        let store = (SALE_STATUS_STORE, "memory");
+        let err = |pairs: &[(&str, &str)]| {
+            ListenerConfig::from_env(&env(pairs))
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(&[store, (SALE_SWITCH, "ftp")]).contains("SALE_SWITCH=\"ftp\""));
+        assert!(err(&[store, (SALE_SWITCH, "http")]).contains(SALE_SWITCH_URL));
+        assert!(
+            err(&[
+                store,
+                (SALE_SWITCH, "http"),
+                (SALE_SWITCH_URL, "https://legacy.example"),
+                (SALE_SWITCH_AUTH_HEADER, "x-key"),
+            ])
+            .contains("both")
+        );
+        assert!(err(&[store, (SALE_RETRY_MAX_ATTEMPTS, "0")]).contains(SALE_RETRY_MAX_ATTEMPTS));
+        assert!(err(&[store, (SALE_RETRY_MAX_ATTEMPTS, "many")]).contains("whole number"));
+        assert!(err(&[store, (SALE_SWITCH_TIMEOUT_MS, "-1")]).contains(SALE_SWITCH_TIMEOUT_MS));
+        assert!(err(&[]).contains("DynamoDB store is not wired yet"));
+        assert!(err(&[(SALE_STATUS_STORE, "dynamodb")]).contains("only store"));
+    }
+}

@@ -1,0 +1,21 @@
+//! The offsale-listener Lambda function: build configuration and clients once, then serve.
+
+use lambda_runtime::{Error, LambdaEvent, run, service_fn, tracing};
+use lifeboat_aws::{Clients, Env};
+use offsale_listener::OffsaleListener;
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing::init_default_subscriber();
+    let env = Env::from_process();
+    let function = OffsaleListener::from_env(&env, &Clients::load().await)?;
+    let function = &function;
+    run(service_fn(move |event: LambdaEvent<Value>| async move {
+        function
+            .handle(&event.payload)
+            .await
+            .map(|report| report.response)
+    }))
+    .await
+}
