@@ -89,6 +89,15 @@ impl Env {
         Ok(value)
     }
 
+    /// A variable that may be unset: `None` when it is missing or empty.
+    pub fn optional(&self, name: &'static str) -> Result<Option<&str>, ConfigError> {
+        match self.required(name) {
+            Ok(v) => Ok(Some(v.trim())),
+            Err(ConfigError::Missing(_) | ConfigError::Empty(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn requests_table(&self) -> Result<&str, ConfigError> {
         self.required(REQUESTS_TABLE)
     }

@@ -83,18 +83,6 @@ pub enum StartupError {
     Operators(#[from] lifeboat_core::operator::InvalidOperatorId),
 }
 
-/// A variable that may be unset.
-fn optional<'a>(
-    env: &'a lifeboat_aws::Env,
-    name: &'static str,
-) -> Result<&'a str, lifeboat_aws::ConfigError> {
-    match env.required(name) {
-        Ok(v) => Ok(v),
-        Err(lifeboat_aws::ConfigError::Missing(_) | lifeboat_aws::ConfigError::Empty(_)) => Ok(""),
-        Err(e) => Err(e),
-    }
-}
-
 /// Everything the switch needs, built once per Lambda instance.
 pub struct CircuitSwitch {
     pub breakers: Arc<dyn BreakerStore>,
@@ -141,7 +129,9 @@ impl CircuitSwitch {
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
-        let operators = optional(env, "OPERATORS")?
+        let operators = env
+            .optional("OPERATORS")?
+            .unwrap_or("")
             .split(',')
             .map(str::trim)
             .filter(|o| !o.is_empty())
@@ -152,8 +142,8 @@ impl CircuitSwitch {
             events: Arc::new(clients.publisher(env)?),
             router: Arc::new(clients.stream_router(env)?),
             clock: Arc::new(lifeboat_core::SystemClock),
-            settings: Settings::from_json(optional(env, "OPERATOR_SETTINGS")?)?,
-            alarms: AlarmMap::parse(optional(env, "ALARM_OPERATORS")?)?,
+            settings: Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?,
+            alarms: AlarmMap::parse(env.optional("ALARM_OPERATORS")?.unwrap_or(""))?,
             operators,
             repoint_backoff: Duration::from_millis(500),
         })

@@ -12,9 +12,7 @@ use lambda_runtime::Diagnostic;
 use lifeboat_core::Clock;
 use lifeboat_core::ports::{EventPublisher, RequestStore};
 use lifeboat_core::request::{FailureReason, Outcome};
-use lifeboat_stream::{
-    StreamItem, batch_response, classify, failure_event, publish_all, quarantine, records,
-};
+use lifeboat_stream::{batch_response, failure_event, publish_all, read_batch};
 use serde_json::Value;
 
 /// The name this function writes into the outcomes it produces.
@@ -73,21 +71,16 @@ impl FallbackConsumer {
 
     /// Handle one stream batch.
     pub async fn handle(&self, payload: &Value) -> Result<FallbackReport, FallbackError> {
-        let records = records(payload).map_err(FallbackError::NotABatch)?;
-        let mut report = FallbackReport::default();
-        let mut events = Vec::new();
-        let mut requests = Vec::new();
-        for record in records {
-            match classify(record) {
-                StreamItem::Request { sequence, request } => requests.push((sequence, request)),
-                StreamItem::Skip { .. } => report.skipped += 1,
-                StreamItem::Quarantine(q) => {
-                    report.quarantined += 1;
-                    events
-                        .push(quarantine(self.requests.as_ref(), &q, self.clock.now(), NAME).await);
-                }
-            }
-        }
+        let batch = read_batch(payload, self.requests.as_ref(), self.clock.now(), NAME)
+            .await
+            .map_err(FallbackError::NotABatch)?;
+        let mut report = FallbackReport {
+            skipped: batch.skipped,
+            quarantined: batch.quarantined,
+            ..FallbackReport::default()
+        };
+        let mut events = batch.events;
+        let requests = batch.requests;
         report.requests = requests.len();
         let written: Vec<_> = futures::stream::iter(requests)
             .map(|(sequence, request)| async move {
@@ -137,6 +130,7 @@ mod tests {
     use lifeboat_core::ManualClock;
     use lifeboat_core::events::LifeboatEvent;
     use lifeboat_core::memory::{MemoryEventBus, MemoryRequestStore};
+    use lifeboat_stream::{StreamItem, classify, records};
     use serde_json::json;
 
     fn consumer() -> (

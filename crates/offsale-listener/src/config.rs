@@ -79,13 +79,7 @@ pub struct ListenerConfig {
 
 /// A variable that may be unset or empty.
 fn optional<'a>(env: &'a Env, name: &'static str) -> Result<Option<&'a str>, ConfigError> {
-    match env.required(name) {
-        Ok(v) => Ok(Some(v.trim())),
-        Err(lifeboat_aws::ConfigError::Missing(_) | lifeboat_aws::ConfigError::Empty(_)) => {
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
-    }
+    Ok(env.optional(name)?)
 }
 
 fn number(env: &Env, name: &'static str, default: u64) -> Result<u64, ConfigError> {

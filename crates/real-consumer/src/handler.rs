@@ -34,9 +34,7 @@ use lifeboat_core::request::{FailureReason, Health, OperatorCall, Outcome, Reque
 use lifeboat_core::settings::Settings;
 use lifeboat_core::window::CallCounts;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, OperatorId};
-use lifeboat_stream::{
-    StreamItem, batch_response, classify, failure_event, publish_all, quarantine, records,
-};
+use lifeboat_stream::{batch_response, failure_event, publish_all, read_batch};
 use serde_json::Value;
 
 /// The name this function writes into the outcomes it produces.
@@ -74,20 +72,6 @@ pub enum StartupError {
     Settings(#[from] lifeboat_core::settings::SettingsError),
     #[error("CALL_CONCURRENCY must be a whole number from 1 to 1000, got {0:?}")]
     Concurrency(String),
-}
-
-/// A variable that may be unset.
-fn optional<'a>(
-    env: &'a lifeboat_aws::Env,
-    name: &'static str,
-) -> Result<Option<&'a str>, lifeboat_aws::ConfigError> {
-    match env.required(name) {
-        Ok(v) => Ok(Some(v)),
-        Err(lifeboat_aws::ConfigError::Missing(_) | lifeboat_aws::ConfigError::Empty(_)) => {
-            Ok(None)
-        }
-        Err(e) => Err(e),
-    }
 }
 
 /// Everything the handler needs, built once per Lambda instance.
@@ -141,14 +125,14 @@ impl RealConsumer {
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
         let endpoints = env.required("OPERATOR_ENDPOINTS")?;
-        let concurrency = match optional(env, "CALL_CONCURRENCY")? {
+        let concurrency = match env.optional("CALL_CONCURRENCY")? {
             None => DEFAULT_CONCURRENCY,
             Some(text) => match text.trim().parse::<usize>() {
                 Ok(n) if (1..=1000).contains(&n) => n,
                 _ => return Err(StartupError::Concurrency(text.to_owned())),
             },
         };
-        let settings = Settings::from_json(optional(env, "OPERATOR_SETTINGS")?.unwrap_or(""))?;
+        let settings = Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?;
         Ok(Self {
             requests: Arc::new(clients.request_store(env)?),
             breakers: Arc::new(clients.breaker_store(env)?),
@@ -163,21 +147,16 @@ impl RealConsumer {
 
     /// Handle one stream batch.
     pub async fn handle(&self, payload: &Value) -> Result<BatchReport, ConsumerError> {
-        let records = records(payload).map_err(ConsumerError::NotABatch)?;
-        let mut report = BatchReport::default();
-        let mut events = Vec::new();
-        let mut requests = Vec::new();
-        for record in records {
-            match classify(record) {
-                StreamItem::Request { sequence, request } => requests.push((sequence, request)),
-                StreamItem::Skip { .. } => report.skipped += 1,
-                StreamItem::Quarantine(q) => {
-                    report.quarantined += 1;
-                    events
-                        .push(quarantine(self.requests.as_ref(), &q, self.clock.now(), NAME).await);
-                }
-            }
-        }
+        let batch = read_batch(payload, self.requests.as_ref(), self.clock.now(), NAME)
+            .await
+            .map_err(ConsumerError::NotABatch)?;
+        let mut report = BatchReport {
+            skipped: batch.skipped,
+            quarantined: batch.quarantined,
+            ..BatchReport::default()
+        };
+        let mut events = batch.events;
+        let requests = batch.requests;
         report.requests = requests.len();
 
         let views = self
@@ -555,6 +534,7 @@ mod tests {
     use lifeboat_operator::{OutageMode, SimConfig, SimulatedOperator};
     use lifeboat_sim::TokioClock;
     use lifeboat_sim::gateway::stream_record;
+    use lifeboat_stream::{StreamItem, classify, records};
     use serde_json::json;
 
     /// 2026-11-30T10:15:00Z, the time of the fixtures.

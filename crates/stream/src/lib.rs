@@ -128,6 +128,38 @@ pub fn classify(record: &Value) -> StreamItem {
     }
 }
 
+/// A batch read: its requests, the failure events of the records it
+/// quarantined, and how many records were skipped or quarantined.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub requests: Vec<(Option<String>, RequestRecord)>,
+    pub events: Vec<LifeboatEvent>,
+    pub skipped: usize,
+    pub quarantined: usize,
+}
+
+/// Read a whole stream batch, quarantining what cannot be processed (see
+/// [`quarantine`]). Fails only if the payload is not a stream batch at all.
+pub async fn read_batch(
+    payload: &Value,
+    requests: &dyn RequestStore,
+    at: DateTime<Utc>,
+    by: &str,
+) -> Result<Batch, String> {
+    let mut batch = Batch::default();
+    for record in records(payload)? {
+        match classify(record) {
+            StreamItem::Request { sequence, request } => batch.requests.push((sequence, request)),
+            StreamItem::Skip { .. } => batch.skipped += 1,
+            StreamItem::Quarantine(q) => {
+                batch.quarantined += 1;
+                batch.events.push(quarantine(requests, &q, at, by).await);
+            }
+        }
+    }
+    Ok(batch)
+}
+
 /// The `Operator Request Failed` event for a request that ended without an answer.
 pub fn failure_event(
     request: &RequestRecord,
