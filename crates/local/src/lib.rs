@@ -1,6 +1,8 @@
 //! lifeboat-local: the pieces that run the wired suite on one machine without
 //! AWS or Docker, shared by `lifeboat local` and the end-to-end tests.
 
+pub mod gateway;
 pub mod moto;
 pub mod net;
+pub mod pump;
 pub mod watch;

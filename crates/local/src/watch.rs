@@ -16,13 +16,32 @@
 //!   `cargo run`). It listens about 0.15 s after starting.
 //! * Nothing is compiled at start. The first invocation of a binary runs
 //!   `cargo run --manifest-path Cargo.toml --bin <name>` in the workspace (dev
-//!   profile, the workspace's own target directory) and the invoke request
-//!   waits for that build. With dependencies already built the first answer
-//!   comes after about 0.5 s and later ones after 0.1 to 0.3 s; a cold build of
-//!   just `lambda_runtime` and tokio took about 2 minutes on 2 cores, and the
-//!   lifeboat functions pull in the AWS SDK, so build the binaries first
-//!   (`cargo build --workspace --bins`) and give the first invocation a long
+//!   profile) and the invoke request waits for that build. With dependencies
+//!   already built the first answer comes after about 0.5 s and later ones
+//!   after 0.1 to 0.3 s; a cold build of just `lambda_runtime` and tokio took
+//!   about 2 minutes on 2 cores, and the lifeboat functions pull in the AWS
+//!   SDK, so build the binaries first and give the first invocation a long
 //!   timeout ([`WatchBuilder::invoke_timeout`]).
+//! * That `cargo run` builds in a target directory of its own,
+//!   `<workspace>/target/lambda-watch` ([`watch_target_dir`],
+//!   [`WatchBuilder::target_dir`]), set as `CARGO_TARGET_DIR` on the watch
+//!   process. In the workspace's own target directory it would wait for the
+//!   build lock of any other cargo building there (another `cargo test` or
+//!   `cargo clippy` in another shell; the `cargo test` that runs the test
+//!   itself has released the lock by then, checked with cargo 1.95) with the
+//!   invocation hanging meanwhile, and `cargo run --bin` resolves features for the whole
+//!   workspace without dev-dependencies, so it would not reuse what `cargo
+//!   test` built anyway. Build the binaries there first, exactly as `cargo
+//!   run --bin` resolves them (tools/test does):
+//!   `CARGO_TARGET_DIR=target/lambda-watch cargo build --bin real-consumer
+//!   --bin fallback-consumer --bin circuit-switch` (a `-p` selection resolves
+//!   features differently and leaves work for the first invocation).
+//! * A test runs with the variables cargo sets for its package
+//!   (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, …). Build scripts such as
+//!   ring's declare `rerun-if-env-changed` on exactly those, so a `cargo run`
+//!   inheriting them rebuilds ring and the AWS SDK on top of it (two minutes
+//!   here) although the same binaries were just built from a shell.
+//!   [`Watch`] removes them from the watch process ([`is_package_variable`]).
 //! * Environment: every function instance inherits the environment of the
 //!   `cargo lambda` process, and `--env-var K=V` / `--env-file PATH` add the
 //!   same variables to every function alike (there is no per-function flag;
@@ -63,6 +82,29 @@ pub const CARGO_LAMBDA_ENV: &str = "LIFEBOAT_CARGO_LAMBDA";
 /// The Lambda Invoke API path of a function, under [`Watch::invoke_endpoint`].
 pub fn invocations_path(function: &str) -> String {
     format!("/2015-03-31/functions/{function}/invocations")
+}
+
+/// Whether `name` is one of the variables cargo sets for the package whose
+/// test or binary is running, which a nested `cargo run` must not inherit;
+/// see the module docs.
+pub fn is_package_variable(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || [
+            "CARGO_CRATE_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_CURRENT_DIR",
+            "OUT_DIR",
+        ]
+        .contains(&name)
+}
+
+/// Where the functions under a watch of the workspace at `root` are built
+/// (`<root>/target/lambda-watch`); see the module docs.
+pub fn watch_target_dir(root: &Path) -> PathBuf {
+    root.join("target").join("lambda-watch")
 }
 
 /// The workspace this crate belongs to (`crates/local/../..`).
@@ -163,12 +205,21 @@ pub struct WatchBuilder {
     root: PathBuf,
     program: Option<Program>,
     env: BTreeMap<String, String>,
+    target_dir: PathBuf,
     concurrency: u32,
     listen_limit: Duration,
     invoke_timeout: Duration,
 }
 
 impl WatchBuilder {
+    /// Where `cargo run` builds the functions (`CARGO_TARGET_DIR` of the
+    /// watch process; default [`watch_target_dir`]). An explicit
+    /// `CARGO_TARGET_DIR` given with [`env`](Self::env) wins.
+    pub fn target_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.target_dir = dir.into();
+        self
+    }
+
     /// Run a specific `cargo-lambda` binary instead of looking for one.
     pub fn program(mut self, path: impl Into<PathBuf>) -> Self {
         self.program = Some(Program::Binary(path.into()));
@@ -256,6 +307,11 @@ impl WatchBuilder {
         })?;
 
         let mut command = program.command();
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(is_package_variable) {
+                command.env_remove(&name);
+            }
+        }
         command
             .args(["lambda", "watch", "--ignore-changes", "--color", "never"])
             .args(["--invoke-address", "127.0.0.1"])
@@ -264,6 +320,7 @@ impl WatchBuilder {
             .arg("--concurrency")
             .arg(self.concurrency.to_string())
             .current_dir(&self.root)
+            .env("CARGO_TARGET_DIR", &self.target_dir)
             .envs(&self.env)
             .stdin(Stdio::null())
             .stdout(Stdio::from(stdout))
@@ -316,8 +373,10 @@ pub struct Watch {
 impl Watch {
     /// A watch of the workspace at `root`.
     pub fn builder(root: impl Into<PathBuf>) -> WatchBuilder {
+        let root = root.into();
         WatchBuilder {
-            root: root.into(),
+            target_dir: watch_target_dir(&root),
+            root,
             program: None,
             env: BTreeMap::new(),
             concurrency: 1,
@@ -552,6 +611,30 @@ mod tests {
         let stat = "4242 (cargo (lambda) x) S 17 4242 4242 0 -1 4194560 ...";
         assert_eq!(parse_stat(stat), Some((17, 4242)));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn package_variables_of_the_running_test_are_not_passed_on() {
+        for name in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_EXE_real-consumer",
+            "OUT_DIR",
+        ] {
+            assert!(is_package_variable(name), "{name}");
+        }
+        for name in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "PATH",
+            "AWS_REGION",
+        ] {
+            assert!(!is_package_variable(name), "{name}");
+        }
     }
 
     #[test]

@@ -1,0 +1,804 @@
+//! The gateway breaker wired on one machine: moto for the AWS APIs, the three
+//! gateway functions under `cargo lambda watch`, a simulated operator, and the
+//! harness's [`StreamPump`], [`BusDrain`] and [`Ticker`] for what moto does not
+//! run.
+//!
+//! [`LocalGateway::start`]:
+//!
+//! 1. starts moto (through [`moto_launcher`]: without moto's own attempt at
+//!    delivering the stream, which wipes it) and creates, with the
+//!    template's settings, the Requests
+//!    table (stream NEW_AND_OLD_IMAGES), the Breaker table, the event bus, the
+//!    mapping's failure queue, an execution role, the three functions (names =
+//!    binary names, no code that runs), and the Requests stream's event
+//!    source mapping to `real-consumer` (filter, batch size 50,
+//!    ReportBatchItemFailures, bisect, 3 retries, 60 s record age);
+//! 2. gives the `TripRequestedRule` (`Trip Requested` / `Trials Passed` from
+//!    `lifeboat`) an SQS queue as its target, since moto cannot target a
+//!    Lambda;
+//! 3. starts the simulated operator on a free port;
+//! 4. starts `cargo lambda watch` with the functions' environment (see
+//!    [`LocalGateway::function_env`]): every AWS API at moto, so the circuit
+//!    switch re-points the mapping that moto owns;
+//! 5. invokes each function once, so the first real invocation does not wait
+//!    for `cargo run` to start it;
+//! 6. starts the stream pump (LATEST, like the template's mapping: what is
+//!    written after `start` returns is delivered), the bus drain into
+//!    `circuit-switch`, and the schedule's ticker.
+//!
+//! Dropping the gateway stops everything it started; [`LocalGateway::stop`]
+//! does it gracefully.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use aws_config::SdkConfig;
+use aws_sdk_lambda::types::{
+    DestinationConfig, EventSourcePosition, Filter, FunctionResponseType, OnFailure,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+use lifeboat_aws::{DynamoBreakerStore, DynamoRequestStore};
+use lifeboat_core::OperatorId;
+use lifeboat_operator::{LatencyModel, SimConfig, SimServer, SimStats};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::moto::resources::{self, QueueTarget, ResourceError};
+use crate::moto::{MotoError, MotoServer, REGION, find_moto_server};
+use crate::pump::{
+    BusDrain, BusDrainConfig, DrainStats, Invoker, PumpConfig, PumpError, PumpStats, StreamPump,
+    Ticker, TickerConfig, TickerStats, read_mapping,
+};
+use crate::watch::{Watch, WatchError};
+
+/// The real consumer's binary (and function) name.
+pub const REAL_CONSUMER: &str = "real-consumer";
+/// The fallback consumer's binary (and function) name.
+pub const FALLBACK_CONSUMER: &str = "fallback-consumer";
+/// The circuit switch's binary (and function) name.
+pub const CIRCUIT_SWITCH: &str = "circuit-switch";
+
+/// The Requests stream mapping's settings in template.yaml
+/// (`RequestsStreamMapping`).
+pub mod template {
+    pub const BATCH_SIZE: i32 = 50;
+    pub const MAXIMUM_BATCHING_WINDOW_IN_SECONDS: i32 = 0;
+    pub const PARALLELIZATION_FACTOR: i32 = 4;
+    pub const MAXIMUM_RETRY_ATTEMPTS: i32 = 3;
+    pub const MAXIMUM_RECORD_AGE_IN_SECONDS: i32 = 60;
+    pub const BISECT_BATCH_ON_FUNCTION_ERROR: bool = true;
+    /// `FilterCriteria`: new request items only.
+    pub const FILTER_PATTERN: &str = crate::moto::resources::REQUESTS_FILTER_PATTERN;
+    /// `TripRequestedRule`'s event pattern.
+    pub const SWITCH_RULE_PATTERN: &str =
+        r#"{"source": ["lifeboat"], "detail-type": ["Trip Requested", "Trials Passed"]}"#;
+    /// The real consumer's `CALL_CONCURRENCY` (the `CallConcurrency` default).
+    pub const CALL_CONCURRENCY: u32 = 50;
+    /// The `ErrorsAlarmName` and `AlarmOperators` defaults.
+    pub const ALARM_OPERATORS: &str = "lifeboat-nordic-errors=nordic";
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Moto(#[from] MotoError),
+    #[error("cannot write the moto_server launcher {path}: {source}")]
+    Launcher {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("creating resources in moto: {0}")]
+    Resource(#[from] ResourceError),
+    #[error("starting the simulated operator: {0}")]
+    Operator(#[source] std::io::Error),
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+    #[error("warming up {function} under cargo lambda watch (its log is {log}): {source}")]
+    WarmUp {
+        function: &'static str,
+        log: String,
+        source: WatchError,
+    },
+    #[error(transparent)]
+    Pump(#[from] PumpError),
+    #[error("operator control endpoint: {0}")]
+    Control(#[source] reqwest::Error),
+}
+
+/// Names of the resources (the functions are always named after their
+/// binaries, which is how the pump finds them under `cargo lambda watch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayNames {
+    pub requests_table: String,
+    pub breaker_table: String,
+    pub bus: String,
+    pub switch_rule: String,
+    pub switch_queue: String,
+    pub failed_queue: String,
+    pub schedule_rule: String,
+    pub role: String,
+}
+
+impl GatewayNames {
+    pub fn prefixed(prefix: &str) -> Self {
+        Self {
+            requests_table: format!("{prefix}Requests"),
+            breaker_table: format!("{prefix}Breaker"),
+            bus: format!("{prefix}lifeboat-events"),
+            switch_rule: format!("{prefix}TripRequestedRule"),
+            switch_queue: format!("{prefix}TripRequestedRule-circuit-switch"),
+            failed_queue: format!("{prefix}RequestsFailedQueue"),
+            schedule_rule: format!("{prefix}HalfOpenScheduleRule"),
+            role: format!("{prefix}lifeboat-functions"),
+        }
+    }
+}
+
+impl Default for GatewayNames {
+    fn default() -> Self {
+        Self::prefixed("")
+    }
+}
+
+/// How to run the gateway.
+#[derive(Debug, Clone)]
+pub struct GatewayOptions {
+    /// The one operator the gateway serves.
+    pub operator: OperatorId,
+    /// The simulated operator. Default: healthy, answer times × 0.1.
+    pub sim: SimConfig,
+    /// `OPERATOR_SETTINGS` of every function (empty: the defaults).
+    pub operator_settings: String,
+    /// The schedule's period (the template's is a minute).
+    pub tick_every: Duration,
+    /// How often the pump polls an idle stream.
+    pub poll_every: Duration,
+    /// Instances per function under `cargo lambda watch`.
+    pub concurrency: u32,
+    /// How long one invocation may take.
+    pub invoke_timeout: Duration,
+    /// `AWS_LAMBDA_LOG_LEVEL` of the functions.
+    pub log_level: String,
+    pub names: GatewayNames,
+    /// Every stream record the pump reads, in Lambda's shape.
+    pub stream_tap: Option<mpsc::UnboundedSender<Value>>,
+}
+
+impl GatewayOptions {
+    pub fn new(operator: OperatorId) -> Self {
+        Self {
+            operator,
+            sim: SimConfig {
+                latency: LatencyModel::scaled(0.1),
+                ..SimConfig::default()
+            },
+            operator_settings: String::new(),
+            tick_every: Duration::from_secs(60),
+            poll_every: Duration::from_millis(100),
+            concurrency: 1,
+            invoke_timeout: Duration::from_secs(60),
+            log_level: "INFO".to_owned(),
+            names: GatewayNames::default(),
+            stream_tap: None,
+        }
+    }
+}
+
+/// What was created in moto.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayResources {
+    pub names: GatewayNames,
+    pub stream_arn: String,
+    pub bus_arn: String,
+    /// The `TripRequestedRule`'s stand-in target.
+    pub switch_queue: QueueTarget,
+    pub failed_queue_url: String,
+    pub failed_queue_arn: String,
+    pub real_function_arn: String,
+    pub fallback_function_arn: String,
+    pub switch_function_arn: String,
+    /// The Requests stream's mapping.
+    pub mapping_uuid: String,
+}
+
+/// How long start-up took, step by step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartupTimes {
+    pub moto_and_resources: Duration,
+    pub watch: Duration,
+    pub warm_up: Duration,
+    pub total: Duration,
+}
+
+/// The wired gateway; see the module docs.
+#[derive(Debug)]
+pub struct LocalGateway {
+    // Field order is drop order: the harness's tasks first, then the
+    // functions, the operator, and moto last.
+    pump: StreamPump,
+    drain: BusDrain,
+    ticker: Ticker,
+    watch: Watch,
+    operator: SimServer,
+    moto: MotoServer,
+    sdk: SdkConfig,
+    resources: GatewayResources,
+    env: Vec<(String, String)>,
+    http: reqwest::Client,
+    startup: StartupTimes,
+}
+
+impl LocalGateway {
+    /// Start everything; see the module docs.
+    pub async fn start(options: GatewayOptions) -> Result<Self, GatewayError> {
+        let started = Instant::now();
+        let moto = MotoServer::start_program(&moto_launcher()?).await?;
+        let sdk = moto.sdk_config().await;
+        let resources = create_resources(&sdk, &options.names).await?;
+        let moto_and_resources = started.elapsed();
+
+        let operator = SimServer::start_with(options.operator.clone(), options.sim.clone(), 0)
+            .await
+            .map_err(GatewayError::Operator)?;
+        let env = function_env(&moto, &resources, &options, &operator.base_url());
+        let watch_started = Instant::now();
+        let watch = Watch::for_workspace()
+            .envs(env.iter().cloned())
+            .concurrency(options.concurrency)
+            .start()
+            .await?;
+        let watch_time = watch_started.elapsed();
+
+        let warm_started = Instant::now();
+        warm_up(&watch).await?;
+        let warm_up_time = warm_started.elapsed();
+
+        let invoker = Invoker::for_endpoint(&watch.invoke_endpoint(), options.invoke_timeout).await;
+        let mut pump_config = PumpConfig::new(&resources.mapping_uuid);
+        pump_config.poll_every = options.poll_every;
+        pump_config.tap = options.stream_tap.clone();
+        let pump = StreamPump::start(
+            aws_sdk_dynamodbstreams::Client::new(&sdk),
+            aws_sdk_lambda::Client::new(&sdk),
+            invoker.clone(),
+            pump_config,
+        )
+        .await?;
+        let drain = BusDrain::start(
+            aws_sdk_sqs::Client::new(&sdk),
+            invoker.clone(),
+            BusDrainConfig::new(&resources.switch_queue.queue_url, CIRCUIT_SWITCH),
+        );
+        let ticker = Ticker::start(
+            invoker,
+            TickerConfig::new(
+                CIRCUIT_SWITCH,
+                options.tick_every,
+                &resources.names.schedule_rule,
+            ),
+        );
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(GatewayError::Control)?;
+        Ok(Self {
+            pump,
+            drain,
+            ticker,
+            watch,
+            operator,
+            moto,
+            sdk,
+            resources,
+            env,
+            http,
+            startup: StartupTimes {
+                moto_and_resources,
+                watch: watch_time,
+                warm_up: warm_up_time,
+                total: started.elapsed(),
+            },
+        })
+    }
+
+    pub fn resources(&self) -> &GatewayResources {
+        &self.resources
+    }
+
+    pub fn startup_times(&self) -> StartupTimes {
+        self.startup
+    }
+
+    /// An SDK configuration for moto.
+    pub fn sdk_config(&self) -> &SdkConfig {
+        &self.sdk
+    }
+
+    pub fn moto(&self) -> &MotoServer {
+        &self.moto
+    }
+
+    pub fn watch(&self) -> &Watch {
+        &self.watch
+    }
+
+    /// The simulated operator.
+    pub fn operator(&self) -> &SimServer {
+        &self.operator
+    }
+
+    /// The environment every function runs with.
+    pub fn function_env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// The Requests table in moto, as the functions see it.
+    pub fn request_store(&self) -> DynamoRequestStore {
+        DynamoRequestStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.names.requests_table,
+        )
+    }
+
+    /// The breakers in moto, as the functions see them.
+    pub fn breaker_store(&self) -> DynamoBreakerStore {
+        DynamoBreakerStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.names.breaker_table,
+        )
+    }
+
+    /// The function the Requests stream's mapping delivers to now.
+    pub async fn mapping_function(&self) -> Result<String, GatewayError> {
+        let mapping = read_mapping(
+            &aws_sdk_lambda::Client::new(&self.sdk),
+            &self.resources.mapping_uuid,
+        )
+        .await?;
+        Ok(mapping.function)
+    }
+
+    /// Switch the operator's mode through its control endpoint: `hang`,
+    /// `refuse`, `server_error`, `slow`, `garbage`, or `None` for healthy.
+    /// Returns the mode now in force.
+    pub async fn set_operator_mode(&self, mode: Option<&str>) -> Result<Value, GatewayError> {
+        self.http
+            .post(format!("{}/_control/mode", self.operator.base_url()))
+            .json(&json!({ "mode": mode }))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(GatewayError::Control)?
+            .json::<Value>()
+            .await
+            .map(|answer| answer.get("mode").cloned().unwrap_or(Value::Null))
+            .map_err(GatewayError::Control)
+    }
+
+    /// The operator's call counts, from its control endpoint.
+    pub async fn operator_stats(&self) -> Result<SimStats, GatewayError> {
+        self.http
+            .get(format!("{}/_control/stats", self.operator.base_url()))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(GatewayError::Control)?
+            .json::<SimStats>()
+            .await
+            .map_err(GatewayError::Control)
+    }
+
+    pub fn pump_stats(&self) -> PumpStats {
+        self.pump.stats()
+    }
+
+    pub fn drain_stats(&self) -> DrainStats {
+        self.drain.stats()
+    }
+
+    pub fn ticker_stats(&self) -> TickerStats {
+        self.ticker.stats()
+    }
+
+    /// Whether the pump, the drain and the ticker are all still running.
+    pub fn harness_running(&self) -> bool {
+        self.pump.is_running() && self.drain.is_running() && self.ticker.is_running()
+    }
+
+    /// Stop the harness's tasks (after their invocations in flight), the
+    /// functions, the operator and moto.
+    pub async fn stop(self) {
+        let Self {
+            pump,
+            drain,
+            ticker,
+            watch,
+            operator,
+            moto,
+            ..
+        } = self;
+        tokio::join!(pump.stop(), drain.stop(), ticker.stop());
+        watch.stop().await;
+        operator.shutdown().await;
+        moto.stop().await;
+    }
+}
+
+/// moto_server with one change: DynamoDB tables forget the event source
+/// mappings on their streams.
+///
+/// moto 5.2.1 registers a mapping created on a table's stream with the
+/// table, and on every write to the table it invokes the mapped function in
+/// Docker with every stream record not yet handed over. Without Docker that
+/// invocation "returns" its error message, which moto takes for success: it
+/// empties the stream after every write (the next record even reuses the
+/// sequence number), so nothing else can read it, and every write pays for a
+/// failed Docker call. The mapping itself (Get / Update / List through the
+/// Lambda API) is untouched; delivering the stream is the [`StreamPump`]'s
+/// job.
+const MOTO_WITHOUT_STREAM_DELIVERY: &str = "import sys
+from moto.dynamodb.models.table import Table
+Table.lambda_event_source_mappings = property(lambda self: {}, lambda self, value: None)
+from moto.server import main
+sys.argv[0] = \"moto_server\"
+main()";
+
+/// The Python that runs `moto_server`: its script's `#!` line, else a
+/// `python3` beside it, else `python3` from PATH.
+fn moto_python(moto_server: &Path) -> PathBuf {
+    let shebang = std::fs::read_to_string(moto_server).ok().and_then(|text| {
+        let first = text.lines().next()?.strip_prefix("#!")?.trim().to_owned();
+        (first.contains("python") && !first.contains(' ')).then(|| PathBuf::from(first))
+    });
+    shebang
+        .or_else(|| {
+            let beside = moto_server.parent()?.join("python3");
+            beside.is_file().then_some(beside)
+        })
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// A shell-quoted word.
+fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// Write (atomically) an executable that runs `moto_server` as found by
+/// [`find_moto_server`] with the change described at
+/// [`MOTO_WITHOUT_STREAM_DELIVERY`], for [`MotoServer::start_program`].
+pub fn moto_launcher() -> Result<PathBuf, GatewayError> {
+    use std::os::unix::fs::PermissionsExt;
+
+    let python = moto_python(&find_moto_server()?);
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::watch::workspace_root().join("target"))
+        .join("lifeboat-local");
+    let path = dir.join("moto-server-without-stream-delivery");
+    let script = format!(
+        "#!/bin/sh\n# moto_server for lifeboat-local: see MOTO_WITHOUT_STREAM_DELIVERY in crates/local/src/gateway.rs\nexec {} -c {} \"$@\"\n",
+        quoted(&python.display().to_string()),
+        quoted(MOTO_WITHOUT_STREAM_DELIVERY)
+    );
+    let temp = dir.join(format!(
+        "moto-server-without-stream-delivery.{}.tmp",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&temp, script))
+        .and_then(|()| std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o755)))
+        .and_then(|()| std::fs::rename(&temp, &path))
+        .map_err(|source| GatewayError::Launcher {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(path)
+}
+
+/// The environment of every function: AWS at moto, the resources, the
+/// operator, and the settings.
+fn function_env(
+    moto: &MotoServer,
+    resources: &GatewayResources,
+    options: &GatewayOptions,
+    operator_url: &str,
+) -> Vec<(String, String)> {
+    let operator = options.operator.as_str();
+    let names = &resources.names;
+    [
+        ("AWS_ENDPOINT_URL", moto.endpoint()),
+        ("AWS_REGION", REGION.to_owned()),
+        ("AWS_DEFAULT_REGION", REGION.to_owned()),
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+        ("AWS_LAMBDA_LOG_LEVEL", options.log_level.clone()),
+        ("REQUESTS_TABLE", names.requests_table.clone()),
+        ("BREAKER_TABLE", names.breaker_table.clone()),
+        ("EVENT_BUS_NAME", names.bus.clone()),
+        ("REQUESTS_MAPPING_UUID", resources.mapping_uuid.clone()),
+        ("REAL_CONSUMER_FUNCTION", REAL_CONSUMER.to_owned()),
+        ("FALLBACK_CONSUMER_FUNCTION", FALLBACK_CONSUMER.to_owned()),
+        ("OPERATOR_ENDPOINTS", format!("{operator}={operator_url}")),
+        ("OPERATORS", operator.to_owned()),
+        ("OPERATOR_SETTINGS", options.operator_settings.clone()),
+        ("ALARM_OPERATORS", template::ALARM_OPERATORS.to_owned()),
+        ("CALL_CONCURRENCY", template::CALL_CONCURRENCY.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// Invoke each function once with a harmless payload, so `cargo lambda
+/// watch` starts it (`cargo run`, a build if it is not built) now.
+async fn warm_up(watch: &Watch) -> Result<(), GatewayError> {
+    let empty_batch = json!({ "Records": [] });
+    let tick = crate::pump::schedule_event(
+        &TickerConfig::new(CIRCUIT_SWITCH, Duration::from_secs(60), "warm-up"),
+        "00000000-0000-4000-8000-000000000000",
+        chrono::Utc::now(),
+    );
+    for (function, payload) in [
+        (REAL_CONSUMER, &empty_batch),
+        (FALLBACK_CONSUMER, &empty_batch),
+        (CIRCUIT_SWITCH, &tick),
+    ] {
+        watch
+            .invoke(function, payload)
+            .await
+            .map_err(|source| GatewayError::WarmUp {
+                function,
+                log: watch.log_path().display().to_string(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// Everything in moto; see the module docs.
+pub async fn create_resources(
+    sdk: &SdkConfig,
+    names: &GatewayNames,
+) -> Result<GatewayResources, ResourceError> {
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    let eventbridge = aws_sdk_eventbridge::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let iam = aws_sdk_iam::Client::new(sdk);
+    let lambda = aws_sdk_lambda::Client::new(sdk);
+
+    let requests = resources::create_requests_table(&dynamodb, &names.requests_table).await?;
+    resources::create_breaker_table(&dynamodb, &names.breaker_table).await?;
+    let bus_arn = resources::create_event_bus(&eventbridge, &names.bus).await?;
+    let switch_queue = resources::create_queue_target(
+        &eventbridge,
+        &sqs,
+        &names.bus,
+        &names.switch_rule,
+        &names.switch_queue,
+        template::SWITCH_RULE_PATTERN,
+    )
+    .await?;
+    let (failed_queue_url, failed_queue_arn) = create_queue(&sqs, &names.failed_queue).await?;
+    let role = resources::create_lambda_role(&iam, &names.role).await?;
+    let real_function_arn = resources::create_stub_function(&lambda, REAL_CONSUMER, &role).await?;
+    let fallback_function_arn =
+        resources::create_stub_function(&lambda, FALLBACK_CONSUMER, &role).await?;
+    let switch_function_arn =
+        resources::create_stub_function(&lambda, CIRCUIT_SWITCH, &role).await?;
+    let mapping_uuid =
+        create_requests_mapping(&lambda, &requests.stream_arn, &failed_queue_arn).await?;
+    Ok(GatewayResources {
+        names: names.clone(),
+        stream_arn: requests.stream_arn,
+        bus_arn,
+        switch_queue,
+        failed_queue_url,
+        failed_queue_arn,
+        real_function_arn,
+        fallback_function_arn,
+        switch_function_arn,
+        mapping_uuid,
+    })
+}
+
+fn resource_error(what: impl Into<String>, e: impl std::fmt::Display) -> ResourceError {
+    ResourceError {
+        what: what.into(),
+        message: e.to_string(),
+    }
+}
+
+async fn create_queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+) -> Result<(String, String), ResourceError> {
+    let what = format!("CreateQueue {name}");
+    let url = sqs
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .map_err(|e| resource_error(&what, aws_sdk_sqs::error::DisplayErrorContext(e)))?
+        .queue_url
+        .ok_or_else(|| resource_error(&what, "no queue URL"))?;
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| resource_error(&what, aws_sdk_sqs::error::DisplayErrorContext(e)))?
+        .attributes
+        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+        .ok_or_else(|| resource_error(&what, "no QueueArn"))?;
+    Ok((url, arn))
+}
+
+/// The Requests stream's mapping with every setting of the template's
+/// `RequestsStreamMapping`. Returns its UUID.
+pub async fn create_requests_mapping(
+    lambda: &aws_sdk_lambda::Client,
+    stream_arn: &str,
+    failed_queue_arn: &str,
+) -> Result<String, ResourceError> {
+    let what = "CreateEventSourceMapping RequestsStreamMapping";
+    let filter = aws_sdk_lambda::types::FilterCriteria::builder()
+        .filters(Filter::builder().pattern(template::FILTER_PATTERN).build())
+        .build();
+    let destination = DestinationConfig::builder()
+        .on_failure(OnFailure::builder().destination(failed_queue_arn).build())
+        .build();
+    lambda
+        .create_event_source_mapping()
+        .event_source_arn(stream_arn)
+        .function_name(REAL_CONSUMER)
+        .starting_position(EventSourcePosition::Latest)
+        .batch_size(template::BATCH_SIZE)
+        .maximum_batching_window_in_seconds(template::MAXIMUM_BATCHING_WINDOW_IN_SECONDS)
+        .parallelization_factor(template::PARALLELIZATION_FACTOR)
+        .filter_criteria(filter)
+        .function_response_types(FunctionResponseType::ReportBatchItemFailures)
+        .bisect_batch_on_function_error(template::BISECT_BATCH_ON_FUNCTION_ERROR)
+        .maximum_retry_attempts(template::MAXIMUM_RETRY_ATTEMPTS)
+        .maximum_record_age_in_seconds(template::MAXIMUM_RECORD_AGE_IN_SECONDS)
+        .destination_config(destination)
+        .send()
+        .await
+        .map_err(|e| resource_error(what, aws_sdk_lambda::error::DisplayErrorContext(e)))?
+        .uuid
+        .ok_or_else(|| resource_error(what, "no UUID"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEMPLATE: &str = include_str!("../../../template.yaml");
+
+    /// The text of one resource of the template.
+    fn resource(name: &str) -> &'static str {
+        let start = TEMPLATE
+            .find(&format!("\n  {name}:\n"))
+            .unwrap_or_else(|| panic!("{name} is not in template.yaml"));
+        let rest = &TEMPLATE[start + 1..];
+        let end = rest[name.len() + 4..]
+            .find("\n  # ")
+            .map_or(rest.len(), |i| i + name.len() + 4);
+        &rest[..end]
+    }
+
+    /// With moto's own delivery attempt, every write emptied the stream.
+    #[tokio::test]
+    async fn the_stream_keeps_its_records_with_a_mapping_on_it() {
+        let moto = MotoServer::start_program(&moto_launcher().unwrap())
+            .await
+            .unwrap();
+        let sdk = moto.sdk_config().await;
+        let resources = create_resources(&sdk, &GatewayNames::prefixed("keep-"))
+            .await
+            .unwrap();
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        for id in ["a", "b", "c"] {
+            dynamodb
+                .put_item()
+                .table_name(&resources.names.requests_table)
+                .item(
+                    "request_id",
+                    aws_sdk_dynamodb::types::AttributeValue::S(id.into()),
+                )
+                .send()
+                .await
+                .unwrap();
+        }
+        let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
+        let shards = streams
+            .describe_stream()
+            .stream_arn(&resources.stream_arn)
+            .send()
+            .await
+            .unwrap()
+            .stream_description
+            .unwrap()
+            .shards
+            .unwrap();
+        let iterator = streams
+            .get_shard_iterator()
+            .stream_arn(&resources.stream_arn)
+            .shard_id(shards[0].shard_id().unwrap())
+            .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .unwrap()
+            .shard_iterator
+            .unwrap();
+        let records = streams
+            .get_records()
+            .shard_iterator(iterator)
+            .send()
+            .await
+            .unwrap()
+            .records
+            .unwrap();
+        let sequences: std::collections::BTreeSet<&str> = records
+            .iter()
+            .filter_map(|r| r.dynamodb()?.sequence_number())
+            .collect();
+        assert_eq!((records.len(), sequences.len()), (3, 3));
+        let mapping = read_mapping(&aws_sdk_lambda::Client::new(&sdk), &resources.mapping_uuid)
+            .await
+            .unwrap();
+        assert_eq!(mapping.stream_arn, resources.stream_arn);
+        assert_eq!(mapping.function, REAL_CONSUMER);
+        assert_eq!(mapping.batch_size, 50);
+        assert_eq!(mapping.max_retry_attempts, Some(3));
+        assert!(mapping.report_item_failures && mapping.bisect_on_error);
+        moto.stop().await;
+    }
+
+    #[test]
+    fn the_mapping_has_the_templates_settings() {
+        let mapping = resource("RequestsStreamMapping");
+        for line in [
+            format!("BatchSize: {}", template::BATCH_SIZE),
+            format!(
+                "MaximumBatchingWindowInSeconds: {}",
+                template::MAXIMUM_BATCHING_WINDOW_IN_SECONDS
+            ),
+            format!(
+                "ParallelizationFactor: {}",
+                template::PARALLELIZATION_FACTOR
+            ),
+            format!("MaximumRetryAttempts: {}", template::MAXIMUM_RETRY_ATTEMPTS),
+            format!(
+                "MaximumRecordAgeInSeconds: {}",
+                template::MAXIMUM_RECORD_AGE_IN_SECONDS
+            ),
+            format!(
+                "BisectBatchOnFunctionError: {}",
+                template::BISECT_BATCH_ON_FUNCTION_ERROR
+            ),
+            "StartingPosition: LATEST".to_owned(),
+            "FunctionResponseTypes: [ReportBatchItemFailures]".to_owned(),
+            format!("- Pattern: '{}'", template::FILTER_PATTERN),
+        ] {
+            assert!(mapping.contains(&line), "template mapping lacks {line:?}");
+        }
+    }
+
+    #[test]
+    fn the_switch_rule_has_the_templates_pattern() {
+        let rule = resource("TripRequestedRule");
+        assert!(rule.contains("source: [lifeboat]"));
+        assert!(rule.contains("detail-type: [Trip Requested, Trials Passed]"));
+        let pattern: Value = serde_json::from_str(template::SWITCH_RULE_PATTERN).unwrap();
+        assert_eq!(
+            pattern,
+            json!({"source": ["lifeboat"], "detail-type": ["Trip Requested", "Trials Passed"]})
+        );
+        assert!(resource("RealConsumerFunction").contains("CallConcurrency"));
+        assert!(TEMPLATE.contains(&format!("Default: {}", template::CALL_CONCURRENCY)));
+        assert!(TEMPLATE.contains(&format!("Default: {}", template::ALARM_OPERATORS)));
+    }
+}
