@@ -288,7 +288,7 @@ impl RealConsumer {
         }
 
         let now = self.clock.now();
-        let Some(remaining) = request.remaining(now) else {
+        if request.remaining(now).is_none() {
             return self
                 .fail(
                     done,
@@ -297,7 +297,7 @@ impl RealConsumer {
                     "deadline passed before the call",
                 )
                 .await;
-        };
+        }
         if !self.operator.knows(&request.operator) {
             let detail = format!("unknown operator {}", request.operator);
             return self
@@ -358,14 +358,17 @@ impl RealConsumer {
             BreakerState::Closed | BreakerState::ForcedClosed => {}
         }
 
-        let mut budget = self
+        // The call gets the operation's whole budget even when the request's
+        // own deadline is nearer: a timeout then always means the operator
+        // did not answer in its budget (an honest signal for the failure
+        // window, whatever our queue looks like), and a late answer still
+        // refreshes the caches. Only a request already past its deadline is
+        // not called at all.
+        let budget = self
             .settings
             .for_operator(&request.operator)
             .budgets
             .for_operation(request.operation);
-        let full_timeout = budget.timeout;
-        budget.timeout = budget.timeout.min(remaining);
-        budget.slow_after = budget.slow_after.min(budget.timeout);
         let call = OperatorCall {
             request_id: request.request_id.clone(),
             operator: request.operator.clone(),
@@ -374,12 +377,7 @@ impl RealConsumer {
             budget,
         };
         let result = self.operator.call(&call).await;
-        let mut health = result.class.health();
-        if health == Health::Timeout && budget.timeout < full_timeout {
-            // The request's own deadline cut the budget short: this timeout
-            // says more about our queue than about the operator.
-            health = Health::Neutral;
-        }
+        let health = result.class.health();
         tracing::debug!(
             operator = %request.operator, operation = %request.operation, request_id = %request.request_id,
             class = result.class.name(), elapsed_ms = result.elapsed.as_millis() as u64, "operator call"
