@@ -304,20 +304,14 @@ impl RealConsumer {
                 .fail(done, &request, FailureReason::Malformed, &detail)
                 .await;
         }
-        let state = view
-            .as_ref()
-            .map(|r| r.state)
-            .unwrap_or(BreakerState::Closed);
-        match state {
-            BreakerState::Open | BreakerState::ForcedOpen => {
+        // An unreadable breaker (`None`) is called as if closed.
+        match view.as_ref().map(|r| (r.state, r.version)) {
+            Some((BreakerState::Open | BreakerState::ForcedOpen, _)) => {
                 return self
                     .fail(done, &request, FailureReason::BreakerOpen, "breaker open")
                     .await;
             }
-            BreakerState::HalfOpen => {
-                let Some(record) = view.as_ref() else {
-                    return done;
-                };
+            Some((BreakerState::HalfOpen, version)) => {
                 let limit = self
                     .settings
                     .for_operator(&request.operator)
@@ -325,11 +319,11 @@ impl RealConsumer {
                     .trial_calls;
                 match self
                     .breakers
-                    .claim_trial(&request.operator, record.version, limit)
+                    .claim_trial(&request.operator, version, limit)
                     .await
                 {
                     Ok(true) => {
-                        tracing::info!(operator = %request.operator, state = %state, version = record.version, request_id = %request.request_id, "half-open trial call");
+                        tracing::info!(operator = %request.operator, state = %BreakerState::HalfOpen, version, request_id = %request.request_id, "half-open trial call");
                     }
                     Ok(false) => {
                         return self
@@ -355,7 +349,7 @@ impl RealConsumer {
                 }
                 done.trial = Some(false);
             }
-            BreakerState::Closed | BreakerState::ForcedClosed => {}
+            Some((BreakerState::Closed | BreakerState::ForcedClosed, _)) | None => {}
         }
 
         // The call gets the operation's whole budget even when the request's

@@ -82,7 +82,6 @@ pub struct Gateway {
     stream_position: usize,
     bus_position: usize,
     next_tick: DateTime<Utc>,
-    sequence: u64,
 }
 
 impl Gateway {
@@ -138,7 +137,6 @@ impl Gateway {
             stream_position: 0,
             bus_position: 0,
             next_tick,
-            sequence: 0,
         }
     }
 
@@ -242,7 +240,6 @@ impl Gateway {
                 .map(|r| r.response.batch_item_failures)
                 .map_err(|e| e.to_string()),
         };
-        self.sequence += 1;
         match failures {
             Ok(failures) => {
                 // Lambda re-delivers from the first failed record on.
@@ -260,13 +257,11 @@ impl Gateway {
 
 /// A Requests-stream record of `request` as Lambda delivers it.
 pub fn stream_record(request: &RequestRecord, position: usize) -> Value {
-    let mut image: Value = serde_dynamo::to_item::<_, serde_dynamo::Item>(request)
+    // The item exactly as the DynamoDB adapter writes it.
+    let image: Value = lifeboat_aws::request_to_item(request)
         .ok()
         .and_then(|item| serde_json::to_value(item).ok())
         .unwrap_or(Value::Null);
-    if let Some(map) = image.as_object_mut() {
-        map.insert("record_type".into(), json!({"S": "request"}));
-    }
     json!({
         "eventID": format!("{position}"),
         "eventName": "INSERT",

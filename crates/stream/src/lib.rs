@@ -15,15 +15,12 @@
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use chrono::{DateTime, Utc};
+use lifeboat_aws::{request_from_item, request_hints};
 use lifeboat_core::Operation;
 use lifeboat_core::events::{LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION};
 use lifeboat_core::ports::{EventPublisher, OutcomeWrite, RequestStore, StoreError};
 use lifeboat_core::request::{FailureReason, Outcome, RequestRecord};
-use serde_dynamo::AttributeValue;
 use serde_json::Value;
-
-/// The `record_type` of a request item in the Requests table.
-pub const REQUEST_RECORD_TYPE: &str = "request";
 
 /// One stream record, read.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,13 +58,6 @@ pub fn records(payload: &Value) -> Result<&[Value], String> {
         .ok_or_else(|| "payload is not a DynamoDB stream batch: no Records array".to_owned())
 }
 
-fn string_attr(item: &serde_dynamo::Item, name: &str) -> Option<String> {
-    match item.get(name) {
-        Some(AttributeValue::S(s)) => Some(s.clone()),
-        _ => None,
-    }
-}
-
 /// Read one stream record.
 pub fn classify(record: &Value) -> StreamItem {
     let sequence = record
@@ -94,37 +84,32 @@ pub fn classify(record: &Value) -> StreamItem {
         };
     }
     let image = &parsed.change.new_image;
-    let request_id = string_attr(image, "request_id");
-    let operator = string_attr(image, "operator");
-    let kind = string_attr(image, "operation").and_then(|o| o.parse().ok());
-    let record_type = string_attr(image, "record_type");
-    let quarantine = |ours: bool, detail: String| {
-        StreamItem::Quarantine(Quarantine {
-            sequence: sequence.clone(),
-            request_id: request_id.clone(),
-            operator: operator.clone(),
-            kind,
-            ours,
-            detail,
-        })
-    };
     if image.is_empty() {
-        return quarantine(
-            false,
-            "insert without a NewImage: the stream must carry new images".into(),
-        );
+        return StreamItem::Quarantine(Quarantine {
+            sequence,
+            request_id: None,
+            operator: None,
+            kind: None,
+            ours: false,
+            detail: "insert without a NewImage: the stream must carry new images".into(),
+        });
     }
-    match record_type.as_deref() {
-        Some(REQUEST_RECORD_TYPE) => {}
-        Some(other) => return quarantine(false, format!("foreign record_type {other:?}")),
-        None => return quarantine(false, "foreign item: no record_type".into()),
-    }
-    match serde_dynamo::from_item::<_, RequestRecord>(image.clone()) {
-        Ok(request) => StreamItem::Request { sequence, request },
-        Err(e) => quarantine(
-            request_id.is_some(),
-            format!("request item does not match the schema: {e}"),
-        ),
+    match request_from_item(image.clone()) {
+        Ok(stored) => StreamItem::Request {
+            sequence,
+            request: stored.request,
+        },
+        Err(e) => {
+            let hints = request_hints(image);
+            StreamItem::Quarantine(Quarantine {
+                sequence,
+                ours: hints.ours && hints.request_id.is_some(),
+                request_id: hints.request_id,
+                operator: hints.operator,
+                kind: hints.operation,
+                detail: e.to_string(),
+            })
+        }
     }
 }
 
