@@ -6,6 +6,8 @@
 
 pub mod breaker;
 pub mod budget;
+pub mod cache;
+pub mod cart;
 pub mod clock;
 pub mod events;
 pub mod memory;

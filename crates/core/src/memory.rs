@@ -11,6 +11,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::breaker::{BreakerRecord, BreakerState, ConsumerTarget};
+use crate::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
+use crate::cart::{Cart, CartStore};
 use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
 use crate::ports::{
@@ -414,5 +416,85 @@ mod tests {
         record.version = 1;
         store.save(&record, Some(0)).await.unwrap();
         assert!(store.save(&record, Some(0)).await.is_err());
+    }
+}
+
+/// The answer cache in memory.
+#[derive(Debug, Default)]
+pub struct MemoryCacheStore {
+    entries: Mutex<HashMap<CacheKey, CachedAnswer>>,
+}
+
+impl MemoryCacheStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[async_trait]
+impl CacheStore for MemoryCacheStore {
+    async fn get(&self, key: &CacheKey) -> Result<Option<CachedAnswer>, StoreError> {
+        Ok(lock(&self.entries).get(key).cloned())
+    }
+
+    async fn put(
+        &self,
+        answer: &CachedAnswer,
+        _expires_at: DateTime<Utc>,
+    ) -> Result<CacheWrite, StoreError> {
+        let mut entries = lock(&self.entries);
+        match entries.get(&answer.key) {
+            Some(stored) if stored.as_of >= answer.as_of => Ok(CacheWrite::NewerKept),
+            _ => {
+                entries.insert(answer.key.clone(), answer.clone());
+                Ok(CacheWrite::Written)
+            }
+        }
+    }
+}
+
+/// The Carts table in memory.
+#[derive(Debug, Default)]
+pub struct MemoryCartStore {
+    carts: Mutex<HashMap<String, Cart>>,
+}
+
+impl MemoryCartStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn all(&self) -> Vec<Cart> {
+        let mut carts: Vec<Cart> = lock(&self.carts).values().cloned().collect();
+        carts.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        carts
+    }
+}
+
+#[async_trait]
+impl CartStore for MemoryCartStore {
+    async fn get(&self, cart_id: &str) -> Result<Option<Cart>, StoreError> {
+        Ok(lock(&self.carts).get(cart_id).cloned())
+    }
+
+    async fn save(&self, cart: &Cart, expected_revision: Option<u64>) -> Result<(), StoreError> {
+        let mut carts = lock(&self.carts);
+        let stored = carts.get(&cart.cart_id).map(|c| c.revision);
+        if stored != expected_revision {
+            return Err(StoreError::Conflict(format!(
+                "cart {} is at revision {stored:?}, not {expected_revision:?}",
+                cart.cart_id
+            )));
+        }
+        carts.insert(cart.cart_id.clone(), cart.clone());
+        Ok(())
     }
 }

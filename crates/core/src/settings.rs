@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerConfig;
 use crate::budget::Budgets;
+use crate::cache::CachePolicy;
 use crate::operator::OperatorId;
 use crate::window::WindowConfig;
 
@@ -28,6 +29,9 @@ pub struct OperatorSettings {
     pub budgets: Budgets,
     pub window: WindowConfig,
     pub breaker: BreakerConfig,
+    /// How old a cached answer may be to skip the operator, and to show as
+    /// the last good answer.
+    pub cache: CachePolicy,
 }
 
 /// Settings of every operator.

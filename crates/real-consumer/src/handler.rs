@@ -25,7 +25,9 @@ use std::sync::Arc;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use futures::StreamExt;
 use lambda_runtime::Diagnostic;
+use chrono::{DateTime, Utc};
 use lifeboat_core::breaker::TripReason;
+use lifeboat_core::cache::{CacheKey, CacheStore, CachedAnswer};
 use lifeboat_core::events::{LifeboatEvent, SCHEMA_VERSION, TrialsPassed, TripRequested};
 use lifeboat_core::ports::{
     BreakerStore, EventPublisher, OperatorApi, RequestStore, StoreError, WindowStore,
@@ -80,6 +82,8 @@ pub struct RealConsumer {
     pub breakers: Arc<dyn BreakerStore>,
     pub window: Arc<dyn WindowStore>,
     pub events: Arc<dyn EventPublisher>,
+    /// The answer cache, refreshed after every answered call.
+    pub cache: Arc<dyn CacheStore>,
     pub operator: Arc<dyn OperatorApi>,
     pub clock: Arc<dyn Clock>,
     pub settings: Settings,
@@ -138,6 +142,7 @@ impl RealConsumer {
             breakers: Arc::new(clients.breaker_store(env)?),
             window: Arc::new(clients.window_store(env)?),
             events: Arc::new(clients.publisher(env)?),
+            cache: Arc::new(clients.cache_store(env)?),
             operator: Arc::new(lifeboat_operator::HttpOperatorApi::parse(endpoints)?),
             clock: Arc::new(lifeboat_core::SystemClock),
             settings,
@@ -384,6 +389,11 @@ impl RealConsumer {
             ));
         }
         let outcome = result.into_outcome(self.clock.now(), NAME);
+        if let lifeboat_core::request::OutcomeKind::Answered { body } = &outcome.kind {
+            // The cache first: whoever sees the outcome also finds the cache
+            // refreshed. A failed cache write costs freshness, not the answer.
+            self.refresh_cache(&request, body, outcome.at).await;
+        }
         if let Some(reason) = outcome.failure_reason() {
             let detail = match &outcome.kind {
                 lifeboat_core::request::OutcomeKind::Failed { detail, .. } => detail.clone(),
@@ -398,6 +408,23 @@ impl RealConsumer {
             done.event = None;
         }
         done
+    }
+
+    async fn refresh_cache(&self, request: &RequestRecord, body: &str, at: DateTime<Utc>) {
+        let policy = self.settings.for_operator(&request.operator).cache;
+        let answer = CachedAnswer {
+            key: CacheKey::new(&request.operator, request.operation, &request.params),
+            operator: request.operator.clone(),
+            operation: request.operation,
+            body: body.to_owned(),
+            as_of: at,
+        };
+        if let Err(e) = self.cache.put(&answer, policy.expires_at(at)).await {
+            tracing::warn!(
+                operator = %request.operator, operation = %request.operation, request_id = %request.request_id,
+                error = %e, "answer cache not refreshed"
+            );
+        }
     }
 
     async fn fail(
@@ -517,10 +544,11 @@ impl RealConsumer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{DateTime, TimeDelta, Utc};
+    use chrono::TimeDelta;
     use lifeboat_core::events::LifeboatEvent;
     use lifeboat_core::memory::{
-        MemoryBreakerStore, MemoryEventBus, MemoryRequestStore, MemoryWindowStore,
+        MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore,
+        MemoryWindowStore,
     };
     use lifeboat_core::request::OutcomeKind;
     use lifeboat_operator::{OutageMode, SimConfig, SimulatedOperator};
@@ -539,6 +567,7 @@ mod tests {
         requests: Arc<MemoryRequestStore>,
         breakers: Arc<MemoryBreakerStore>,
         bus: Arc<MemoryEventBus>,
+        cache: Arc<MemoryCacheStore>,
         sim: SimulatedOperator,
         clock: Arc<TokioClock>,
     }
@@ -548,6 +577,7 @@ mod tests {
         let requests = Arc::new(MemoryRequestStore::new());
         let breakers = Arc::new(MemoryBreakerStore::new());
         let bus = Arc::new(MemoryEventBus::new());
+        let cache = Arc::new(MemoryCacheStore::new());
         let sim = SimulatedOperator::new(
             OperatorId::new("nordic").unwrap(),
             SimConfig::default(),
@@ -558,6 +588,7 @@ mod tests {
             breakers: breakers.clone(),
             window: Arc::new(MemoryWindowStore::new()),
             events: bus.clone(),
+            cache: cache.clone(),
             operator: Arc::new(sim.clone()),
             clock: clock.clone(),
             settings: Settings::default(),
@@ -568,6 +599,7 @@ mod tests {
             requests,
             breakers,
             bus,
+            cache,
             sim,
             clock,
         }
@@ -638,6 +670,29 @@ mod tests {
             })
             .count();
         assert!(answered >= 17, "{answered} of 20 answered");
+
+        // The one question of the batch is cached with the newest answer.
+        let key = CacheKey::new(
+            &OperatorId::new("nordic").unwrap(),
+            lifeboat_core::Operation::Search,
+            &[
+                ("from".to_owned(), "HEL".to_owned()),
+                ("to".to_owned(), "TLL".to_owned()),
+            ]
+            .into(),
+        );
+        let cached = w.cache.get(&key).await.unwrap().unwrap();
+        let newest = w
+            .requests
+            .all()
+            .iter()
+            .filter_map(|s| s.outcome.as_ref())
+            .filter(|o| matches!(o.kind, OutcomeKind::Answered { .. }))
+            .map(|o| o.at)
+            .max()
+            .unwrap();
+        assert_eq!((w.cache.len(), cached.as_of), (1, newest));
+        assert!(cached.body.contains("sailings"));
 
         // The same batch again (Lambda retrying it) calls nobody.
         let again = w.consumer.handle(&payload).await.unwrap();

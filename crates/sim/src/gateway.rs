@@ -9,7 +9,7 @@ use circuit_switch::input::AlarmMap;
 use fallback_consumer::FallbackConsumer;
 use lifeboat_core::events::{LifeboatEvent, SOURCE};
 use lifeboat_core::memory::{
-    MemoryBreakerStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter, MemoryWindowStore,
+    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter, MemoryWindowStore,
 };
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
 use lifeboat_core::request::RequestRecord;
@@ -72,6 +72,7 @@ pub struct Gateway {
     pub breakers: Arc<MemoryBreakerStore>,
     pub window: Arc<MemoryWindowStore>,
     pub bus: Arc<MemoryEventBus>,
+    pub cache: Arc<MemoryCacheStore>,
     pub router: Arc<MemoryStreamRouter>,
     pub real: RealConsumer,
     pub fallback: FallbackConsumer,
@@ -95,11 +96,13 @@ impl Gateway {
         let window = Arc::new(MemoryWindowStore::new());
         let bus = Arc::new(MemoryEventBus::new());
         let router = Arc::new(MemoryStreamRouter::new());
+        let cache = Arc::new(MemoryCacheStore::new());
         let real = RealConsumer {
             requests: requests.clone(),
             breakers: breakers.clone(),
             window: window.clone(),
             events: bus.clone(),
+            cache: cache.clone(),
             operator,
             clock: clock.clone(),
             settings: config.settings.clone(),
@@ -127,6 +130,7 @@ impl Gateway {
             breakers,
             window,
             bus,
+            cache,
             router,
             real,
             fallback,

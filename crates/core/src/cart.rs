@@ -1,0 +1,561 @@
+//! The cart: a chosen sailing taken through accommodation, extras, price and
+//! confirm, and what happens to it while its operator is off sale.
+//!
+//! Every decision made because the operator was off sale (default
+//! accommodation, extras skipped, a cached price) is written on the cart
+//! itself, so reading the same cart again (a refresh, a saved link, the back
+//! button) shows the same thing. Nothing changes by itself when the operator
+//! comes back on sale: the cart then says an upgrade is available, and only
+//! the customer's own step changes it.
+//!
+//! The rules here are pure; the `cart` function does the reading and writing.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::cache::age_s;
+use crate::operator::OperatorId;
+use crate::ports::StoreError;
+
+/// The sailing a cart is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sailing {
+    pub sailing_id: String,
+    pub from: String,
+    pub to: String,
+    pub date: String,
+    pub passengers: u8,
+}
+
+/// Who chose a step's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChosenBy {
+    Customer,
+    /// lifeboat chose the operator's default because it was off sale.
+    DefaultWhileOffSale,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accommodation {
+    pub code: String,
+    pub chosen_by: ChosenBy,
+}
+
+/// The extras step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum Extras {
+    NotChosen,
+    Chosen { codes: Vec<String> },
+    /// Skipped because the operator was off sale.
+    SkippedWhileOffSale,
+}
+
+/// Where a cart's price came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PriceSource {
+    Fresh,
+    Live,
+    LastGood,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CartPrice {
+    pub amount_cents: i64,
+    pub currency: String,
+    pub source: PriceSource,
+    /// When the operator gave this price.
+    pub as_of: DateTime<Utc>,
+}
+
+/// A price that changed at confirm, shown to the customer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriceChange {
+    pub old_cents: i64,
+    pub new_cents: i64,
+    pub difference_cents: i64,
+    pub currency: String,
+    pub at: DateTime<Utc>,
+}
+
+/// Why the cart is in its degraded state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Degraded {
+    /// When the cart first found the operator off sale.
+    pub since: DateTime<Utc>,
+    pub reason: String,
+}
+
+/// The cart reached payment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confirmation {
+    pub at: DateTime<Utc>,
+    pub amount_cents: i64,
+    pub currency: String,
+    /// Confirmed on a cached price while the operator was off sale.
+    pub on_cached_price: bool,
+    pub price_as_of: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cart {
+    pub cart_id: String,
+    /// Bumped by every save; saves are conditional on the revision read.
+    pub revision: u64,
+    pub operator: OperatorId,
+    pub sailing: Sailing,
+    #[serde(default)]
+    pub accommodation: Option<Accommodation>,
+    pub extras: Extras,
+    #[serde(default)]
+    pub price: Option<CartPrice>,
+    #[serde(default)]
+    pub degraded: Option<Degraded>,
+    #[serde(default)]
+    pub price_change: Option<PriceChange>,
+    #[serde(default)]
+    pub confirmation: Option<Confirmation>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Per-operator cart settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CartPolicy {
+    /// The accommodation given while the operator is off sale.
+    pub default_accommodation: String,
+    /// Whether a cart may be confirmed on its cached price while the operator
+    /// is off sale.
+    pub confirm_on_cached_price: bool,
+}
+
+impl Default for CartPolicy {
+    fn default() -> Self {
+        Self {
+            default_accommodation: "seat".into(),
+            confirm_on_cached_price: true,
+        }
+    }
+}
+
+/// Cart settings of every operator (`CART_SETTINGS`), for example
+/// `{"operators": {"nordic": {"default_accommodation": "deck"}}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CartSettings {
+    pub default: CartPolicy,
+    pub operators: BTreeMap<OperatorId, CartPolicy>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("CART_SETTINGS is not valid cart settings JSON: {0}")]
+pub struct CartSettingsError(#[from] serde_json::Error);
+
+impl CartSettings {
+    /// Parse settings JSON; an empty string means all defaults.
+    pub fn from_json(json: &str) -> Result<Self, CartSettingsError> {
+        if json.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        Ok(serde_json::from_str(json)?)
+    }
+
+    pub fn for_operator(&self, operator: &OperatorId) -> &CartPolicy {
+        self.operators.get(operator).unwrap_or(&self.default)
+    }
+}
+
+/// A step the cart refused, with what to tell the customer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CartRefusal {
+    #[error("the cart is already confirmed")]
+    AlreadyConfirmed,
+    #[error("the operator is off sale: {step} stays as chosen for you until it is back on sale")]
+    OffSale { step: &'static str },
+    #[error("the operator is off sale and this cart cannot be confirmed on a cached price")]
+    CachedPriceNotAllowed,
+    #[error("no price is known for this sailing yet")]
+    NoPrice,
+}
+
+/// What a confirm came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfirmStep {
+    Confirmed,
+    /// The price changed: the customer has to confirm the new one.
+    PriceChanged(PriceChange),
+}
+
+impl Cart {
+    /// A new cart for `sailing`. While the operator is off sale the degraded
+    /// choices are made at once and written on the cart.
+    pub fn open(
+        cart_id: String,
+        operator: OperatorId,
+        sailing: Sailing,
+        off_sale: bool,
+        policy: &CartPolicy,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let mut cart = Self {
+            cart_id,
+            revision: 0,
+            operator,
+            sailing,
+            accommodation: None,
+            extras: Extras::NotChosen,
+            price: None,
+            degraded: None,
+            price_change: None,
+            confirmation: None,
+            created_at: now,
+            updated_at: now,
+        };
+        if off_sale {
+            cart.degrade(policy, now);
+        }
+        cart
+    }
+
+    /// Make the off-sale choices for every step the customer has not made
+    /// yet. Choices the customer made stay.
+    pub fn degrade(&mut self, policy: &CartPolicy, now: DateTime<Utc>) {
+        if self.confirmation.is_some() {
+            return;
+        }
+        if self.degraded.is_none() {
+            self.degraded = Some(Degraded {
+                since: now,
+                reason: "operator_off_sale".into(),
+            });
+        }
+        if self.accommodation.is_none() {
+            self.accommodation = Some(Accommodation {
+                code: policy.default_accommodation.clone(),
+                chosen_by: ChosenBy::DefaultWhileOffSale,
+            });
+        }
+        if matches!(self.extras, Extras::NotChosen) {
+            self.extras = Extras::SkippedWhileOffSale;
+        }
+        self.updated_at = now;
+    }
+
+    /// Whether a customer could now replace choices lifeboat made while the
+    /// operator was off sale.
+    pub fn upgrade_available(&self, on_sale: bool) -> bool {
+        on_sale
+            && self.confirmation.is_none()
+            && (matches!(
+                self.accommodation,
+                Some(Accommodation {
+                    chosen_by: ChosenBy::DefaultWhileOffSale,
+                    ..
+                })
+            ) || matches!(self.extras, Extras::SkippedWhileOffSale))
+    }
+
+    fn open_for_changes(&self) -> Result<(), CartRefusal> {
+        if self.confirmation.is_some() {
+            Err(CartRefusal::AlreadyConfirmed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The customer chooses an accommodation. While off sale the default
+    /// stays.
+    pub fn choose_accommodation(
+        &mut self,
+        code: String,
+        on_sale: bool,
+        now: DateTime<Utc>,
+    ) -> Result<(), CartRefusal> {
+        self.open_for_changes()?;
+        if !on_sale {
+            return Err(CartRefusal::OffSale {
+                step: "accommodation",
+            });
+        }
+        self.accommodation = Some(Accommodation {
+            code,
+            chosen_by: ChosenBy::Customer,
+        });
+        self.after_customer_change(now);
+        Ok(())
+    }
+
+    /// The customer chooses extras (possibly none). While off sale the step
+    /// stays skipped.
+    pub fn choose_extras(
+        &mut self,
+        codes: Vec<String>,
+        on_sale: bool,
+        now: DateTime<Utc>,
+    ) -> Result<(), CartRefusal> {
+        self.open_for_changes()?;
+        if !on_sale {
+            return Err(CartRefusal::OffSale { step: "extras" });
+        }
+        self.extras = Extras::Chosen { codes };
+        self.after_customer_change(now);
+        Ok(())
+    }
+
+    fn after_customer_change(&mut self, now: DateTime<Utc>) {
+        // Once no off-sale choice is left the cart is no longer degraded.
+        let defaults_left = matches!(
+            self.accommodation,
+            Some(Accommodation {
+                chosen_by: ChosenBy::DefaultWhileOffSale,
+                ..
+            })
+        ) || matches!(self.extras, Extras::SkippedWhileOffSale);
+        if !defaults_left {
+            self.degraded = None;
+        }
+        self.price_change = None;
+        self.updated_at = now;
+    }
+
+    /// Record a price for the cart.
+    pub fn set_price(&mut self, price: CartPrice, now: DateTime<Utc>) -> Result<(), CartRefusal> {
+        self.open_for_changes()?;
+        self.price = Some(price);
+        self.updated_at = now;
+        Ok(())
+    }
+
+    /// Confirm with a price just asked from the operator (on sale). A price
+    /// that differs from the cart's is not confirmed: it becomes the cart's
+    /// price, and the change is returned for the customer to accept by
+    /// confirming again.
+    pub fn confirm_live(
+        &mut self,
+        price: CartPrice,
+        now: DateTime<Utc>,
+    ) -> Result<ConfirmStep, CartRefusal> {
+        self.open_for_changes()?;
+        let old = self.price.clone();
+        match old {
+            Some(old) if old.amount_cents != price.amount_cents || old.currency != price.currency => {
+                let change = PriceChange {
+                    old_cents: old.amount_cents,
+                    new_cents: price.amount_cents,
+                    difference_cents: price.amount_cents - old.amount_cents,
+                    currency: price.currency.clone(),
+                    at: now,
+                };
+                self.price = Some(price);
+                self.price_change = Some(change.clone());
+                self.updated_at = now;
+                Ok(ConfirmStep::PriceChanged(change))
+            }
+            _ => {
+                self.confirmation = Some(Confirmation {
+                    at: now,
+                    amount_cents: price.amount_cents,
+                    currency: price.currency.clone(),
+                    on_cached_price: false,
+                    price_as_of: price.as_of,
+                });
+                self.price = Some(price);
+                self.updated_at = now;
+                Ok(ConfirmStep::Confirmed)
+            }
+        }
+    }
+
+    /// Confirm on the cart's cached price while the operator is off sale, if
+    /// the operator's policy allows it.
+    pub fn confirm_cached(
+        &mut self,
+        policy: &CartPolicy,
+        now: DateTime<Utc>,
+    ) -> Result<ConfirmStep, CartRefusal> {
+        self.open_for_changes()?;
+        if !policy.confirm_on_cached_price {
+            return Err(CartRefusal::CachedPriceNotAllowed);
+        }
+        let price = self.price.clone().ok_or(CartRefusal::NoPrice)?;
+        self.confirmation = Some(Confirmation {
+            at: now,
+            amount_cents: price.amount_cents,
+            currency: price.currency,
+            on_cached_price: true,
+            price_as_of: price.as_of,
+        });
+        self.updated_at = now;
+        Ok(ConfirmStep::Confirmed)
+    }
+
+    /// Age of the cart's price at `now`, in whole seconds.
+    pub fn price_age_s(&self, now: DateTime<Utc>) -> Option<u64> {
+        self.price.as_ref().map(|p| age_s(p.as_of, now))
+    }
+}
+
+/// The Carts table.
+#[async_trait]
+pub trait CartStore: Send + Sync {
+    /// Strongly consistent read of one cart.
+    async fn get(&self, cart_id: &str) -> Result<Option<Cart>, StoreError>;
+
+    /// Write `cart` if the stored revision is `expected_revision` (`None`: a
+    /// new cart). Otherwise `Conflict`.
+    async fn save(&self, cart: &Cart, expected_revision: Option<u64>) -> Result<(), StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap_or_default()
+    }
+
+    fn cart(off_sale: bool) -> Cart {
+        Cart::open(
+            "c1".into(),
+            OperatorId::new("nordic").unwrap_or_else(|e| panic!("{e}")),
+            Sailing {
+                sailing_id: "s1".into(),
+                from: "HEL".into(),
+                to: "TLL".into(),
+                date: "2026-12-24".into(),
+                passengers: 2,
+            },
+            off_sale,
+            &CartPolicy::default(),
+            at(0),
+        )
+    }
+
+    fn price(cents: i64, source: PriceSource, as_of: i64) -> CartPrice {
+        CartPrice {
+            amount_cents: cents,
+            currency: "EUR".into(),
+            source,
+            as_of: at(as_of),
+        }
+    }
+
+    #[test]
+    fn an_off_sale_cart_gets_the_default_choices_written_on_it() {
+        let c = cart(true);
+        assert_eq!(
+            c.accommodation,
+            Some(Accommodation {
+                code: "seat".into(),
+                chosen_by: ChosenBy::DefaultWhileOffSale
+            })
+        );
+        assert_eq!(c.extras, Extras::SkippedWhileOffSale);
+        assert!(c.degraded.is_some());
+        assert!(!c.upgrade_available(false));
+        assert!(c.upgrade_available(true));
+    }
+
+    #[test]
+    fn off_sale_steps_are_refused_and_change_nothing() {
+        let mut c = cart(true);
+        let before = c.clone();
+        assert!(matches!(
+            c.choose_accommodation("cabin".into(), false, at(5)),
+            Err(CartRefusal::OffSale { .. })
+        ));
+        assert!(c.choose_extras(vec!["meal".into()], false, at(5)).is_err());
+        assert_eq!(c, before);
+    }
+
+    #[test]
+    fn upgrading_when_back_on_sale_clears_the_degraded_state() {
+        let mut c = cart(true);
+        c.choose_accommodation("cabin".into(), true, at(10))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.degraded.is_some(), "extras are still skipped");
+        c.choose_extras(vec![], true, at(11))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.degraded.is_none());
+        assert!(!c.upgrade_available(true));
+    }
+
+    #[test]
+    fn a_changed_price_is_shown_before_it_is_confirmed() {
+        let mut c = cart(false);
+        c.set_price(price(10_000, PriceSource::Live, 0), at(0))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let step = c
+            .confirm_live(price(10_500, PriceSource::Live, 60), at(60))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ConfirmStep::PriceChanged(change) = step else {
+            panic!("expected a price change, got {step:?}")
+        };
+        assert_eq!(
+            (change.old_cents, change.new_cents, change.difference_cents),
+            (10_000, 10_500, 500)
+        );
+        assert!(c.confirmation.is_none());
+        let again = c
+            .confirm_live(price(10_500, PriceSource::Fresh, 60), at(70))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again, ConfirmStep::Confirmed);
+        assert_eq!(
+            c.confirmation.as_ref().map(|x| x.amount_cents),
+            Some(10_500)
+        );
+        assert_eq!(
+            c.confirm_live(price(1, PriceSource::Live, 80), at(80)),
+            Err(CartRefusal::AlreadyConfirmed)
+        );
+    }
+
+    #[test]
+    fn confirming_on_a_cached_price_follows_the_policy() {
+        let mut c = cart(true);
+        assert_eq!(
+            c.confirm_cached(&CartPolicy::default(), at(1)),
+            Err(CartRefusal::NoPrice)
+        );
+        c.set_price(price(9_900, PriceSource::LastGood, -3600), at(1))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let strict = CartPolicy {
+            confirm_on_cached_price: false,
+            ..CartPolicy::default()
+        };
+        assert_eq!(
+            c.confirm_cached(&strict, at(2)),
+            Err(CartRefusal::CachedPriceNotAllowed)
+        );
+        assert_eq!(
+            c.confirm_cached(&CartPolicy::default(), at(2)),
+            Ok(ConfirmStep::Confirmed)
+        );
+        let confirmation = c.confirmation.clone().unwrap_or_else(|| panic!("confirmed"));
+        assert!(confirmation.on_cached_price);
+        assert_eq!(c.price_age_s(at(2)), Some(3602));
+    }
+
+    #[test]
+    fn settings_fall_back_to_the_default_policy() {
+        let settings = CartSettings::from_json(
+            r#"{"operators": {"nordic": {"default_accommodation": "deck", "confirm_on_cached_price": false}}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let nordic = OperatorId::new("nordic").unwrap_or_else(|e| panic!("{e}"));
+        let other = OperatorId::new("baltic").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(settings.for_operator(&nordic).default_accommodation, "deck");
+        assert_eq!(settings.for_operator(&other).default_accommodation, "seat");
+        assert!(CartSettings::from_json(r#"{"nope": 1}"#).is_err());
+        assert_eq!(
+            CartSettings::from_json("").unwrap_or_else(|e| panic!("{e}")),
+            CartSettings::default()
+        );
+    }
+}
