@@ -1,0 +1,285 @@
+//! The HTTP side shared by search and cart: a plain request and reply that
+//! the handlers work on (so their tests need no Lambda event), problem
+//! replies (RFC 9457 `application/problem+json`) and the conversions from and
+//! to `lambda_http`, which accepts API Gateway HTTP API, REST API, ALB and
+//! Function URL events alike.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lambda_http::{Body, Request, RequestExt, Response};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// An HTTP request as the handlers see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: String,
+    pub path: String,
+    /// Every query parameter in order, repeated names included.
+    pub query: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpRequest {
+    pub fn get(path: &str, query: &[(&str, &str)]) -> Self {
+        Self {
+            method: "GET".into(),
+            path: path.into(),
+            query: query
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: Vec::new(),
+        }
+    }
+
+    pub fn with_json(method: &str, path: &str, body: &Value) -> Self {
+        Self {
+            method: method.into(),
+            path: path.into(),
+            query: Vec::new(),
+            body: body.to_string().into_bytes(),
+        }
+    }
+
+    /// The path's segments, without empty ones (`/carts/c1/` → `carts`, `c1`).
+    pub fn segments(&self) -> Vec<&str> {
+        self.path.split('/').filter(|s| !s.is_empty()).collect()
+    }
+
+    /// The query parameters as a map, checked: only `allowed` names, each at
+    /// most once.
+    pub fn query_map(&self, allowed: &[&str]) -> Result<BTreeMap<String, String>, Problem> {
+        let mut map = BTreeMap::new();
+        for (name, value) in &self.query {
+            if !allowed.contains(&name.as_str()) {
+                return Err(Problem::invalid(
+                    name,
+                    &format!("unknown parameter; expected one of {}", allowed.join(", ")),
+                ));
+            }
+            if map.insert(name.clone(), value.clone()).is_some() {
+                return Err(Problem::invalid(name, "given more than once"));
+            }
+        }
+        Ok(map)
+    }
+}
+
+/// A reply: status, extra headers and a JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn ok(body: Value) -> Self {
+        Self::json(200, body)
+    }
+
+    pub fn json(status: u16, body: Value) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type", "application/json".into())],
+            body,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One parameter that was not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InvalidParam {
+    pub name: String,
+    pub reason: String,
+}
+
+/// An error reply in RFC 9457 form. Details are written for the client and
+/// never carry internal errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub status: u16,
+    pub title: &'static str,
+    pub detail: String,
+    pub invalid_params: Vec<InvalidParam>,
+    pub retry_after: Option<Duration>,
+    /// Extra members of the problem object.
+    pub extra: BTreeMap<&'static str, Value>,
+}
+
+impl Problem {
+    pub fn new(status: u16, title: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            title,
+            detail: detail.into(),
+            invalid_params: Vec::new(),
+            retry_after: None,
+            extra: BTreeMap::new(),
+        }
+    }
+
+    /// 400 naming the parameter (or body field) at fault.
+    pub fn invalid(name: &str, reason: &str) -> Self {
+        let mut p = Self::new(400, "invalid request", format!("{name}: {reason}"));
+        p.invalid_params.push(InvalidParam {
+            name: name.to_owned(),
+            reason: reason.to_owned(),
+        });
+        p
+    }
+
+    /// 400 for a missing parameter.
+    pub fn missing(name: &str) -> Self {
+        Self::invalid(name, "is required")
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(404, "not found", detail)
+    }
+
+    pub fn method_not_allowed(allowed: &str) -> Self {
+        Self::new(
+            405,
+            "method not allowed",
+            format!("use {allowed} on this path"),
+        )
+    }
+
+    /// 503 "unavailable right now" with a Retry-After.
+    pub fn unavailable(detail: impl Into<String>, retry_after: Duration) -> Self {
+        let mut p = Self::new(503, "unavailable right now", detail);
+        p.retry_after = Some(retry_after);
+        p
+    }
+
+    pub fn with(mut self, name: &'static str, value: Value) -> Self {
+        self.extra.insert(name, value);
+        self
+    }
+
+    pub fn reply(&self) -> Reply {
+        let mut body = json!({
+            "type": "about:blank",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        });
+        if !self.invalid_params.is_empty() {
+            body["invalid_params"] = json!(self.invalid_params);
+        }
+        let mut headers = vec![("content-type", "application/problem+json".to_owned())];
+        if let Some(after) = self.retry_after {
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            body["retry_after_s"] = json!(secs);
+            headers.push(("retry-after", secs.to_string()));
+        }
+        for (name, value) in &self.extra {
+            body[*name] = value.clone();
+        }
+        Reply {
+            status: self.status,
+            headers,
+            body,
+        }
+    }
+}
+
+impl From<Problem> for Reply {
+    fn from(p: Problem) -> Self {
+        p.reply()
+    }
+}
+
+/// The plain request of a Lambda HTTP event.
+pub fn from_lambda(request: &Request) -> HttpRequest {
+    let mut query: Vec<(String, String)> = request
+        .query_string_parameters_ref()
+        .map(|q| {
+            q.iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if query.is_empty() {
+        // Events without pre-parsed parameters still carry the URI's query.
+        if let Some(raw) = request.uri().query() {
+            query = form_urlencoded::parse(raw.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+        }
+    }
+    HttpRequest {
+        method: request.method().as_str().to_owned(),
+        path: request.uri().path().to_owned(),
+        query,
+        body: request.body().to_vec(),
+    }
+}
+
+/// The Lambda HTTP response of a reply.
+pub fn into_lambda(reply: Reply) -> Result<Response<Body>, lambda_http::http::Error> {
+    let mut builder = Response::builder().status(reply.status);
+    for (name, value) in &reply.headers {
+        builder = builder.header(*name, value.as_str());
+    }
+    builder.body(Body::Text(reply.body.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_maps_refuse_unknown_and_repeated_names() {
+        let ok = HttpRequest::get("/x", &[("a", "1"), ("b", "2")]);
+        assert_eq!(ok.query_map(&["a", "b"]).map(|m| m.len()), Ok(2));
+        let unknown = HttpRequest::get("/x", &[("c", "1")]).query_map(&["a"]);
+        assert_eq!(
+            unknown.map_err(|p| p.invalid_params[0].name.clone()),
+            Err("c".to_owned())
+        );
+        let twice = HttpRequest::get("/x", &[("a", "1"), ("a", "2")]).query_map(&["a"]);
+        assert!(twice.is_err());
+    }
+
+    #[test]
+    fn unavailable_problems_carry_retry_after() {
+        let reply = Problem::unavailable("down", Duration::from_millis(2500)).reply();
+        assert_eq!(reply.status, 503);
+        assert_eq!(reply.header("Retry-After"), Some("3"));
+        assert_eq!(reply.body["retry_after_s"], 3);
+        assert_eq!(reply.body["title"], "unavailable right now");
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/problem+json")
+        );
+    }
+
+    #[test]
+    fn lambda_requests_keep_their_query() {
+        let request = lambda_http::http::Request::builder()
+            .method("GET")
+            .uri("https://example.test/sailings?from=HEL&to=T%20L")
+            .body(Body::Empty)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let plain = from_lambda(&request);
+        assert_eq!(plain.path, "/sailings");
+        assert_eq!(
+            plain.query,
+            vec![
+                ("from".to_owned(), "HEL".to_owned()),
+                ("to".to_owned(), "T L".to_owned())
+            ]
+        );
+    }
+}

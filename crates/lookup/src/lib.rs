@@ -1,0 +1,366 @@
+//! lifeboat-lookup: how search and cart get an operator answer without waiting
+//! for one that will not come.
+//!
+//! One question (operator, operation, parameters) is answered by the first of:
+//!
+//! 1. the **recent** cache entry (default at most 5 minutes old): `fresh`;
+//! 2. unless the breaker is open, a request through the **gateway**: a request
+//!    record written to the Requests table, its outcome awaited with
+//!    consistent reads and growing pauses, for at most the operation's budget
+//!    (search 3 s, price 2.75 s): `live`;
+//! 3. the **last good** cache entry (default at most 7 days old):
+//!    `last_good`;
+//! 4. otherwise [`Unavailable`], with how long to wait before asking again.
+//!
+//! The breaker is read through [`BreakerCache`], which keeps each state for at
+//! most a second, so an instance under load reads the Breaker table about once
+//! a second, and an answer while the breaker is open costs at most two store
+//! reads (cache entry and breaker) and never a request record.
+
+pub mod http;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use lifeboat_core::cache::{CacheKey, CacheStore, CachedAnswer, Freshness, age_s};
+use lifeboat_core::ports::{BreakerStore, RequestStore};
+use lifeboat_core::request::{FailureReason, OutcomeKind, RequestRecord};
+use lifeboat_core::settings::Settings;
+use lifeboat_core::{BreakerRecord, BreakerState, Clock, Operation, OperatorId};
+use serde::Serialize;
+
+/// The longest a breaker state is kept by [`BreakerCache`].
+pub const MAX_BREAKER_CACHE: Duration = Duration::from_secs(1);
+
+/// Where an answer came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The recent cache.
+    Fresh,
+    /// The operator, through the gateway, just now.
+    Live,
+    /// The last good answer, because the operator could not answer.
+    LastGood,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Fresh => "fresh",
+            Source::Live => "live",
+            Source::LastGood => "last_good",
+        }
+    }
+}
+
+/// An operator answer and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub source: Source,
+    /// When the operator gave it.
+    pub as_of: DateTime<Utc>,
+    /// Whole seconds between `as_of` and the moment it was looked up.
+    pub age_s: u64,
+    /// The operator's answer, as JSON text.
+    pub body: String,
+}
+
+/// Why there is no answer to give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnavailableReason {
+    /// The breaker is open and nothing usable is cached.
+    BreakerOpen,
+    /// The operator did not answer in time and nothing usable is cached.
+    Timeout,
+    /// The operator failed and nothing usable is cached.
+    UpstreamError,
+    /// Our own stores could not be used.
+    StoreUnavailable,
+}
+
+/// No answer now: ask again after `retry_after`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unavailable {
+    pub reason: UnavailableReason,
+    pub retry_after: Duration,
+}
+
+/// Whether the operator may be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Fresh, then the gateway, then last good.
+    AskOperator,
+    /// Only what is cached (the cart while the operator is off sale).
+    CachedOnly,
+}
+
+/// What one lookup did, for logs, tests and the demo.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Looked {
+    pub result: Result<Answer, Unavailable>,
+    /// The breaker state that was read, if it was read.
+    pub breaker: Option<BreakerState>,
+    /// Whether a request record was written.
+    pub requested: bool,
+    /// Reads of the cache and breaker stores (cached breaker reads not counted).
+    pub store_reads: u32,
+}
+
+/// How the outcome of a request is awaited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Polling {
+    /// The first pause after the request is written.
+    pub first: Duration,
+    /// Pauses double up to this.
+    pub max: Duration,
+}
+
+impl Default for Polling {
+    fn default() -> Self {
+        Self {
+            first: Duration::from_millis(50),
+            max: Duration::from_millis(250),
+        }
+    }
+}
+
+/// How long a caller is told to wait when nothing can be shown.
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
+
+/// The breaker state per operator, each kept for at most `max_age`.
+pub struct BreakerCache {
+    store: Arc<dyn BreakerStore>,
+    clock: Arc<dyn Clock>,
+    max_age: Duration,
+    states: Mutex<HashMap<OperatorId, (DateTime<Utc>, Option<BreakerRecord>)>>,
+}
+
+impl BreakerCache {
+    /// `max_age` is capped at [`MAX_BREAKER_CACHE`].
+    pub fn new(store: Arc<dyn BreakerStore>, clock: Arc<dyn Clock>, max_age: Duration) -> Self {
+        Self {
+            store,
+            clock,
+            max_age: max_age.min(MAX_BREAKER_CACHE),
+            states: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The operator's breaker, and whether the store was read for it. A
+    /// store that cannot be read counts as "not known" (`None`): the caller
+    /// then tries the gateway, whose consumer reads the breaker again.
+    pub async fn get(&self, operator: &OperatorId) -> (Option<BreakerRecord>, bool) {
+        let now = self.clock.now();
+        let max_age = TimeDelta::from_std(self.max_age).unwrap_or(TimeDelta::zero());
+        if let Some((read_at, record)) = self.lock().get(operator) {
+            if now - *read_at < max_age && *read_at <= now {
+                return (record.clone(), false);
+            }
+        }
+        match self.store.load(operator).await {
+            Ok(record) => {
+                self.lock()
+                    .insert(operator.clone(), (now, record.clone()));
+                (record, true)
+            }
+            Err(e) => {
+                tracing::warn!(operator = %operator, error = %e, "breaker state not read");
+                (None, true)
+            }
+        }
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<OperatorId, (DateTime<Utc>, Option<BreakerRecord>)>>
+    {
+        // Each entry is written whole: a poisoned lock still holds valid data.
+        self.states.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Looks up answers for one function instance. Built once, shared by every
+/// invocation.
+pub struct Lookup {
+    pub requests: Arc<dyn RequestStore>,
+    pub cache: Arc<dyn CacheStore>,
+    pub breakers: BreakerCache,
+    pub clock: Arc<dyn Clock>,
+    pub settings: Settings,
+    pub polling: Polling,
+}
+
+impl Lookup {
+    /// Answer one question.
+    pub async fn answer(
+        &self,
+        operator: &OperatorId,
+        operation: Operation,
+        params: &BTreeMap<String, String>,
+        mode: Mode,
+    ) -> Looked {
+        let policy = self.settings.for_operator(operator).cache;
+        let key = CacheKey::new(operator, operation, params);
+        let now = self.clock.now();
+        let mut looked = Looked {
+            result: Err(Unavailable {
+                reason: UnavailableReason::StoreUnavailable,
+                retry_after: RETRY_AFTER_FAILURE,
+            }),
+            breaker: None,
+            requested: false,
+            store_reads: 1,
+        };
+        let cached = match self.cache.get(&key).await {
+            Ok(cached) => cached,
+            Err(e) => {
+                tracing::warn!(operator = %operator, operation = %operation, error = %e, "answer cache not read");
+                None
+            }
+        };
+        if let Some(entry) = &cached {
+            if policy.freshness(entry.as_of, now) == Freshness::Recent {
+                looked.result = Ok(answer(Source::Fresh, entry, now));
+                return looked;
+            }
+        }
+        let last_good = cached.filter(|e| policy.freshness(e.as_of, now) != Freshness::Expired);
+
+        let failure = match mode {
+            Mode::CachedOnly => Unavailable {
+                reason: UnavailableReason::BreakerOpen,
+                retry_after: RETRY_AFTER_FAILURE,
+            },
+            Mode::AskOperator => {
+                let (breaker, read) = self.breakers.get(operator).await;
+                looked.store_reads += u32::from(read);
+                looked.breaker = breaker.as_ref().map(|b| b.state);
+                match breaker.filter(|b| b.state.is_open()) {
+                    Some(open) => Unavailable {
+                        reason: UnavailableReason::BreakerOpen,
+                        retry_after: retry_after_open(&open, self.clock.now()),
+                    },
+                    None => {
+                        looked.requested = true;
+                        match self.ask_gateway(operator, operation, params).await {
+                            Ok(live) => {
+                                looked.result = Ok(live);
+                                return looked;
+                            }
+                            Err(reason) => Unavailable {
+                                reason,
+                                retry_after: RETRY_AFTER_FAILURE,
+                            },
+                        }
+                    }
+                }
+            }
+        };
+        looked.result = match last_good {
+            Some(entry) => Ok(answer(Source::LastGood, &entry, self.clock.now())),
+            None => Err(failure),
+        };
+        looked
+    }
+
+    /// Write a request record and wait for its outcome within the budget.
+    async fn ask_gateway(
+        &self,
+        operator: &OperatorId,
+        operation: Operation,
+        params: &BTreeMap<String, String>,
+    ) -> Result<Answer, UnavailableReason> {
+        let budget = self
+            .settings
+            .for_operator(operator)
+            .budgets
+            .for_operation(operation);
+        let created_at = self.clock.now();
+        let wait = TimeDelta::from_std(budget.timeout).unwrap_or(TimeDelta::zero());
+        let deadline = created_at + wait;
+        let request = RequestRecord {
+            request_id: uuid::Uuid::new_v4().to_string(),
+            operator: operator.clone(),
+            operation,
+            params: params.clone(),
+            created_at,
+            deadline,
+        };
+        if let Err(e) = self.requests.put_request(&request).await {
+            tracing::warn!(operator = %operator, operation = %operation, error = %e, "request not written");
+            return Err(UnavailableReason::StoreUnavailable);
+        }
+        let mut pause = self.polling.first;
+        loop {
+            let now = self.clock.now();
+            if now >= deadline {
+                tracing::info!(
+                    operator = %operator, operation = %operation, request_id = %request.request_id,
+                    "no outcome within the budget"
+                );
+                return Err(UnavailableReason::Timeout);
+            }
+            let left = (deadline - now).to_std().unwrap_or(Duration::ZERO);
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(self.polling.max);
+            match self.requests.get(&request.request_id).await {
+                Ok(Some(stored)) => match stored.outcome.map(|o| (o.kind, o.at)) {
+                    Some((OutcomeKind::Answered { body }, at)) => {
+                        return Ok(Answer {
+                            source: Source::Live,
+                            as_of: at,
+                            age_s: age_s(at, self.clock.now()),
+                            body,
+                        });
+                    }
+                    Some((OutcomeKind::Failed { reason, detail }, _)) => {
+                        tracing::info!(
+                            operator = %operator, operation = %operation, request_id = %request.request_id,
+                            reason = reason.as_str(), detail = %detail, "gateway answered with a failure"
+                        );
+                        return Err(match reason {
+                            FailureReason::BreakerOpen => UnavailableReason::BreakerOpen,
+                            FailureReason::Timeout | FailureReason::Expired => {
+                                UnavailableReason::Timeout
+                            }
+                            FailureReason::UpstreamError | FailureReason::Malformed => {
+                                UnavailableReason::UpstreamError
+                            }
+                        });
+                    }
+                    None => {}
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(request_id = %request.request_id, error = %e, "outcome not read");
+                }
+            }
+        }
+    }
+}
+
+fn answer(source: Source, entry: &CachedAnswer, now: DateTime<Utc>) -> Answer {
+    Answer {
+        source,
+        as_of: entry.as_of,
+        age_s: age_s(entry.as_of, now),
+        body: entry.body.clone(),
+    }
+}
+
+/// Until the open period ends (at least a second); the schedule may take a
+/// little longer to move the breaker on, and that is fine.
+fn retry_after_open(breaker: &BreakerRecord, now: DateTime<Utc>) -> Duration {
+    breaker
+        .open_until
+        .and_then(|until| (until - now).to_std().ok())
+        .unwrap_or(RETRY_AFTER_FAILURE)
+        .max(Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests;

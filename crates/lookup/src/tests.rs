@@ -1,0 +1,180 @@
+//! Lookups against the in-memory gateway (real consumers, simulated operator)
+//! on paused time.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use super::*;
+use lifeboat_core::ports::BreakerStore;
+use lifeboat_operator::{OutageMode, SimConfig, SimulatedOperator};
+use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+
+fn base() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_796_032_800, 0).unwrap()
+}
+
+fn nordic() -> OperatorId {
+    OperatorId::new("nordic").unwrap()
+}
+
+fn route() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("date".to_owned(), "2026-12-24".to_owned()),
+        ("from".to_owned(), "HEL".to_owned()),
+        ("passengers".to_owned(), "2".to_owned()),
+        ("to".to_owned(), "TLL".to_owned()),
+    ])
+}
+
+struct World {
+    gateway: Gateway,
+    lookup: Lookup,
+    sim: SimulatedOperator,
+    clock: Arc<TokioClock>,
+}
+
+fn world() -> World {
+    let clock = Arc::new(TokioClock::starting_at(base()));
+    let sim = SimulatedOperator::new(nordic(), SimConfig::default(), clock.clone());
+    let gateway = Gateway::new(
+        Arc::new(sim.clone()),
+        clock.clone(),
+        GatewayConfig {
+            operators: vec![nordic()],
+            ..GatewayConfig::default()
+        },
+    );
+    let lookup = Lookup {
+        requests: gateway.requests.clone(),
+        cache: gateway.cache.clone(),
+        breakers: BreakerCache::new(
+            gateway.breakers.clone(),
+            clock.clone(),
+            Duration::from_secs(1),
+        ),
+        clock: clock.clone(),
+        settings: Settings::default(),
+        polling: Polling::default(),
+    };
+    World {
+        gateway,
+        lookup,
+        sim,
+        clock,
+    }
+}
+
+/// One lookup while the gateway runs beside it for `for_s` seconds.
+async fn ask(w: &mut World, mode: Mode, for_s: i64) -> Looked {
+    let until = w.clock.now() + TimeDelta::seconds(for_s);
+    let (operator, params) = (nordic(), route());
+    let (looked, ()) = tokio::join!(
+        w.lookup.answer(&operator, Operation::Search, &params, mode),
+        w.gateway.run_until(until)
+    );
+    looked
+}
+
+async fn open_breaker(w: &World) {
+    let mut record = BreakerRecord::initial(nordic(), w.clock.now());
+    record.state = BreakerState::Open;
+    record.version = 1;
+    record.open_until = Some(w.clock.now() + TimeDelta::seconds(30));
+    w.gateway.breakers.save(&record, None).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn live_then_fresh_when_healthy() {
+    let mut w = world();
+    let first = ask(&mut w, Mode::AskOperator, 5).await;
+    let answer = first.result.unwrap();
+    assert_eq!(answer.source, Source::Live);
+    assert!(answer.body.contains("sailings"));
+    assert!(first.requested);
+
+    let second = ask(&mut w, Mode::AskOperator, 1).await;
+    let again = second.result.unwrap();
+    assert_eq!(again.source, Source::Fresh);
+    assert_eq!(again.body, answer.body);
+    assert!(!second.requested);
+    assert_eq!(w.sim.stats().total, 1, "the fresh answer asked nobody");
+    assert_eq!(w.gateway.requests.counts().total, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn last_good_without_a_request_while_open() {
+    let mut w = world();
+    ask(&mut w, Mode::AskOperator, 5).await.result.unwrap();
+    // Past the recent window, then the breaker opens.
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    open_breaker(&w).await;
+
+    let looked = ask(&mut w, Mode::AskOperator, 1).await;
+    let answer = looked.result.unwrap();
+    assert_eq!(answer.source, Source::LastGood);
+    assert!(answer.age_s >= 3600, "age {}", answer.age_s);
+    assert!(!looked.requested);
+    assert_eq!(looked.breaker, Some(BreakerState::Open));
+    assert!(looked.store_reads <= 2, "{} reads", looked.store_reads);
+    assert_eq!(w.gateway.requests.counts().total, 1, "no request record");
+    assert_eq!(w.sim.stats().total, 1, "no operator call");
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_cached_while_open_is_unavailable_with_a_retry_time() {
+    let mut w = world();
+    open_breaker(&w).await;
+    let looked = ask(&mut w, Mode::AskOperator, 1).await;
+    let unavailable = looked.result.unwrap_err();
+    assert_eq!(unavailable.reason, UnavailableReason::BreakerOpen);
+    assert!(unavailable.retry_after >= Duration::from_secs(29));
+    assert!(unavailable.retry_after <= Duration::from_secs(30));
+    assert!(!looked.requested);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_operator_costs_one_budget_then_last_good() {
+    let mut w = world();
+    ask(&mut w, Mode::AskOperator, 5).await.result.unwrap();
+    tokio::time::advance(Duration::from_secs(600)).await;
+    w.sim.set_mode(Some(OutageMode::Hang));
+
+    let start = w.clock.now();
+    let (operator, params) = (nordic(), route());
+    let looked = w
+        .lookup
+        .answer(&operator, Operation::Search, &params, Mode::AskOperator);
+    let until = start + TimeDelta::seconds(6);
+    let (looked, ()) = tokio::join!(
+        async {
+            let looked = looked.await;
+            (looked, w.clock.now())
+        },
+        w.gateway.run_until(until)
+    );
+    let (looked, answered_at) = looked;
+    let answer = looked.result.unwrap();
+    assert_eq!(answer.source, Source::LastGood);
+    assert!(looked.requested);
+    let waited = (answered_at - start).num_milliseconds();
+    assert!((3_000..3_300).contains(&waited), "waited {waited} ms");
+}
+
+#[tokio::test(start_paused = true)]
+async fn cached_only_never_writes_a_request() {
+    let mut w = world();
+    let looked = ask(&mut w, Mode::CachedOnly, 1).await;
+    assert!(looked.result.is_err());
+    assert!(!looked.requested);
+    assert_eq!(looked.store_reads, 1);
+    assert_eq!(w.gateway.requests.counts().total, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_breaker_is_read_at_most_once_a_second() {
+    let w = world();
+    let (_, first) = w.lookup.breakers.get(&nordic()).await;
+    let (_, second) = w.lookup.breakers.get(&nordic()).await;
+    tokio::time::advance(Duration::from_millis(1000)).await;
+    let (_, third) = w.lookup.breakers.get(&nordic()).await;
+    assert_eq!((first, second, third), (true, false, true));
+}
