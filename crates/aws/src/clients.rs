@@ -23,14 +23,16 @@ use std::ffi::OsString;
 use aws_config::{BehaviorVersion, SdkConfig};
 
 use crate::{
-    DynamoBreakerStore, DynamoRequestStore, DynamoWindowStore, EventBridgePublisher,
-    LambdaStreamRouter,
+    DynamoBreakerStore, DynamoCacheStore, DynamoRequestStore, DynamoWindowStore,
+    EventBridgePublisher, LambdaStreamRouter,
 };
 
 /// The Requests table's name.
 pub const REQUESTS_TABLE: &str = "REQUESTS_TABLE";
 /// The Breaker table's name (breakers and failure-window buckets).
 pub const BREAKER_TABLE: &str = "BREAKER_TABLE";
+/// The Cache table's name (the operators' answers).
+pub const CACHE_TABLE: &str = "CACHE_TABLE";
 /// The EventBridge bus's name or ARN.
 pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
 /// The UUID of the Requests stream's event source mapping.
@@ -106,6 +108,10 @@ impl Env {
         self.required(BREAKER_TABLE)
     }
 
+    pub fn cache_table(&self) -> Result<&str, ConfigError> {
+        self.required(CACHE_TABLE)
+    }
+
     pub fn event_bus_name(&self) -> Result<&str, ConfigError> {
         self.required(EVENT_BUS_NAME)
     }
@@ -173,6 +179,14 @@ impl Clients {
         Ok(DynamoWindowStore::new(
             self.dynamodb.clone(),
             env.breaker_table()?,
+        ))
+    }
+
+    /// The answer cache in the table named by `CACHE_TABLE`.
+    pub fn cache_store(&self, env: &Env) -> Result<DynamoCacheStore, ConfigError> {
+        Ok(DynamoCacheStore::new(
+            self.dynamodb.clone(),
+            env.cache_table()?,
         ))
     }
 

@@ -5,6 +5,7 @@
 //! | [`RequestStore`](lifeboat_core::ports::RequestStore) | [`DynamoRequestStore`] | DynamoDB, Requests table |
 //! | [`BreakerStore`](lifeboat_core::ports::BreakerStore) | [`DynamoBreakerStore`] | DynamoDB, Breaker table |
 //! | [`WindowStore`](lifeboat_core::ports::WindowStore) | [`DynamoWindowStore`] | DynamoDB, Breaker table (bucket items) |
+//! | [`CacheStore`](lifeboat_core::cache::CacheStore) | [`DynamoCacheStore`] | DynamoDB, Cache table |
 //! | [`EventPublisher`](lifeboat_core::ports::EventPublisher) | [`EventBridgePublisher`] | EventBridge `PutEvents` |
 //! | [`StreamRouter`](lifeboat_core::ports::StreamRouter) | [`LambdaStreamRouter`] | Lambda event source mappings |
 //!
@@ -18,6 +19,7 @@
 //! `AWS_ENDPOINT_URL_<SERVICE>`, so the same binaries talk to moto locally.
 
 pub mod breaker;
+pub mod cache;
 pub mod clients;
 mod error;
 pub mod events;
@@ -27,6 +29,7 @@ pub mod router;
 pub mod window;
 
 pub use breaker::DynamoBreakerStore;
+pub use cache::DynamoCacheStore;
 pub use clients::{Clients, ConfigError, Env};
 pub use events::EventBridgePublisher;
 pub use item::ItemError;
