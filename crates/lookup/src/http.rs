@@ -227,12 +227,22 @@ pub fn from_lambda(request: &Request) -> HttpRequest {
 }
 
 /// The Lambda HTTP response of a reply.
-pub fn into_lambda(reply: Reply) -> Result<Response<Body>, lambda_http::http::Error> {
+pub fn into_lambda(reply: Reply) -> Response<Body> {
     let mut builder = Response::builder().status(reply.status);
     for (name, value) in &reply.headers {
         builder = builder.header(*name, value.as_str());
     }
-    builder.body(Body::Text(reply.body.to_string()))
+    builder
+        .body(Body::Text(reply.body.to_string()))
+        .unwrap_or_else(|e| {
+            // Only a header value of ours could be refused; answer plainly.
+            tracing::error!(error = %e, "reply could not be built");
+            let mut fallback = Response::new(Body::Text(
+                r#"{"title":"internal error","status":500}"#.to_owned(),
+            ));
+            *fallback.status_mut() = lambda_http::http::StatusCode::INTERNAL_SERVER_ERROR;
+            fallback
+        })
 }
 
 #[cfg(test)]

@@ -17,7 +17,9 @@
 //! a second, and an answer while the breaker is open costs at most two store
 //! reads (cache entry and breaker) and never a request record.
 
+pub mod config;
 pub mod http;
+pub mod params;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -163,8 +165,7 @@ impl BreakerCache {
         }
         match self.store.load(operator).await {
             Ok(record) => {
-                self.lock()
-                    .insert(operator.clone(), (now, record.clone()));
+                self.lock().insert(operator.clone(), (now, record.clone()));
                 (record, true)
             }
             Err(e) => {

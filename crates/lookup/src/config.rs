@@ -1,0 +1,96 @@
+//! Start-up configuration shared by the functions that look answers up.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lifeboat_aws::{Clients, ConfigError, Env};
+use lifeboat_core::OperatorId;
+use lifeboat_core::operator::InvalidOperatorId;
+use lifeboat_core::settings::{Settings, SettingsError};
+
+use crate::{BreakerCache, Lookup, MAX_BREAKER_CACHE, Polling};
+
+/// The operators this deployment serves (comma-separated).
+pub const OPERATORS: &str = "OPERATORS";
+/// How long a breaker state is kept per instance, in ms (0 to 1000, default 1000).
+pub const BREAKER_CACHE_MS: &str = "BREAKER_CACHE_MS";
+/// Per-operator budgets, breaker and cache settings (JSON).
+pub const OPERATOR_SETTINGS: &str = "OPERATOR_SETTINGS";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error("OPERATORS: {0}")]
+    Operator(#[from] InvalidOperatorId),
+    #[error("OPERATORS names no operator")]
+    NoOperators,
+    #[error("BREAKER_CACHE_MS must be a whole number from 0 to 1000, got {0:?}")]
+    BreakerCache(String),
+    #[error("{name}: {reason}")]
+    Invalid { name: &'static str, reason: String },
+}
+
+/// The operators named by `OPERATORS`.
+pub fn operators(env: &Env) -> Result<BTreeSet<OperatorId>, StartupError> {
+    parse_operators(env.required(OPERATORS)?)
+}
+
+pub fn parse_operators(text: &str) -> Result<BTreeSet<OperatorId>, StartupError> {
+    let operators = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(OperatorId::new)
+        .collect::<Result<BTreeSet<_>, _>>()?;
+    if operators.is_empty() {
+        return Err(StartupError::NoOperators);
+    }
+    Ok(operators)
+}
+
+/// A [`Lookup`] on the Requests, Cache and Breaker tables the environment names.
+pub fn lookup(env: &Env, clients: &Clients) -> Result<Lookup, StartupError> {
+    let clock = Arc::new(lifeboat_core::SystemClock);
+    let breaker_cache = match env.optional(BREAKER_CACHE_MS)? {
+        None => MAX_BREAKER_CACHE,
+        Some(text) => match text.parse::<u64>() {
+            Ok(ms) if ms <= 1000 => Duration::from_millis(ms),
+            _ => return Err(StartupError::BreakerCache(text.to_owned())),
+        },
+    };
+    Ok(Lookup {
+        requests: Arc::new(clients.request_store(env)?),
+        cache: Arc::new(clients.cache_store(env)?),
+        breakers: BreakerCache::new(
+            Arc::new(clients.breaker_store(env)?),
+            clock.clone(),
+            breaker_cache,
+        ),
+        clock,
+        settings: Settings::from_json(env.optional(OPERATOR_SETTINGS)?.unwrap_or(""))?,
+        polling: Polling::default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operators_are_a_checked_comma_list() {
+        let ops = parse_operators(" nordic, baltic ,").unwrap_or_default();
+        assert_eq!(ops.len(), 2);
+        assert!(matches!(
+            parse_operators(" , "),
+            Err(StartupError::NoOperators)
+        ));
+        assert!(matches!(
+            parse_operators("Nordic"),
+            Err(StartupError::Operator(_))
+        ));
+    }
+}

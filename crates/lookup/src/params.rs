@@ -1,0 +1,125 @@
+//! The parameters customers send, checked one by one: each check names the
+//! parameter it refuses and says what would be accepted.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+use lifeboat_core::OperatorId;
+
+use crate::http::Problem;
+
+/// A known operator.
+pub fn operator(
+    name: &str,
+    value: &str,
+    known: &BTreeSet<OperatorId>,
+) -> Result<OperatorId, Problem> {
+    let id = OperatorId::new(value)
+        .map_err(|_| Problem::invalid(name, "must be 1 to 64 lowercase letters, digits or '-'"))?;
+    if !known.contains(&id) {
+        let served: Vec<&str> = known.iter().map(OperatorId::as_str).collect();
+        return Err(Problem::invalid(
+            name,
+            &format!("unknown operator; this service sells {}", served.join(", ")),
+        ));
+    }
+    Ok(id)
+}
+
+/// A port code: 3 to 5 capital letters.
+pub fn port(name: &str, value: &str) -> Result<String, Problem> {
+    if (3..=5).contains(&value.len()) && value.bytes().all(|b| b.is_ascii_uppercase()) {
+        Ok(value.to_owned())
+    } else {
+        Err(Problem::invalid(
+            name,
+            "must be a port code of 3 to 5 capital letters",
+        ))
+    }
+}
+
+/// A travel date, `YYYY-MM-DD`, not before yesterday (UTC; it is already
+/// today somewhere).
+pub fn date(name: &str, value: &str, now: DateTime<Utc>) -> Result<NaiveDate, Problem> {
+    let date = NaiveDate::parse_from_str(value, "%Y-%m-%d")
+        .ok()
+        .filter(|_| value.len() == 10)
+        .ok_or_else(|| Problem::invalid(name, "must be a date as YYYY-MM-DD"))?;
+    if date < (now - TimeDelta::days(1)).date_naive() {
+        return Err(Problem::invalid(name, "is in the past"));
+    }
+    Ok(date)
+}
+
+/// A passenger count from 1 to 9.
+pub fn passengers(name: &str, value: &str) -> Result<u8, Problem> {
+    match value.parse::<u8>() {
+        Ok(n) if (1..=9).contains(&n) && !value.starts_with('0') => Ok(n),
+        _ => Err(Problem::invalid(name, "must be a whole number from 1 to 9")),
+    }
+}
+
+/// An identifier (sailing, accommodation, extra): 1 to 64 letters, digits or '-'.
+pub fn code(name: &str, value: &str) -> Result<String, Problem> {
+    if !value.is_empty()
+        && value.len() <= 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        Ok(value.to_owned())
+    } else {
+        Err(Problem::invalid(
+            name,
+            "must be 1 to 64 letters, digits or '-'",
+        ))
+    }
+}
+
+/// A required parameter of a checked map.
+pub fn required<'a>(map: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, Problem> {
+    map.get(name)
+        .map(String::as_str)
+        .ok_or_else(|| Problem::missing(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_796_032_800, 0).unwrap_or_default() // 2026-12-01
+    }
+
+    #[test]
+    fn each_check_names_its_parameter() {
+        let known = BTreeSet::from([OperatorId::new("nordic").unwrap_or_else(|e| panic!("{e}"))]);
+        assert!(operator("operator", "nordic", &known).is_ok());
+        for bad in ["Nordic", "", "baltic"] {
+            let p = operator("operator", bad, &known)
+                .err()
+                .unwrap_or_else(|| panic!("{bad}"));
+            assert_eq!(
+                (p.status, p.invalid_params[0].name.as_str()),
+                (400, "operator")
+            );
+        }
+        assert!(port("from", "HEL").is_ok());
+        assert!(port("from", "hel").is_err());
+        assert!(port("from", "HELSINKI").is_err());
+        assert!(date("date", "2026-12-24", now()).is_ok());
+        assert!(
+            date("date", "2026-11-30", now()).is_ok(),
+            "yesterday is fine"
+        );
+        assert!(date("date", "2026-11-01", now()).is_err());
+        assert!(date("date", "2026-13-01", now()).is_err());
+        assert!(date("date", "2026-1-01", now()).is_err());
+        assert_eq!(passengers("passengers", "2").ok(), Some(2));
+        for bad in ["0", "10", "02", "-1", "two", ""] {
+            assert!(passengers("passengers", bad).is_err(), "{bad}");
+        }
+        assert!(code("sailing_id", "HEL-TLL-0730").is_ok());
+        assert!(code("sailing_id", "a b").is_err());
+    }
+}

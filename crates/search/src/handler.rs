@@ -1,0 +1,203 @@
+//! The search function: `GET /sailings` and `GET /price` for customers.
+//!
+//! ```text
+//! GET /sailings?operator=nordic&from=HEL&to=TLL&date=2026-12-24&passengers=2
+//! GET /price?operator=nordic&sailing_id=HEL-TLL-20261224-0615&passengers=2
+//! ```
+//!
+//! Every parameter is required and checked; anything else (a missing, repeated,
+//! unknown or malformed parameter, an operator this deployment does not sell)
+//! is a 400 problem that names the parameter. An answer comes from the recent
+//! cache, the operator through the gateway, or the last good answer (see
+//! `lifeboat-lookup`), and always says which (`source`: `fresh`, `live`,
+//! `last_good`), when the operator gave it (`as_of`) and how old it is
+//! (`age_s`). With nothing to show the reply is 503 "unavailable right now"
+//! with `Retry-After`, never an empty list that would read as "no sailings".
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use lifeboat_core::{Operation, OperatorId};
+use lifeboat_lookup::config::StartupError;
+use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
+use lifeboat_lookup::params::{self, required};
+use lifeboat_lookup::{Answer, Looked, Lookup, Mode, Unavailable, UnavailableReason};
+use serde_json::{Value, json};
+
+/// Everything the handler needs, built once per Lambda instance.
+pub struct Search {
+    pub lookup: Lookup,
+    pub operators: BTreeSet<OperatorId>,
+}
+
+/// A checked question and its reply's leading fields.
+struct Question {
+    operator: OperatorId,
+    operation: Operation,
+    params: BTreeMap<String, String>,
+    /// The answer's field the reply carries (`sailings` or `price`).
+    field: &'static str,
+    echo: Value,
+}
+
+impl Search {
+    pub fn from_env(
+        env: &lifeboat_aws::Env,
+        clients: &lifeboat_aws::Clients,
+    ) -> Result<Self, StartupError> {
+        Ok(Self {
+            lookup: lifeboat_lookup::config::lookup(env, clients)?,
+            operators: lifeboat_lookup::config::operators(env)?,
+        })
+    }
+
+    /// Answer one HTTP request.
+    pub async fn handle(&self, request: &HttpRequest) -> Reply {
+        let started = Instant::now();
+        let question = match self.question(request) {
+            Ok(q) => q,
+            Err(problem) => return problem.reply(),
+        };
+        let looked = self
+            .lookup
+            .answer(
+                &question.operator,
+                question.operation,
+                &question.params,
+                Mode::AskOperator,
+            )
+            .await;
+        log(&question, &looked, started);
+        match looked.result {
+            Ok(answer) => reply(&question, &answer),
+            Err(unavailable) => unavailable_reply(&question.operator, unavailable),
+        }
+    }
+
+    fn question(&self, request: &HttpRequest) -> Result<Question, Problem> {
+        let segments = request.segments();
+        let operation = match segments.as_slice() {
+            ["sailings"] => Operation::Search,
+            ["price"] => Operation::Price,
+            _ => {
+                return Err(Problem::not_found(
+                    "this service answers GET /sailings and GET /price",
+                ));
+            }
+        };
+        if request.method != "GET" {
+            return Err(Problem::method_not_allowed("GET"));
+        }
+        let now = self.lookup.clock.now();
+        match operation {
+            Operation::Search => {
+                let q = request.query_map(&["operator", "from", "to", "date", "passengers"])?;
+                let operator =
+                    params::operator("operator", required(&q, "operator")?, &self.operators)?;
+                let from = params::port("from", required(&q, "from")?)?;
+                let to = params::port("to", required(&q, "to")?)?;
+                if from == to {
+                    return Err(Problem::invalid("to", "must differ from from"));
+                }
+                let date = params::date("date", required(&q, "date")?, now)?.to_string();
+                let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
+                Ok(Question {
+                    echo: json!({"operator": operator, "from": from, "to": to, "date": date, "passengers": passengers}),
+                    params: BTreeMap::from([
+                        ("from".to_owned(), from),
+                        ("to".to_owned(), to),
+                        ("date".to_owned(), date),
+                        ("passengers".to_owned(), passengers.to_string()),
+                    ]),
+                    operator,
+                    operation,
+                    field: "sailings",
+                })
+            }
+            Operation::Price => {
+                let q = request.query_map(&["operator", "sailing_id", "passengers"])?;
+                let operator =
+                    params::operator("operator", required(&q, "operator")?, &self.operators)?;
+                let sailing_id = params::code("sailing_id", required(&q, "sailing_id")?)?;
+                let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
+                Ok(Question {
+                    echo: json!({"operator": operator, "sailing_id": sailing_id, "passengers": passengers}),
+                    params: price_params(&sailing_id, passengers),
+                    operator,
+                    operation,
+                    field: "price",
+                })
+            }
+        }
+    }
+}
+
+/// The gateway parameters of a price question (shared with the cart, so both
+/// use the same cache entry).
+pub fn price_params(sailing_id: &str, passengers: u8) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("sailing_id".to_owned(), sailing_id.to_owned()),
+        ("passengers".to_owned(), passengers.to_string()),
+    ])
+}
+
+fn reply(question: &Question, answer: &Answer) -> Reply {
+    let body: Option<Value> = serde_json::from_str::<Value>(&answer.body)
+        .ok()
+        .and_then(|mut v| v.get_mut(question.field).map(Value::take));
+    let Some(found) = body else {
+        // The consumer checks every answer's shape before it is stored, so
+        // this is a stored item gone bad: say so to the logs, not the client.
+        tracing::error!(operator = %question.operator, source = answer.source.as_str(), "stored answer has no {}", question.field);
+        return unavailable_reply(
+            &question.operator,
+            Unavailable {
+                reason: UnavailableReason::UpstreamError,
+                retry_after: lifeboat_lookup::RETRY_AFTER_FAILURE,
+            },
+        );
+    };
+    let mut body = question.echo.clone();
+    body["source"] = json!(answer.source);
+    body["as_of"] = json!(answer.as_of);
+    body["age_s"] = json!(answer.age_s);
+    body[question.field] = found;
+    Reply::ok(body)
+}
+
+fn unavailable_reply(operator: &OperatorId, unavailable: Unavailable) -> Reply {
+    let detail = match unavailable.reason {
+        UnavailableReason::BreakerOpen => {
+            format!("{operator} is not answering right now and nothing recent is saved for this")
+        }
+        UnavailableReason::Timeout => {
+            format!("{operator} did not answer in time and nothing recent is saved for this")
+        }
+        UnavailableReason::UpstreamError => {
+            format!("{operator} could not answer and nothing recent is saved for this")
+        }
+        UnavailableReason::StoreUnavailable => "lifeboat could not look this up".to_owned(),
+    };
+    Problem::unavailable(detail, unavailable.retry_after)
+        .with("reason", json!(unavailable.reason))
+        .reply()
+}
+
+fn log(question: &Question, looked: &Looked, started: Instant) {
+    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let breaker = looked.breaker.map(|b| b.as_str());
+    match &looked.result {
+        Ok(answer) => tracing::info!(
+            operator = %question.operator, operation = %question.operation, source = answer.source.as_str(),
+            age_s = answer.age_s, breaker, requested = looked.requested, store_reads = looked.store_reads,
+            elapsed_ms, "answered"
+        ),
+        Err(u) => tracing::warn!(
+            operator = %question.operator, operation = %question.operation, reason = ?u.reason,
+            breaker, requested = looked.requested, elapsed_ms, "unavailable"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,200 @@
+//! The search handler on the in-memory gateway (real consumers, simulated
+//! operator) and paused time.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use lifeboat_core::ports::BreakerStore;
+use lifeboat_core::settings::Settings;
+use lifeboat_core::{BreakerRecord, BreakerState, Clock};
+use lifeboat_lookup::{BreakerCache, Polling};
+use lifeboat_operator::{SimConfig, SimulatedOperator};
+use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+
+use super::*;
+
+fn base() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_796_032_800, 0).unwrap() // 2026-12-01T08:00:00Z
+}
+
+fn nordic() -> OperatorId {
+    OperatorId::new("nordic").unwrap()
+}
+
+struct World {
+    gateway: Gateway,
+    search: Search,
+    sim: SimulatedOperator,
+    clock: Arc<TokioClock>,
+}
+
+fn world() -> World {
+    let clock = Arc::new(TokioClock::starting_at(base()));
+    let sim = SimulatedOperator::new(nordic(), SimConfig::default(), clock.clone());
+    let gateway = Gateway::new(
+        Arc::new(sim.clone()),
+        clock.clone(),
+        GatewayConfig {
+            operators: vec![nordic()],
+            ..GatewayConfig::default()
+        },
+    );
+    let search = Search {
+        lookup: Lookup {
+            requests: gateway.requests.clone(),
+            cache: gateway.cache.clone(),
+            breakers: BreakerCache::new(
+                gateway.breakers.clone(),
+                clock.clone(),
+                Duration::from_secs(1),
+            ),
+            clock: clock.clone(),
+            settings: Settings::default(),
+            polling: Polling::default(),
+        },
+        operators: BTreeSet::from([nordic()]),
+    };
+    World {
+        gateway,
+        search,
+        sim,
+        clock,
+    }
+}
+
+const SAILINGS: [(&str, &str); 5] = [
+    ("operator", "nordic"),
+    ("from", "HEL"),
+    ("to", "TLL"),
+    ("date", "2026-12-24"),
+    ("passengers", "2"),
+];
+
+async fn get(w: &mut World, path: &str, query: &[(&str, &str)]) -> Reply {
+    let until = w.clock.now() + TimeDelta::seconds(4);
+    let request = HttpRequest::get(path, query);
+    let (reply, ()) = tokio::join!(w.search.handle(&request), w.gateway.run_until(until));
+    reply
+}
+
+#[tokio::test(start_paused = true)]
+async fn malformed_parameters_get_a_400_that_names_them() {
+    let mut w = world();
+    let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+        (vec![], "operator"),
+        (SAILINGS[1..].to_vec(), "operator"),
+        (replace("operator", "baltic"), "operator"),
+        (replace("operator", "Nordic!"), "operator"),
+        (replace("from", "hel"), "from"),
+        (replace("to", "HEL"), "to"),
+        (replace("date", "24.12.2026"), "date"),
+        (replace("date", "2020-01-01"), "date"),
+        (replace("passengers", "0"), "passengers"),
+        (replace("passengers", "lots"), "passengers"),
+        (
+            [SAILINGS.to_vec(), vec![("passengers", "3")]].concat(),
+            "passengers",
+        ),
+        (
+            [SAILINGS.to_vec(), vec![("sort", "price")]].concat(),
+            "sort",
+        ),
+    ];
+    for (query, named) in cases {
+        let reply = get(&mut w, "/sailings", &query).await;
+        assert_eq!(reply.status, 400, "{query:?}: {}", reply.body);
+        assert_eq!(reply.body["invalid_params"][0]["name"], named, "{query:?}");
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/problem+json")
+        );
+    }
+    let price = get(
+        &mut w,
+        "/price",
+        &[("operator", "nordic"), ("passengers", "2")],
+    )
+    .await;
+    assert_eq!(price.body["invalid_params"][0]["name"], "sailing_id");
+    assert_eq!(get(&mut w, "/nowhere", &[]).await.status, 404);
+    assert_eq!(w.gateway.requests.counts().total, 0, "nothing was asked");
+}
+
+fn replace(name: &str, value: &'static str) -> Vec<(&'static str, &'static str)> {
+    SAILINGS
+        .iter()
+        .map(|(k, v)| if *k == name { (*k, value) } else { (*k, *v) })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn live_then_fresh_then_last_good_while_open() {
+    let mut w = world();
+    let live = get(&mut w, "/sailings", &SAILINGS).await;
+    assert_eq!(live.status, 200, "{}", live.body);
+    assert_eq!(live.body["source"], "live");
+    assert!(!live.body["sailings"].as_array().unwrap().is_empty());
+    assert_eq!(live.body["passengers"], 2);
+
+    let fresh = get(&mut w, "/sailings", &SAILINGS).await;
+    assert_eq!(fresh.body["source"], "fresh");
+    assert_eq!(fresh.body["sailings"], live.body["sailings"]);
+    assert_eq!(fresh.body["as_of"], live.body["as_of"]);
+
+    tokio::time::advance(Duration::from_secs(900)).await;
+    let mut open = BreakerRecord::initial(nordic(), w.clock.now());
+    open.state = BreakerState::Open;
+    open.version = 1;
+    open.open_until = Some(w.clock.now() + TimeDelta::seconds(30));
+    w.gateway.breakers.save(&open, None).await.unwrap();
+    let calls = w.sim.stats().total;
+    let requests = w.gateway.requests.counts().total;
+
+    let last_good = get(&mut w, "/sailings", &SAILINGS).await;
+    assert_eq!(last_good.status, 200);
+    assert_eq!(last_good.body["source"], "last_good");
+    assert!(last_good.body["age_s"].as_u64().unwrap() >= 900);
+    assert_eq!(last_good.body["sailings"], live.body["sailings"]);
+
+    // A route never seen: unavailable, not an empty list.
+    let unseen = get(&mut w, "/sailings", &replace("to", "STO")).await;
+    assert_eq!(unseen.status, 503, "{}", unseen.body);
+    assert_eq!(unseen.body["title"], "unavailable right now");
+    assert!(unseen.body.get("sailings").is_none());
+    let retry: u64 = unseen.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=30).contains(&retry), "retry after {retry}");
+
+    assert_eq!(
+        w.gateway.requests.counts().total,
+        requests,
+        "no request record"
+    );
+    assert_eq!(w.sim.stats().total, calls, "no operator call");
+}
+
+#[tokio::test(start_paused = true)]
+async fn prices_go_through_the_same_gateway() {
+    let mut w = world();
+    let sailings = get(&mut w, "/sailings", &SAILINGS).await;
+    let sailing_id = sailings.body["sailings"][0]["sailing_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let query = [
+        ("operator", "nordic"),
+        ("sailing_id", sailing_id.as_str()),
+        ("passengers", "2"),
+    ];
+    let price = get(&mut w, "/price", &query).await;
+    assert_eq!(price.status, 200, "{}", price.body);
+    assert_eq!(price.body["source"], "live");
+    assert_eq!(price.body["price"]["sailing_id"], sailing_id.as_str());
+    assert_eq!(
+        price.body["price"]["amount_cents"],
+        sailings.body["sailings"][0]["price_cents"]
+    );
+    assert_eq!(get(&mut w, "/price", &query).await.body["source"], "fresh");
+}
