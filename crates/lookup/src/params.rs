@@ -83,6 +83,15 @@ pub fn required<'a>(map: &'a BTreeMap<String, String>, name: &str) -> Result<&'a
         .ok_or_else(|| Problem::missing(name))
 }
 
+/// The gateway parameters of a price question. Search and cart both build
+/// them here, so both find the same cache entry.
+pub fn price_params(sailing_id: &str, passengers: u8) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("sailing_id".to_owned(), sailing_id.to_owned()),
+        ("passengers".to_owned(), passengers.to_string()),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

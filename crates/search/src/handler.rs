@@ -20,7 +20,7 @@ use std::time::Instant;
 use lifeboat_core::{Operation, OperatorId};
 use lifeboat_lookup::config::StartupError;
 use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
-use lifeboat_lookup::params::{self, required};
+use lifeboat_lookup::params::{self, price_params, required};
 use lifeboat_lookup::{Answer, Looked, Lookup, Mode, Unavailable, UnavailableReason};
 use serde_json::{Value, json};
 
@@ -130,15 +130,6 @@ impl Search {
             }
         }
     }
-}
-
-/// The gateway parameters of a price question (shared with the cart, so both
-/// use the same cache entry).
-pub fn price_params(sailing_id: &str, passengers: u8) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("sailing_id".to_owned(), sailing_id.to_owned()),
-        ("passengers".to_owned(), passengers.to_string()),
-    ])
 }
 
 fn reply(question: &Question, answer: &Answer) -> Reply {

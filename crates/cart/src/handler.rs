@@ -1,0 +1,439 @@
+//! The cart function: a chosen sailing through accommodation, extras, price
+//! and confirm, kept moving while its operator is off sale.
+//!
+//! ```text
+//! POST /carts                          {"operator","sailing_id","from","to","date","passengers"}
+//! GET  /carts/{cart_id}
+//! PUT  /carts/{cart_id}/accommodation  {"code": "cabin"}
+//! PUT  /carts/{cart_id}/extras         {"codes": ["meal", "wifi"]}
+//! POST /carts/{cart_id}/price
+//! POST /carts/{cart_id}/confirm
+//! ```
+//!
+//! The cart asks one question of the sale status: is this operator off sale?
+//! If so, every step the customer has not taken yet is decided for them and
+//! written on the cart (the operator's default accommodation, extras skipped,
+//! the cached price with its age), and the steps that would need the operator
+//! are refused with 409 rather than half-done. A `GET` never changes a cart,
+//! so a refresh, a saved link or the back button shows exactly what was
+//! stored. Back on sale, the cart says `upgrade_available` and the customer
+//! may choose again; nothing changes by itself.
+//!
+//! Confirm re-prices through the gateway while the operator is on sale. A
+//! price that changed is answered 409 with the old price, the new price and
+//! the difference, and the customer confirms again to accept it. While off
+//! sale, a cart is confirmed on its cached price (with its age) when the
+//! operator's cart policy allows it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use lifeboat_core::cart::{
+    Cart, CartPolicy, CartPrice, CartRefusal, CartSettings, CartStore, ConfirmStep, PriceSource,
+    Sailing,
+};
+use lifeboat_core::events::SaleStatus;
+use lifeboat_core::ports::StoreError;
+use lifeboat_core::sale::SaleStatusStore;
+use lifeboat_core::{Operation, OperatorId};
+use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
+use lifeboat_lookup::params::{self, price_params};
+use lifeboat_lookup::{Lookup, Mode, Source, UnavailableReason};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Environment variable: per-operator cart settings (JSON).
+pub const CART_SETTINGS: &str = "CART_SETTINGS";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Lookup(#[from] lifeboat_lookup::config::StartupError),
+    #[error(transparent)]
+    Config(#[from] lifeboat_aws::ConfigError),
+    #[error(transparent)]
+    Settings(#[from] lifeboat_core::cart::CartSettingsError),
+}
+
+/// Everything the handler needs, built once per Lambda instance.
+pub struct CartService {
+    pub carts: Arc<dyn CartStore>,
+    pub sale: Arc<dyn SaleStatusStore>,
+    pub lookup: Lookup,
+    pub operators: BTreeSet<OperatorId>,
+    pub settings: CartSettings,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewCart {
+    operator: String,
+    sailing_id: String,
+    from: String,
+    to: String,
+    date: String,
+    passengers: u8,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccommodationBody {
+    code: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExtrasBody {
+    codes: Vec<String>,
+}
+
+/// The most extras one cart may hold.
+const MAX_EXTRAS: usize = 10;
+
+impl CartService {
+    pub fn from_env(
+        env: &lifeboat_aws::Env,
+        clients: &lifeboat_aws::Clients,
+    ) -> Result<Self, StartupError> {
+        Ok(Self {
+            carts: Arc::new(clients.cart_store(env)?),
+            sale: Arc::new(clients.sale_status_store(env)?),
+            lookup: lifeboat_lookup::config::lookup(env, clients)?,
+            operators: lifeboat_lookup::config::operators(env)?,
+            settings: CartSettings::from_json(env.optional(CART_SETTINGS)?.unwrap_or(""))?,
+        })
+    }
+
+    /// Answer one HTTP request.
+    pub async fn handle(&self, request: &HttpRequest) -> Reply {
+        match self.route(request).await {
+            Ok(reply) => reply,
+            Err(problem) => problem.reply(),
+        }
+    }
+
+    async fn route(&self, request: &HttpRequest) -> Result<Reply, Problem> {
+        let method = request.method.as_str();
+        match request.segments().as_slice() {
+            ["carts"] => match method {
+                "POST" => self.open(request).await,
+                _ => Err(Problem::method_not_allowed("POST")),
+            },
+            ["carts", id] => match method {
+                "GET" => {
+                    let cart = self.load(id).await?;
+                    let on_sale = self.on_sale(&cart.operator).await;
+                    Ok(Reply::ok(self.view(&cart, on_sale)))
+                }
+                _ => Err(Problem::method_not_allowed("GET")),
+            },
+            ["carts", id, step] => {
+                let expected = match *step {
+                    "accommodation" | "extras" => "PUT",
+                    "price" | "confirm" => "POST",
+                    _ => return Err(Problem::not_found(format!("carts have no step {step:?}"))),
+                };
+                if method != expected {
+                    return Err(Problem::method_not_allowed(expected));
+                }
+                self.step(id, step, request).await
+            }
+            _ => Err(Problem::not_found(
+                "this service answers /carts and /carts/{cart_id}[/step]",
+            )),
+        }
+    }
+
+    async fn open(&self, request: &HttpRequest) -> Result<Reply, Problem> {
+        let body: NewCart = json_body(request)?;
+        let operator = params::operator("operator", &body.operator, &self.operators)?;
+        let sailing = Sailing {
+            sailing_id: params::code("sailing_id", &body.sailing_id)?,
+            from: params::port("from", &body.from)?,
+            to: params::port("to", &body.to)?,
+            date: params::date("date", &body.date, self.lookup.clock.now())?.to_string(),
+            passengers: params::passengers("passengers", &body.passengers.to_string())?,
+        };
+        let on_sale = self.on_sale(&operator).await;
+        let now = self.lookup.clock.now();
+        let mut cart = Cart::open(
+            uuid::Uuid::new_v4().to_string(),
+            operator,
+            sailing,
+            !on_sale,
+            self.policy_of_operator(&body.operator),
+            now,
+        );
+        if !on_sale {
+            // The cached price is part of the degraded state, stored at once.
+            if let Some(price) = self.price(&cart, Mode::CachedOnly).await? {
+                let _ = cart.set_price(price, now);
+            }
+        }
+        cart.revision = 1;
+        self.save(&cart, None).await?;
+        tracing::info!(cart_id = %cart.cart_id, operator = %cart.operator, off_sale = !on_sale, "cart opened");
+        Ok(Reply::json(201, self.view(&cart, on_sale)))
+    }
+
+    async fn step(&self, id: &str, step: &str, request: &HttpRequest) -> Result<Reply, Problem> {
+        let mut cart = self.load(id).await?;
+        let read_revision = cart.revision;
+        let on_sale = self.on_sale(&cart.operator).await;
+        let now = self.lookup.clock.now();
+        let policy = self.settings.for_operator(&cart.operator).clone();
+        if !on_sale && cart.confirmation.is_none() {
+            cart.degrade(&policy, now);
+        }
+        let mut status = 200;
+        let mut extra: Option<(&'static str, Value)> = None;
+        match step {
+            "accommodation" => {
+                let body: AccommodationBody = json_body(request)?;
+                let code = params::code("code", &body.code)?;
+                cart.choose_accommodation(code, on_sale, now)
+                    .map_err(refusal)?;
+            }
+            "extras" => {
+                let body: ExtrasBody = json_body(request)?;
+                if body.codes.len() > MAX_EXTRAS {
+                    return Err(Problem::invalid(
+                        "codes",
+                        &format!("at most {MAX_EXTRAS} extras"),
+                    ));
+                }
+                let codes = body
+                    .codes
+                    .iter()
+                    .map(|c| params::code("codes", c))
+                    .collect::<Result<Vec<_>, _>>()?;
+                cart.choose_extras(codes, on_sale, now).map_err(refusal)?;
+            }
+            "price" => {
+                let mode = if on_sale {
+                    Mode::AskOperator
+                } else {
+                    Mode::CachedOnly
+                };
+                match self.price(&cart, mode).await? {
+                    Some(price) => cart.set_price(price, now).map_err(refusal)?,
+                    None => return Err(no_price(&cart)),
+                }
+            }
+            _ => {
+                // confirm
+                if on_sale {
+                    match self.price(&cart, Mode::AskOperator).await? {
+                        Some(price) if price.source != PriceSource::LastGood => {
+                            if let ConfirmStep::PriceChanged(change) =
+                                cart.confirm_live(price, now).map_err(refusal)?
+                            {
+                                status = 409;
+                                extra = Some(("price_changed", json!(change)));
+                            }
+                        }
+                        // On sale, but the operator could not price it now:
+                        // the cached price, like off sale.
+                        cached => self.confirm_cached(&mut cart, cached, &policy)?,
+                    }
+                } else {
+                    let cached = match cart.price {
+                        Some(_) => None,
+                        None => self.price(&cart, Mode::CachedOnly).await?,
+                    };
+                    self.confirm_cached(&mut cart, cached, &policy)?;
+                }
+            }
+        }
+        cart.revision = read_revision + 1;
+        self.save(&cart, Some(read_revision)).await?;
+        let mut view = self.view(&cart, on_sale);
+        if let Some((name, value)) = extra {
+            view[name] = value;
+            view["detail"] = json!("the price changed: confirm again to accept the new price");
+        }
+        tracing::info!(
+            cart_id = %cart.cart_id, operator = %cart.operator, step, on_sale,
+            degraded = cart.degraded.is_some(), confirmed = cart.confirmation.is_some(), status, "cart step"
+        );
+        Ok(Reply::json(status, view))
+    }
+
+    fn confirm_cached(
+        &self,
+        cart: &mut Cart,
+        fetched: Option<CartPrice>,
+        policy: &CartPolicy,
+    ) -> Result<(), Problem> {
+        let now = self.lookup.clock.now();
+        if cart.price.is_none() {
+            match fetched {
+                Some(price) => cart.set_price(price, now).map_err(refusal)?,
+                None => return Err(no_price(cart)),
+            }
+        }
+        cart.confirm_cached(policy, now).map_err(refusal)?;
+        Ok(())
+    }
+
+    /// The cart's price from the lookup; `None` when nothing can be shown.
+    async fn price(&self, cart: &Cart, mode: Mode) -> Result<Option<CartPrice>, Problem> {
+        let params = price_params(&cart.sailing.sailing_id, cart.sailing.passengers);
+        let looked = self
+            .lookup
+            .answer(&cart.operator, Operation::Price, &params, mode)
+            .await;
+        let answer = match looked.result {
+            Ok(answer) => answer,
+            Err(u) if u.reason == UnavailableReason::StoreUnavailable => {
+                return Err(Problem::unavailable(
+                    "lifeboat could not look the price up",
+                    u.retry_after,
+                ));
+            }
+            Err(_) => return Ok(None),
+        };
+        let price = serde_json::from_str::<Value>(&answer.body)
+            .ok()
+            .and_then(|v| {
+                let p = v.get("price")?;
+                Some((
+                    p.get("amount_cents")?.as_i64()?,
+                    p.get("currency")?.as_str()?.to_owned(),
+                ))
+            });
+        match price {
+            Some((amount_cents, currency)) => Ok(Some(CartPrice {
+                amount_cents,
+                currency,
+                source: match answer.source {
+                    Source::Fresh => PriceSource::Fresh,
+                    Source::Live => PriceSource::Live,
+                    Source::LastGood => PriceSource::LastGood,
+                },
+                as_of: answer.as_of,
+            })),
+            None => {
+                tracing::error!(operator = %cart.operator, "stored price answer has no price");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Is the operator on sale? An operator never switched is on sale; a
+    /// status that cannot be read counts as off sale for this step, which
+    /// keeps the customer moving without asking the operator.
+    async fn on_sale(&self, operator: &OperatorId) -> bool {
+        match self.sale.load(operator).await {
+            Ok(record) => record.is_none_or(|r| r.status() == SaleStatus::OnSale),
+            Err(e) => {
+                tracing::warn!(operator = %operator, error = %e, "sale status not read: treating as off sale");
+                false
+            }
+        }
+    }
+
+    fn policy_of_operator(&self, operator: &str) -> &CartPolicy {
+        match OperatorId::new(operator) {
+            Ok(id) => self.settings.for_operator(&id),
+            Err(_) => &self.settings.default,
+        }
+    }
+
+    async fn load(&self, id: &str) -> Result<Cart, Problem> {
+        if uuid::Uuid::parse_str(id).is_err() {
+            return Err(Problem::not_found(format!("no cart {id:?}")));
+        }
+        match self.carts.get(id).await {
+            Ok(Some(cart)) => Ok(cart),
+            Ok(None) => Err(Problem::not_found(format!("no cart {id:?}"))),
+            Err(e) => Err(store_problem(&e)),
+        }
+    }
+
+    async fn save(&self, cart: &Cart, expected: Option<u64>) -> Result<(), Problem> {
+        self.carts
+            .save(cart, expected)
+            .await
+            .map_err(|e| store_problem(&e))
+    }
+
+    fn view(&self, cart: &Cart, on_sale: bool) -> Value {
+        let now = self.lookup.clock.now();
+        let price = cart.price.as_ref().map(|p| {
+            json!({
+                "amount_cents": p.amount_cents, "currency": p.currency, "source": p.source,
+                "as_of": p.as_of, "age_s": lifeboat_core::cache::age_s(p.as_of, now),
+            })
+        });
+        json!({
+            "cart_id": cart.cart_id,
+            "revision": cart.revision,
+            "operator": cart.operator,
+            "sailing": cart.sailing,
+            "status": if cart.confirmation.is_some() { "confirmed" } else { "open" },
+            "accommodation": cart.accommodation,
+            "extras": cart.extras,
+            "price": price,
+            "degraded": cart.degraded,
+            "price_change": cart.price_change,
+            "confirmation": cart.confirmation,
+            "off_sale": !on_sale,
+            "upgrade_available": cart.upgrade_available(on_sale),
+        })
+    }
+}
+
+fn json_body<T: for<'de> Deserialize<'de>>(request: &HttpRequest) -> Result<T, Problem> {
+    serde_json::from_slice(&request.body).map_err(|e| {
+        // serde's message names the field and says what was wrong with it;
+        // it does not echo internals.
+        let reason = e.to_string();
+        let field = reason
+            .split('`')
+            .nth(1)
+            .filter(|f| f.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or("body");
+        Problem::invalid(field, &reason)
+    })
+}
+
+fn refusal(r: CartRefusal) -> Problem {
+    let code = match r {
+        CartRefusal::AlreadyConfirmed => "already_confirmed",
+        CartRefusal::OffSale { .. } => "off_sale",
+        CartRefusal::CachedPriceNotAllowed => "cached_price_not_allowed",
+        CartRefusal::NoPrice => "no_price",
+    };
+    Problem::new(409, "step not possible now", r.to_string()).with("reason", json!(code))
+}
+
+fn no_price(cart: &Cart) -> Problem {
+    Problem::unavailable(
+        format!(
+            "no price for {} is known right now; try again shortly",
+            cart.sailing.sailing_id
+        ),
+        lifeboat_lookup::RETRY_AFTER_FAILURE,
+    )
+}
+
+fn store_problem(e: &StoreError) -> Problem {
+    match e {
+        StoreError::Conflict(_) => Problem::new(
+            409,
+            "cart changed meanwhile",
+            "the cart was changed by another request: read it again",
+        ),
+        _ => {
+            tracing::error!(error = %e, "cart store failed");
+            Problem::unavailable(
+                "carts cannot be reached right now",
+                lifeboat_lookup::RETRY_AFTER_FAILURE,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

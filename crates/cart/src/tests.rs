@@ -1,0 +1,394 @@
+//! The cart handler on the in-memory gateway (real consumers, simulated
+//! operator), an in-memory sale status and paused time.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use lifeboat_core::Clock;
+use lifeboat_core::memory::MemoryCartStore;
+use lifeboat_core::sale::{MemorySaleStatusStore, SaleRecord};
+use lifeboat_core::settings::Settings;
+use lifeboat_lookup::{BreakerCache, Polling};
+use lifeboat_operator::{PriceDrift, SimConfig, SimulatedOperator};
+use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+
+use super::*;
+
+fn base() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_796_032_800, 0).unwrap() // 2026-12-01T08:00:00Z
+}
+
+fn nordic() -> OperatorId {
+    OperatorId::new("nordic").unwrap()
+}
+
+struct World {
+    gateway: Gateway,
+    carts: CartService,
+    sale: Arc<MemorySaleStatusStore>,
+    clock: Arc<TokioClock>,
+}
+
+fn world(sim: SimConfig, settings: CartSettings) -> World {
+    let clock = Arc::new(TokioClock::starting_at(base()));
+    let sim = SimulatedOperator::new(nordic(), sim, clock.clone());
+    let gateway = Gateway::new(
+        Arc::new(sim),
+        clock.clone(),
+        GatewayConfig {
+            operators: vec![nordic()],
+            ..GatewayConfig::default()
+        },
+    );
+    let sale = Arc::new(MemorySaleStatusStore::new());
+    let carts = CartService {
+        carts: Arc::new(MemoryCartStore::new()),
+        sale: sale.clone(),
+        lookup: Lookup {
+            requests: gateway.requests.clone(),
+            cache: gateway.cache.clone(),
+            breakers: BreakerCache::new(
+                gateway.breakers.clone(),
+                clock.clone(),
+                Duration::from_secs(1),
+            ),
+            clock: clock.clone(),
+            settings: Settings::default(),
+            polling: Polling::default(),
+        },
+        operators: BTreeSet::from([nordic()]),
+        settings,
+    };
+    World {
+        gateway,
+        carts,
+        sale,
+        clock,
+    }
+}
+
+async fn call(w: &mut World, request: HttpRequest) -> Reply {
+    let until = w.clock.now() + TimeDelta::seconds(4);
+    let (reply, ()) = tokio::join!(w.carts.handle(&request), w.gateway.run_until(until));
+    reply
+}
+
+async fn set_sale(w: &World, status: SaleStatus, version: u64) {
+    let stored = w.sale.load(&nordic()).await.unwrap();
+    let mut record = stored.clone().unwrap_or_else(|| SaleRecord::new(nordic()));
+    record.applied_status = status;
+    record.applied_version = version;
+    record.revision += 1;
+    w.sale
+        .save(&record, stored.map(|r| r.revision))
+        .await
+        .unwrap();
+}
+
+const SAILING: &str = "HEL-TLL-20261224-0615";
+
+fn new_cart() -> Value {
+    json!({"operator": "nordic", "sailing_id": SAILING, "from": "HEL", "to": "TLL",
+           "date": "2026-12-24", "passengers": 2})
+}
+
+fn path(cart: &Reply, step: &str) -> String {
+    let id = cart.body["cart_id"].as_str().unwrap();
+    if step.is_empty() {
+        format!("/carts/{id}")
+    } else {
+        format!("/carts/{id}/{step}")
+    }
+}
+
+/// The stored state of a cart view, without the ages that grow with time.
+fn state(view: &Value) -> Value {
+    let mut v = view.clone();
+    if let Some(price) = v.get_mut("price").and_then(Value::as_object_mut) {
+        price.remove("age_s");
+    }
+    v
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cart_opened_off_sale_keeps_its_degraded_state_and_reaches_payment() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    // A price seen before the outage.
+    let warm = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    assert_eq!(warm.status, 201, "{}", warm.body);
+    let priced = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&warm, "price"), &json!({})),
+    )
+    .await;
+    assert_eq!(priced.body["price"]["source"], "live", "{}", priced.body);
+
+    tokio::time::advance(Duration::from_secs(1800)).await;
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let requests = w.gateway.requests.counts().total;
+
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    assert_eq!(cart.status, 201, "{}", cart.body);
+    assert_eq!(cart.body["off_sale"], true);
+    assert_eq!(cart.body["accommodation"]["code"], "seat");
+    assert_eq!(
+        cart.body["accommodation"]["chosen_by"],
+        "default_while_off_sale"
+    );
+    assert_eq!(cart.body["extras"]["step"], "skipped_while_off_sale");
+    assert_eq!(cart.body["price"]["source"], "last_good");
+    assert_eq!(
+        cart.body["price"]["amount_cents"],
+        priced.body["price"]["amount_cents"]
+    );
+    assert!(cart.body["price"]["age_s"].as_u64().unwrap() >= 1800);
+    assert!(cart.body["degraded"].is_object());
+
+    // Refresh, saved link, back button: the same cart, however often.
+    let first = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let second = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(state(&first.body), state(&cart.body));
+    assert_eq!(state(&second.body), state(&cart.body));
+
+    // Steps that need the operator are refused and change nothing.
+    let upgrade = call(
+        &mut w,
+        HttpRequest::with_json(
+            "PUT",
+            &path(&cart, "accommodation"),
+            &json!({"code": "cabin"}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (upgrade.status, upgrade.body["reason"].as_str()),
+        (409, Some("off_sale"))
+    );
+    let after = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(state(&after.body), state(&cart.body));
+
+    let confirmed = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.body["status"], "confirmed");
+    assert_eq!(confirmed.body["confirmation"]["on_cached_price"], true);
+    assert_eq!(
+        w.gateway.requests.counts().total,
+        requests,
+        "the operator was never asked"
+    );
+
+    // Back on sale: an upgrade is offered on an open cart, nothing changes by itself.
+    set_sale(&w, SaleStatus::OnSale, 3).await;
+    let other = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    assert_eq!(
+        other.body["upgrade_available"], false,
+        "a new cart is not degraded"
+    );
+    let degraded_id = cart.body["cart_id"].as_str().unwrap();
+    assert!(!degraded_id.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn back_on_sale_the_customer_may_upgrade() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    assert_eq!(cart.body["upgrade_available"], false);
+    assert!(cart.body["price"].is_null(), "nothing was ever cached");
+    let no_price = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(no_price.status, 503);
+    assert!(no_price.header("retry-after").is_some());
+
+    set_sale(&w, SaleStatus::OnSale, 3).await;
+    let view = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(view.body["upgrade_available"], true);
+    assert_eq!(
+        view.body["accommodation"]["chosen_by"], "default_while_off_sale",
+        "unchanged"
+    );
+    let cabin = call(
+        &mut w,
+        HttpRequest::with_json(
+            "PUT",
+            &path(&cart, "accommodation"),
+            &json!({"code": "cabin"}),
+        ),
+    )
+    .await;
+    assert_eq!(cabin.status, 200, "{}", cabin.body);
+    let extras = call(
+        &mut w,
+        HttpRequest::with_json("PUT", &path(&cart, "extras"), &json!({"codes": ["meal"]})),
+    )
+    .await;
+    assert_eq!(extras.body["degraded"], Value::Null);
+    assert_eq!(extras.body["upgrade_available"], false);
+    let confirmed = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.body["confirmation"]["on_cached_price"], false);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_price_is_shown_old_new_and_difference() {
+    let drift = PriceDrift {
+        start: base(),
+        every: Duration::from_secs(600),
+        percent: 10.0,
+    };
+    let sim = SimConfig {
+        price_drift: Some(drift),
+        ..SimConfig::default()
+    };
+    let mut w = world(sim, CartSettings::default());
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    let priced = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
+    )
+    .await;
+    let old = priced.body["price"]["amount_cents"].as_i64().unwrap();
+
+    tokio::time::advance(Duration::from_secs(700)).await;
+    let changed = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(changed.status, 409, "{}", changed.body);
+    let change = &changed.body["price_changed"];
+    let new = change["new_cents"].as_i64().unwrap();
+    assert_eq!(change["old_cents"].as_i64(), Some(old));
+    assert_eq!(change["difference_cents"].as_i64(), Some(new - old));
+    assert!(new > old);
+    assert_eq!(changed.body["status"], "open");
+
+    let accepted = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(accepted.status, 200, "{}", accepted.body);
+    assert_eq!(
+        accepted.body["confirmation"]["amount_cents"].as_i64(),
+        Some(new)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn confirming_on_a_cached_price_can_be_switched_off() {
+    let settings = CartSettings::from_json(
+        r#"{"operators": {"nordic": {"default_accommodation": "deck", "confirm_on_cached_price": false}}}"#,
+    )
+    .unwrap();
+    let mut w = world(SimConfig::default(), settings);
+    let warm = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&warm, "price"), &json!({})),
+    )
+    .await;
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    assert_eq!(cart.body["accommodation"]["code"], "deck");
+    let refused = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(refused.status, 409);
+    assert_eq!(refused.body["reason"], "cached_price_not_allowed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_requests_name_what_is_wrong() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    let mut body = new_cart();
+    body["passengers"] = json!(12);
+    let reply = call(&mut w, HttpRequest::with_json("POST", "/carts", &body)).await;
+    assert_eq!(
+        (
+            reply.status,
+            reply.body["invalid_params"][0]["name"].as_str()
+        ),
+        (400, Some("passengers"))
+    );
+    body = new_cart();
+    body["operator"] = json!("baltic");
+    let reply = call(&mut w, HttpRequest::with_json("POST", "/carts", &body)).await;
+    assert_eq!(reply.body["invalid_params"][0]["name"], "operator");
+    body = new_cart();
+    body.as_object_mut().unwrap().remove("date");
+    let reply = call(&mut w, HttpRequest::with_json("POST", "/carts", &body)).await;
+    assert_eq!(
+        (
+            reply.status,
+            reply.body["invalid_params"][0]["name"].as_str()
+        ),
+        (400, Some("date"))
+    );
+    let reply = call(
+        &mut w,
+        HttpRequest {
+            method: "POST".into(),
+            path: "/carts".into(),
+            query: vec![],
+            body: b"{not json".to_vec(),
+        },
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(
+        call(&mut w, HttpRequest::get("/carts/not-a-cart", &[]))
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        call(&mut w, HttpRequest::get("/carts", &[])).await.status,
+        405
+    );
+}
