@@ -23,8 +23,9 @@ use std::ffi::OsString;
 use aws_config::{BehaviorVersion, SdkConfig};
 
 use crate::{
-    DynamoBreakerStore, DynamoCacheStore, DynamoRequestStore, DynamoWindowStore,
-    EventBridgePublisher, LambdaStreamRouter,
+    DynamoBreakerStore, DynamoCacheStore, DynamoCartStore, DynamoRequestStore,
+    DynamoSaleStatusStore, DynamoWindowStore, EventBridgePublisher, LambdaStreamRouter,
+    SqsRedelivery,
 };
 
 /// The Requests table's name.
@@ -33,6 +34,12 @@ pub const REQUESTS_TABLE: &str = "REQUESTS_TABLE";
 pub const BREAKER_TABLE: &str = "BREAKER_TABLE";
 /// The Cache table's name (the operators' answers).
 pub const CACHE_TABLE: &str = "CACHE_TABLE";
+/// The Carts table's name.
+pub const CARTS_TABLE: &str = "CARTS_TABLE";
+/// The SaleStatus table's name (one sale record per operator).
+pub const SALE_STATUS_TABLE: &str = "SALE_STATUS_TABLE";
+/// The off-sale listener's SQS queue URL, for `ChangeMessageVisibility`.
+pub const OFFSALE_QUEUE_URL: &str = "OFFSALE_QUEUE_URL";
 /// The EventBridge bus's name or ARN.
 pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
 /// The UUID of the Requests stream's event source mapping.
@@ -112,6 +119,18 @@ impl Env {
         self.required(CACHE_TABLE)
     }
 
+    pub fn carts_table(&self) -> Result<&str, ConfigError> {
+        self.required(CARTS_TABLE)
+    }
+
+    pub fn sale_status_table(&self) -> Result<&str, ConfigError> {
+        self.required(SALE_STATUS_TABLE)
+    }
+
+    pub fn offsale_queue_url(&self) -> Result<&str, ConfigError> {
+        self.required(OFFSALE_QUEUE_URL)
+    }
+
     pub fn event_bus_name(&self) -> Result<&str, ConfigError> {
         self.required(EVENT_BUS_NAME)
     }
@@ -142,6 +161,7 @@ pub struct Clients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub eventbridge: aws_sdk_eventbridge::Client,
     pub lambda: aws_sdk_lambda::Client,
+    pub sqs: aws_sdk_sqs::Client,
 }
 
 impl Clients {
@@ -155,6 +175,7 @@ impl Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(config),
             eventbridge: aws_sdk_eventbridge::Client::new(config),
             lambda: aws_sdk_lambda::Client::new(config),
+            sqs: aws_sdk_sqs::Client::new(config),
         }
     }
 
@@ -187,6 +208,31 @@ impl Clients {
         Ok(DynamoCacheStore::new(
             self.dynamodb.clone(),
             env.cache_table()?,
+        ))
+    }
+
+    /// The carts in the table named by `CARTS_TABLE`.
+    pub fn cart_store(&self, env: &Env) -> Result<DynamoCartStore, ConfigError> {
+        Ok(DynamoCartStore::new(
+            self.dynamodb.clone(),
+            env.carts_table()?,
+        ))
+    }
+
+    /// The sale records in the table named by `SALE_STATUS_TABLE`.
+    pub fn sale_status_store(&self, env: &Env) -> Result<DynamoSaleStatusStore, ConfigError> {
+        Ok(DynamoSaleStatusStore::new(
+            self.dynamodb.clone(),
+            env.sale_status_table()?,
+        ))
+    }
+
+    /// Redelivery of the off-sale queue's messages, the queue at
+    /// `OFFSALE_QUEUE_URL`.
+    pub fn sqs_redelivery(&self, env: &Env) -> Result<SqsRedelivery, ConfigError> {
+        Ok(SqsRedelivery::new(
+            self.sqs.clone(),
+            env.offsale_queue_url()?,
         ))
     }
 

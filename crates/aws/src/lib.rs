@@ -6,6 +6,9 @@
 //! | [`BreakerStore`](lifeboat_core::ports::BreakerStore) | [`DynamoBreakerStore`] | DynamoDB, Breaker table |
 //! | [`WindowStore`](lifeboat_core::ports::WindowStore) | [`DynamoWindowStore`] | DynamoDB, Breaker table (bucket items) |
 //! | [`CacheStore`](lifeboat_core::cache::CacheStore) | [`DynamoCacheStore`] | DynamoDB, Cache table |
+//! | [`CartStore`](lifeboat_core::cart::CartStore) | [`DynamoCartStore`] | DynamoDB, Carts table |
+//! | [`SaleStatusStore`](lifeboat_core::sale::SaleStatusStore) | [`DynamoSaleStatusStore`] | DynamoDB, SaleStatus table |
+//! | [`Redelivery`](lifeboat_core::sale::Redelivery) | [`SqsRedelivery`] | SQS `ChangeMessageVisibility`, off-sale queue |
 //! | [`EventPublisher`](lifeboat_core::ports::EventPublisher) | [`EventBridgePublisher`] | EventBridge `PutEvents` |
 //! | [`StreamRouter`](lifeboat_core::ports::StreamRouter) | [`LambdaStreamRouter`] | Lambda event source mappings |
 //!
@@ -20,16 +23,20 @@
 
 pub mod breaker;
 pub mod cache;
+pub mod carts;
 pub mod clients;
 mod error;
 pub mod events;
 pub mod item;
 pub mod requests;
 pub mod router;
+pub mod sale;
+pub mod sqs;
 pub mod window;
 
 pub use breaker::DynamoBreakerStore;
 pub use cache::DynamoCacheStore;
+pub use carts::DynamoCartStore;
 pub use clients::{Clients, ConfigError, Env};
 pub use events::EventBridgePublisher;
 pub use item::ItemError;
@@ -37,4 +44,6 @@ pub use requests::{
     DynamoRequestStore, RequestHints, request_from_item, request_hints, request_to_item,
 };
 pub use router::LambdaStreamRouter;
+pub use sale::DynamoSaleStatusStore;
+pub use sqs::SqsRedelivery;
 pub use window::DynamoWindowStore;
