@@ -37,8 +37,8 @@ use lifeboat_core::ports::StoreError;
 use lifeboat_core::sale::SaleStatusStore;
 use lifeboat_core::{Operation, OperatorId};
 use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
-use lifeboat_lookup::params::{self, price_params};
-use lifeboat_lookup::{Lookup, Mode, Source, UnavailableReason};
+use lifeboat_lookup::params::{self, price_params, search_params};
+use lifeboat_lookup::{Answer, Lookup, Mode, Source, UnavailableReason};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -223,7 +223,7 @@ impl CartService {
             _ => {
                 // confirm
                 if on_sale {
-                    match self.price(&cart, Mode::AskOperator).await? {
+                    match self.price(&cart, Mode::Reprice).await? {
                         Some(price) if price.source != PriceSource::LastGood => {
                             if let ConfirmStep::PriceChanged(change) =
                                 cart.confirm_live(price, now).map_err(refusal)?
@@ -276,48 +276,61 @@ impl CartService {
         Ok(())
     }
 
-    /// The cart's price from the lookup; `None` when nothing can be shown.
+    /// The cart's price: the price answer (as `mode` allows), or else the
+    /// sailing's fare in the cached search answer for the same route, date
+    /// and passengers (the operator's own figure, with that answer's age).
+    /// `None` when nothing can be shown.
     async fn price(&self, cart: &Cart, mode: Mode) -> Result<Option<CartPrice>, Problem> {
-        let params = price_params(&cart.sailing.sailing_id, cart.sailing.passengers);
-        let looked = self
+        let s = &cart.sailing;
+        let priced = self
             .lookup
-            .answer(&cart.operator, Operation::Price, &params, mode)
+            .answer(
+                &cart.operator,
+                Operation::Price,
+                &price_params(&s.sailing_id, s.passengers),
+                mode,
+            )
             .await;
-        let answer = match looked.result {
-            Ok(answer) => answer,
+        match priced.result {
+            Ok(answer) => {
+                let price = serde_json::from_str::<Value>(&answer.body)
+                    .ok()
+                    .and_then(|v| money(v.get("price")?, "amount_cents"));
+                if let Some(price) = price {
+                    return Ok(Some(cart_price(price, &answer)));
+                }
+                tracing::error!(operator = %cart.operator, "stored price answer has no price");
+            }
             Err(u) if u.reason == UnavailableReason::StoreUnavailable => {
                 return Err(Problem::unavailable(
                     "lifeboat could not look the price up",
                     u.retry_after,
                 ));
             }
-            Err(_) => return Ok(None),
+            Err(_) => {}
+        }
+        let searched = self
+            .lookup
+            .answer(
+                &cart.operator,
+                Operation::Search,
+                &search_params(&s.from, &s.to, &s.date, s.passengers),
+                Mode::CachedOnly,
+            )
+            .await;
+        let Ok(answer) = searched.result else {
+            return Ok(None);
         };
-        let price = serde_json::from_str::<Value>(&answer.body)
+        let fare = serde_json::from_str::<Value>(&answer.body)
             .ok()
             .and_then(|v| {
-                let p = v.get("price")?;
-                Some((
-                    p.get("amount_cents")?.as_i64()?,
-                    p.get("currency")?.as_str()?.to_owned(),
-                ))
+                v.get("sailings")?
+                    .as_array()?
+                    .iter()
+                    .find(|x| x.get("sailing_id").and_then(Value::as_str) == Some(&s.sailing_id))
+                    .and_then(|x| money(x, "price_cents"))
             });
-        match price {
-            Some((amount_cents, currency)) => Ok(Some(CartPrice {
-                amount_cents,
-                currency,
-                source: match answer.source {
-                    Source::Fresh => PriceSource::Fresh,
-                    Source::Live => PriceSource::Live,
-                    Source::LastGood => PriceSource::LastGood,
-                },
-                as_of: answer.as_of,
-            })),
-            None => {
-                tracing::error!(operator = %cart.operator, "stored price answer has no price");
-                Ok(None)
-            }
-        }
+        Ok(fare.map(|fare| cart_price(fare, &answer)))
     }
 
     /// Is the operator on sale? An operator never switched is on sale; a
@@ -381,6 +394,27 @@ impl CartService {
             "off_sale": !on_sale,
             "upgrade_available": cart.upgrade_available(on_sale),
         })
+    }
+}
+
+/// An amount in cents and its currency, from `object[amount]` and `object.currency`.
+fn money(object: &Value, amount: &str) -> Option<(i64, String)> {
+    Some((
+        object.get(amount)?.as_i64()?,
+        object.get("currency")?.as_str()?.to_owned(),
+    ))
+}
+
+fn cart_price((amount_cents, currency): (i64, String), answer: &Answer) -> CartPrice {
+    CartPrice {
+        amount_cents,
+        currency,
+        source: match answer.source {
+            Source::Fresh => PriceSource::Fresh,
+            Source::Live => PriceSource::Live,
+            Source::LastGood => PriceSource::LastGood,
+        },
+        as_of: answer.as_of,
     }
 }
 

@@ -392,3 +392,34 @@ async fn bad_requests_name_what_is_wrong() {
         405
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn off_sale_a_sailing_never_priced_takes_its_fare_from_the_cached_search() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    let search = lifeboat_lookup::params::search_params("HEL", "TLL", "2026-12-24", 2);
+    let operator = nordic();
+    let (looked, ()) = tokio::join!(
+        w.carts
+            .lookup
+            .answer(&operator, Operation::Search, &search, Mode::AskOperator),
+        w.gateway.run_until(w.clock.now() + TimeDelta::seconds(4))
+    );
+    let body: Value = serde_json::from_str(&looked.result.unwrap().body).unwrap();
+    let sailing = &body["sailings"][1];
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let mut new = new_cart();
+    new["sailing_id"] = sailing["sailing_id"].clone();
+    let cart = call(&mut w, HttpRequest::with_json("POST", "/carts", &new)).await;
+    assert_eq!(
+        cart.body["price"]["amount_cents"], sailing["price_cents"],
+        "{}",
+        cart.body
+    );
+    assert_eq!(cart.body["price"]["source"], "fresh");
+    let confirmed = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(confirmed.body["status"], "confirmed");
+}

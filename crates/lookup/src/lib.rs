@@ -96,6 +96,9 @@ pub struct Unavailable {
 pub enum Mode {
     /// Fresh, then the gateway, then last good.
     AskOperator,
+    /// The gateway, then last good: a recent answer is not enough (the cart
+    /// re-pricing at confirm).
+    Reprice,
     /// Only what is cached (the cart while the operator is off sale).
     CachedOnly,
 }
@@ -223,7 +226,7 @@ impl Lookup {
                 None
             }
         };
-        if let Some(entry) = &cached {
+        if let Some(entry) = cached.as_ref().filter(|_| mode != Mode::Reprice) {
             if policy.freshness(entry.as_of, now) == Freshness::Recent {
                 looked.result = Ok(answer(Source::Fresh, entry, now));
                 return looked;
@@ -236,7 +239,7 @@ impl Lookup {
                 reason: UnavailableReason::BreakerOpen,
                 retry_after: RETRY_AFTER_FAILURE,
             },
-            Mode::AskOperator => {
+            Mode::AskOperator | Mode::Reprice => {
                 let (breaker, read) = self.breakers.get(operator).await;
                 looked.store_reads += u32::from(read);
                 looked.breaker = breaker.as_ref().map(|b| b.state);

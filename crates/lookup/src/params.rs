@@ -83,6 +83,16 @@ pub fn required<'a>(map: &'a BTreeMap<String, String>, name: &str) -> Result<&'a
         .ok_or_else(|| Problem::missing(name))
 }
 
+/// The gateway parameters of a search question.
+pub fn search_params(from: &str, to: &str, date: &str, passengers: u8) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("from".to_owned(), from.to_owned()),
+        ("to".to_owned(), to.to_owned()),
+        ("date".to_owned(), date.to_owned()),
+        ("passengers".to_owned(), passengers.to_string()),
+    ])
+}
+
 /// The gateway parameters of a price question. Search and cart both build
 /// them here, so both find the same cache entry.
 pub fn price_params(sailing_id: &str, passengers: u8) -> BTreeMap<String, String> {

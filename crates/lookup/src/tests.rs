@@ -178,3 +178,13 @@ async fn the_breaker_is_read_at_most_once_a_second() {
     let (_, third) = w.lookup.breakers.get(&nordic()).await;
     assert_eq!((first, second, third), (true, false, true));
 }
+
+#[tokio::test(start_paused = true)]
+async fn reprice_skips_the_recent_cache() {
+    let mut w = world();
+    ask(&mut w, Mode::AskOperator, 5).await.result.unwrap();
+    let looked = ask(&mut w, Mode::Reprice, 5).await;
+    assert_eq!(looked.result.unwrap().source, Source::Live);
+    assert!(looked.requested);
+    assert_eq!(w.sim.stats().total, 2);
+}

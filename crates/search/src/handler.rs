@@ -20,7 +20,7 @@ use std::time::Instant;
 use lifeboat_core::{Operation, OperatorId};
 use lifeboat_lookup::config::StartupError;
 use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
-use lifeboat_lookup::params::{self, price_params, required};
+use lifeboat_lookup::params::{self, price_params, required, search_params};
 use lifeboat_lookup::{Answer, Looked, Lookup, Mode, Unavailable, UnavailableReason};
 use serde_json::{Value, json};
 
@@ -103,12 +103,7 @@ impl Search {
                 let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
                 Ok(Question {
                     echo: json!({"operator": operator, "from": from, "to": to, "date": date, "passengers": passengers}),
-                    params: BTreeMap::from([
-                        ("from".to_owned(), from),
-                        ("to".to_owned(), to),
-                        ("date".to_owned(), date),
-                        ("passengers".to_owned(), passengers.to_string()),
-                    ]),
+                    params: search_params(&from, &to, &date, passengers),
                     operator,
                     operation,
                     field: "sailings",
