@@ -23,8 +23,11 @@ pub const SALE_SWITCH_AUTH_VALUE: &str = "SALE_SWITCH_AUTH_VALUE";
 pub const SALE_SWITCH_TIMEOUT_MS: &str = "SALE_SWITCH_TIMEOUT_MS";
 /// Attempts per version before the fault is raised (default 8).
 pub const SALE_RETRY_MAX_ATTEMPTS: &str = "SALE_RETRY_MAX_ATTEMPTS";
-/// Where sale records live; only `memory` exists in this build.
+/// Where sale records live: `dynamodb` (default) or `memory` (local runs).
 pub const SALE_STATUS_STORE: &str = "SALE_STATUS_STORE";
+
+/// With `dynamodb`: the SaleStatus table's name (required) and the queue's URL.
+pub use lifeboat_aws::clients::{OFFSALE_QUEUE_URL, SALE_STATUS_TABLE};
 
 const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 
@@ -46,11 +49,6 @@ pub enum ConfigError {
     HalfAuth,
     #[error(transparent)]
     Http(#[from] HttpSwitchError),
-    #[error(
-        "{SALE_STATUS_STORE} is not set: this build keeps sale records only in memory \
-         ({SALE_STATUS_STORE}=memory, for local runs); the DynamoDB store is not wired yet"
-    )]
-    NoDurableStore,
 }
 
 /// Where the sale status is written.
@@ -63,9 +61,18 @@ pub enum SwitchTarget {
 }
 
 /// Where sale records are kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreChoice {
-    /// In the process: lost with it. For local runs only.
+    /// The SaleStatus table (`SALE_STATUS_TABLE`), the default. Messages to
+    /// retry come back on the schedule through `ChangeMessageVisibility` on
+    /// the queue at `OFFSALE_QUEUE_URL`; without it, at the queue's
+    /// visibility timeout.
+    Dynamodb {
+        table: String,
+        queue_url: Option<String>,
+    },
+    /// In the process: lost with it. For local runs only; messages come back
+    /// at the queue's visibility timeout.
     Memory,
 }
 
@@ -136,16 +143,22 @@ impl ListenerConfig {
                 });
             }
         };
-        let store = match optional(env, SALE_STATUS_STORE)? {
-            Some(v) if v.eq_ignore_ascii_case("memory") => StoreChoice::Memory,
+        let store = match optional(env, SALE_STATUS_STORE)?
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("dynamodb") => StoreChoice::Dynamodb {
+                table: env.sale_status_table()?.trim().to_owned(),
+                queue_url: optional(env, OFFSALE_QUEUE_URL)?.map(str::to_owned),
+            },
+            Some("memory") => StoreChoice::Memory,
             Some(other) => {
                 return Err(ConfigError::Invalid {
                     name: SALE_STATUS_STORE,
                     value: other.to_owned(),
-                    expected: "memory (the only store in this build)",
+                    expected: "dynamodb or memory",
                 });
             }
-            None => return Err(ConfigError::NoDurableStore),
         };
         Ok(Self {
             switch,
@@ -228,7 +241,58 @@ mod tests {
         assert!(err(&[store, (SALE_RETRY_MAX_ATTEMPTS, "0")]).contains(SALE_RETRY_MAX_ATTEMPTS));
         assert!(err(&[store, (SALE_RETRY_MAX_ATTEMPTS, "many")]).contains("whole number"));
         assert!(err(&[store, (SALE_SWITCH_TIMEOUT_MS, "-1")]).contains(SALE_SWITCH_TIMEOUT_MS));
-        assert!(err(&[]).contains("DynamoDB store is not wired yet"));
-        assert!(err(&[(SALE_STATUS_STORE, "dynamodb")]).contains("only store"));
+        assert!(err(&[(SALE_STATUS_STORE, "file")]).contains("dynamodb or memory"));
+    }
+
+    #[test]
+    fn the_sale_status_table_is_the_default_store() {
+        let config = ListenerConfig::from_env(&env(&[
+            (SALE_STATUS_TABLE, "SaleStatus"),
+            (
+                OFFSALE_QUEUE_URL,
+                "http://127.0.0.1:5000/123456789012/offsale",
+            ),
+        ]))
+        .unwrap();
+        assert_eq!(
+            config.store,
+            StoreChoice::Dynamodb {
+                table: "SaleStatus".into(),
+                queue_url: Some("http://127.0.0.1:5000/123456789012/offsale".into()),
+            }
+        );
+        let config = ListenerConfig::from_env(&env(&[
+            (SALE_STATUS_STORE, "DynamoDB"),
+            (SALE_STATUS_TABLE, "SaleStatus"),
+            (OFFSALE_QUEUE_URL, " "),
+        ]))
+        .unwrap();
+        assert_eq!(
+            config.store,
+            StoreChoice::Dynamodb {
+                table: "SaleStatus".into(),
+                queue_url: None,
+            }
+        );
+    }
+
+    #[test]
+    fn the_sale_status_table_must_be_named() {
+        let err = |pairs: &[(&str, &str)]| {
+            ListenerConfig::from_env(&env(pairs))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(&[]),
+            "environment variable SALE_STATUS_TABLE is not set"
+        );
+        assert_eq!(
+            err(&[(SALE_STATUS_STORE, "dynamodb"), (SALE_STATUS_TABLE, "")]),
+            "environment variable SALE_STATUS_TABLE is empty"
+        );
+        // The memory store needs neither the table nor the queue.
+        let config = ListenerConfig::from_env(&env(&[(SALE_STATUS_STORE, "Memory")])).unwrap();
+        assert_eq!(config.store, StoreChoice::Memory);
     }
 }

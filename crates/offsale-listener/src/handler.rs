@@ -86,7 +86,9 @@
 //! | `SALE_SWITCH_AUTH_HEADER`, `SALE_SWITCH_AUTH_VALUE` | with `http`: one header sent with every write (both or neither) | none |
 //! | `SALE_SWITCH_TIMEOUT_MS` | the longest one write may take; an attempt's lease lasts 10 s longer | `5000` |
 //! | `SALE_RETRY_MAX_ATTEMPTS` | attempts per version before the fault | `8` |
-//! | `SALE_STATUS_STORE` | where sale records live: only `memory` (local runs) until the DynamoDB store is wired | required |
+//! | `SALE_STATUS_STORE` | where sale records live: `dynamodb` (the SaleStatus table) or `memory` (local runs: lost with the instance) | `dynamodb` |
+//! | `SALE_STATUS_TABLE` | with `dynamodb`: the SaleStatus table's name | required |
+//! | `OFFSALE_QUEUE_URL` | with `dynamodb`: the queue's URL, for `ChangeMessageVisibility`; unset, retries come at the queue's visibility timeout (a warning at start) | unset |
 //! | `EVENT_BUS_NAME` | the bus the fault and poison reports go to | required |
 //!
 //! # Limits
@@ -107,6 +109,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsMessage};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use lambda_runtime::Diagnostic;
+use lifeboat_aws::{DynamoSaleStatusStore, SqsRedelivery};
 use lifeboat_core::events::{
     BreakerStateChanged, LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION, SOURCE,
 };
@@ -120,7 +123,7 @@ use lifeboat_core::sale::{
 use lifeboat_core::{BreakerState, Clock, OperatorId};
 use serde_json::Value;
 
-use crate::config::{ListenerConfig, StoreChoice, SwitchTarget};
+use crate::config::{ListenerConfig, OFFSALE_QUEUE_URL, StoreChoice, SwitchTarget};
 use crate::http::{HttpSaleSwitch, HttpSwitchError};
 
 /// Operators handled at once within a batch (one operator's messages are
@@ -326,18 +329,7 @@ impl OffsaleListener {
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
         let config = ListenerConfig::from_env(env)?;
-        let (store, redelivery): (Arc<dyn SaleStatusStore>, Arc<dyn Redelivery>) =
-            match config.store {
-                StoreChoice::Memory => {
-                    tracing::warn!(
-                        "sale records are kept in memory: they do not survive this instance"
-                    );
-                    (
-                        Arc::new(MemorySaleStatusStore::new()),
-                        Arc::new(QueueTimeoutRedelivery),
-                    )
-                }
-            };
+        let (store, redelivery) = Self::store_ports(&config.store, clients);
         Self::with_ports(
             &config,
             store,
@@ -345,6 +337,42 @@ impl OffsaleListener {
             Arc::new(clients.publisher(env)?),
             Arc::new(lifeboat_core::SystemClock),
         )
+    }
+
+    /// The sale status store and the redelivery `store` asks for: the
+    /// SaleStatus table with `ChangeMessageVisibility` on the off-sale queue
+    /// (or the queue's own visibility timeout when its URL is not set, with a
+    /// warning), or both in memory.
+    fn store_ports(
+        store: &StoreChoice,
+        clients: &lifeboat_aws::Clients,
+    ) -> (Arc<dyn SaleStatusStore>, Arc<dyn Redelivery>) {
+        match store {
+            StoreChoice::Dynamodb { table, queue_url } => {
+                let redelivery: Arc<dyn Redelivery> = match queue_url {
+                    Some(url) => Arc::new(SqsRedelivery::new(clients.sqs.clone(), url)),
+                    None => {
+                        tracing::warn!(
+                            "{OFFSALE_QUEUE_URL} is not set: failed writes are retried when the queue's visibility timeout runs out, not on the retry schedule"
+                        );
+                        Arc::new(QueueTimeoutRedelivery)
+                    }
+                };
+                (
+                    Arc::new(DynamoSaleStatusStore::new(clients.dynamodb.clone(), table)),
+                    redelivery,
+                )
+            }
+            StoreChoice::Memory => {
+                tracing::warn!(
+                    "sale records are kept in memory: they do not survive this instance"
+                );
+                (
+                    Arc::new(MemorySaleStatusStore::new()),
+                    Arc::new(QueueTimeoutRedelivery),
+                )
+            }
+        }
     }
 
     /// Build the listener on the given ports, with the switch and policy
