@@ -8,7 +8,8 @@
 //! 1. starts moto (through [`moto_launcher`]: without moto's own attempt at
 //!    delivering the stream, which wipes it) and creates, with the
 //!    template's settings, the Requests
-//!    table (stream NEW_AND_OLD_IMAGES), the Breaker table, the event bus, the
+//!    table (stream NEW_AND_OLD_IMAGES), the Breaker table, the Cache table
+//!    (the real consumer refreshes it after every answered call), the event bus, the
 //!    mapping's failure queue, an execution role, the three functions (names =
 //!    binary names, no code that runs), and the Requests stream's event
 //!    source mapping to `real-consumer` (filter, batch size 50,
@@ -36,7 +37,6 @@ use aws_config::SdkConfig;
 use aws_sdk_lambda::types::{
     DestinationConfig, EventSourcePosition, Filter, FunctionResponseType, OnFailure,
 };
-use aws_sdk_sqs::types::QueueAttributeName;
 use lifeboat_aws::{DynamoBreakerStore, DynamoRequestStore};
 use lifeboat_core::OperatorId;
 use lifeboat_operator::{LatencyModel, SimConfig, SimServer, SimStats};
@@ -111,6 +111,7 @@ pub enum GatewayError {
 pub struct GatewayNames {
     pub requests_table: String,
     pub breaker_table: String,
+    pub cache_table: String,
     pub bus: String,
     pub switch_rule: String,
     pub switch_queue: String,
@@ -124,6 +125,7 @@ impl GatewayNames {
         Self {
             requests_table: format!("{prefix}Requests"),
             breaker_table: format!("{prefix}Breaker"),
+            cache_table: format!("{prefix}Cache"),
             bus: format!("{prefix}lifeboat-events"),
             switch_rule: format!("{prefix}TripRequestedRule"),
             switch_queue: format!("{prefix}TripRequestedRule-circuit-switch"),
@@ -516,6 +518,7 @@ fn function_env(
         ("AWS_LAMBDA_LOG_LEVEL", options.log_level.clone()),
         ("REQUESTS_TABLE", names.requests_table.clone()),
         ("BREAKER_TABLE", names.breaker_table.clone()),
+        ("CACHE_TABLE", names.cache_table.clone()),
         ("EVENT_BUS_NAME", names.bus.clone()),
         ("REQUESTS_MAPPING_UUID", resources.mapping_uuid.clone()),
         ("REAL_CONSUMER_FUNCTION", REAL_CONSUMER.to_owned()),
@@ -570,6 +573,7 @@ pub async fn create_resources(
 
     let requests = resources::create_requests_table(&dynamodb, &names.requests_table).await?;
     resources::create_breaker_table(&dynamodb, &names.breaker_table).await?;
+    resources::create_cache_table(&dynamodb, &names.cache_table).await?;
     let bus_arn = resources::create_event_bus(&eventbridge, &names.bus).await?;
     let switch_queue = resources::create_queue_target(
         &eventbridge,
@@ -580,7 +584,7 @@ pub async fn create_resources(
         template::SWITCH_RULE_PATTERN,
     )
     .await?;
-    let (failed_queue_url, failed_queue_arn) = create_queue(&sqs, &names.failed_queue).await?;
+    let failed_queue = resources::create_queue(&sqs, &names.failed_queue, None).await?;
     let role = resources::create_lambda_role(&iam, &names.role).await?;
     let real_function_arn = resources::create_stub_function(&lambda, REAL_CONSUMER, &role).await?;
     let fallback_function_arn =
@@ -588,14 +592,14 @@ pub async fn create_resources(
     let switch_function_arn =
         resources::create_stub_function(&lambda, CIRCUIT_SWITCH, &role).await?;
     let mapping_uuid =
-        create_requests_mapping(&lambda, &requests.stream_arn, &failed_queue_arn).await?;
+        create_requests_mapping(&lambda, &requests.stream_arn, &failed_queue.arn).await?;
     Ok(GatewayResources {
         names: names.clone(),
         stream_arn: requests.stream_arn,
         bus_arn,
         switch_queue,
-        failed_queue_url,
-        failed_queue_arn,
+        failed_queue_url: failed_queue.url,
+        failed_queue_arn: failed_queue.arn,
         real_function_arn,
         fallback_function_arn,
         switch_function_arn,
@@ -608,32 +612,6 @@ fn resource_error(what: impl Into<String>, e: impl std::fmt::Display) -> Resourc
         what: what.into(),
         message: e.to_string(),
     }
-}
-
-async fn create_queue(
-    sqs: &aws_sdk_sqs::Client,
-    name: &str,
-) -> Result<(String, String), ResourceError> {
-    let what = format!("CreateQueue {name}");
-    let url = sqs
-        .create_queue()
-        .queue_name(name)
-        .send()
-        .await
-        .map_err(|e| resource_error(&what, aws_sdk_sqs::error::DisplayErrorContext(e)))?
-        .queue_url
-        .ok_or_else(|| resource_error(&what, "no queue URL"))?;
-    let arn = sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .map_err(|e| resource_error(&what, aws_sdk_sqs::error::DisplayErrorContext(e)))?
-        .attributes
-        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
-        .ok_or_else(|| resource_error(&what, "no QueueArn"))?;
-    Ok((url, arn))
 }
 
 /// The Requests stream's mapping with every setting of the template's
@@ -784,6 +762,36 @@ mod tests {
             format!("- Pattern: '{}'", template::FILTER_PATTERN),
         ] {
             assert!(mapping.contains(&line), "template mapping lacks {line:?}");
+        }
+    }
+
+    #[test]
+    fn the_customer_tables_have_the_templates_keys() {
+        // As resources::create_cache_table, create_carts_table and
+        // create_sale_status_table make them.
+        for (table, key, ttl) in [
+            ("CacheTable", "cache_key", true),
+            ("CartsTable", "cart_id", true),
+            ("SaleStatusTable", "operator", false),
+        ] {
+            let text = resource(table);
+            assert!(
+                text.contains(&format!(
+                    "- AttributeName: {key}\n          AttributeType: S"
+                )),
+                "{table} has no string attribute {key}"
+            );
+            assert!(
+                text.contains(&format!("- AttributeName: {key}\n          KeyType: HASH")),
+                "{table} is not keyed by {key}"
+            );
+            assert!(!text.contains("KeyType: RANGE"), "{table} has a sort key");
+            let ttl_line = format!("AttributeName: {}", resources::TTL_ATTRIBUTE);
+            assert_eq!(
+                text.contains("TimeToLiveSpecification") && text.contains(&ttl_line),
+                ttl,
+                "{table}'s TTL"
+            );
         }
     }
 

@@ -30,6 +30,12 @@
 //!   Event source mappings can be created on a DynamoDB stream and re-pointed
 //!   with `UpdateEventSourceMapping(FunctionName)`; nothing is delivered.
 //! * TTL is stored but nothing ever expires.
+//! * SQS `ChangeMessageVisibility` hides a received message for the new
+//!   timeout and it comes back after it. A receipt handle that names no
+//!   message, or a deleted one, gets `ReceiptHandleIsInvalid`; but a message
+//!   that is visible again (not in flight) is accepted instead of
+//!   `MessageNotInflight`, and so is an older receipt handle of a message
+//!   received again since. More than 43 200 s is `InvalidParameterValue`.
 //! * Accounts: everything lives in account 123456789012.
 
 pub mod resources;

@@ -1,8 +1,10 @@
 //! lifeboat's AWS resources, created through the SDK with the schemas of
 //! `template.yaml`: the Requests table (stream NEW_AND_OLD_IMAGES, TTL
 //! `expires_at`), the Breaker table (`operator` + `item`, TTL `expires_at`),
-//! the event bus with an SQS queue catching its events, and the two stream
-//! consumers with the event source mapping between them.
+//! the Cache table (`cache_key`, TTL `expires_at`), the Carts table
+//! (`cart_id`, TTL `expires_at`), the SaleStatus table (`operator`, no TTL),
+//! SQS queues, the event bus with an SQS queue catching its events, and the
+//! two stream consumers with the event source mapping between them.
 //!
 //! Meant for moto (see the module above), where nothing but the API exists:
 //! the functions have no code that runs and the queue needs no policy. The
@@ -20,7 +22,7 @@ use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::{EventSourcePosition, FunctionCode, FunctionResponseType, Runtime};
 use aws_sdk_sqs::types::QueueAttributeName;
 
-/// The TTL attribute of both tables.
+/// The TTL attribute of every table that has one.
 pub const TTL_ATTRIBUTE: &str = "expires_at";
 
 /// The event pattern of every lifeboat event.
@@ -157,6 +159,97 @@ pub async fn create_breaker_table(
         .unwrap_or_default())
 }
 
+/// An on-demand table keyed by the string attribute `key` alone, with TTL on
+/// `expires_at` if `ttl`. Returns its ARN.
+async fn create_keyed_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    key_name: &str,
+    ttl: bool,
+) -> Result<String, ResourceError> {
+    let output = client
+        .create_table()
+        .table_name(name)
+        .attribute_definitions(string_attribute(key_name)?)
+        .key_schema(key(key_name, KeyType::Hash)?)
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("CreateTable {name}"), e))?;
+    if ttl {
+        enable_ttl(client, name).await?;
+    }
+    Ok(output
+        .table_description
+        .and_then(|d| d.table_arn)
+        .unwrap_or_default())
+}
+
+/// The Cache table: `cache_key` (S) key, TTL on `expires_at`, on demand.
+/// Returns its ARN.
+pub async fn create_cache_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+) -> Result<String, ResourceError> {
+    create_keyed_table(client, name, "cache_key", true).await
+}
+
+/// The Carts table: `cart_id` (S) key, TTL on `expires_at`, on demand.
+/// Returns its ARN.
+pub async fn create_carts_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+) -> Result<String, ResourceError> {
+    create_keyed_table(client, name, "cart_id", true).await
+}
+
+/// The SaleStatus table: `operator` (S) key, no TTL, on demand. Returns its
+/// ARN.
+pub async fn create_sale_status_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+) -> Result<String, ResourceError> {
+    create_keyed_table(client, name, "operator", false).await
+}
+
+/// A standard SQS queue with default settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queue {
+    pub url: String,
+    pub arn: String,
+}
+
+/// Create the standard queue `name` (with `VisibilityTimeout` in seconds if
+/// given).
+pub async fn create_queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    visibility_timeout_s: Option<u32>,
+) -> Result<Queue, ResourceError> {
+    let request = sqs.create_queue().queue_name(name);
+    let request = match visibility_timeout_s {
+        Some(s) => request.attributes(QueueAttributeName::VisibilityTimeout, s.to_string()),
+        None => request,
+    };
+    let url = request
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("CreateQueue {name}"), e))?
+        .queue_url
+        .ok_or_else(|| ResourceError::new(format!("CreateQueue {name}"), "no queue URL"))?;
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("GetQueueAttributes {name}"), e))?
+        .attributes
+        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+        .ok_or_else(|| ResourceError::new(format!("GetQueueAttributes {name}"), "no QueueArn"))?;
+    Ok(Queue { url, arn })
+}
+
 /// A custom event bus. Returns its ARN.
 pub async fn create_event_bus(
     client: &aws_sdk_eventbridge::Client,
@@ -190,24 +283,10 @@ pub async fn create_queue_target(
     queue: &str,
     pattern: &str,
 ) -> Result<QueueTarget, ResourceError> {
-    let queue_url = sqs
-        .create_queue()
-        .queue_name(queue)
-        .send()
-        .await
-        .map_err(|e| ResourceError::from_sdk(format!("CreateQueue {queue}"), e))?
-        .queue_url
-        .ok_or_else(|| ResourceError::new(format!("CreateQueue {queue}"), "no queue URL"))?;
-    let queue_arn = sqs
-        .get_queue_attributes()
-        .queue_url(&queue_url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .map_err(|e| ResourceError::from_sdk(format!("GetQueueAttributes {queue}"), e))?
-        .attributes
-        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
-        .ok_or_else(|| ResourceError::new(format!("GetQueueAttributes {queue}"), "no QueueArn"))?;
+    let Queue {
+        url: queue_url,
+        arn: queue_arn,
+    } = create_queue(sqs, queue, None).await?;
     let rule_arn = eventbridge
         .put_rule()
         .name(rule)
