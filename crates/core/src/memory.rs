@@ -474,7 +474,7 @@ impl MemoryCartStore {
 
     pub fn all(&self) -> Vec<Cart> {
         let mut carts: Vec<Cart> = lock(&self.carts).values().cloned().collect();
-        carts.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        carts.sort_by_key(|c| c.created_at);
         carts
     }
 }

@@ -136,12 +136,15 @@ impl Default for Polling {
 /// How long a caller is told to wait when nothing can be shown.
 pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
 
+/// When each operator's breaker was read, and what was read.
+type BreakerReads = HashMap<OperatorId, (DateTime<Utc>, Option<BreakerRecord>)>;
+
 /// The breaker state per operator, each kept for at most `max_age`.
 pub struct BreakerCache {
     store: Arc<dyn BreakerStore>,
     clock: Arc<dyn Clock>,
     max_age: Duration,
-    states: Mutex<HashMap<OperatorId, (DateTime<Utc>, Option<BreakerRecord>)>>,
+    states: Mutex<BreakerReads>,
 }
 
 impl BreakerCache {
@@ -161,10 +164,11 @@ impl BreakerCache {
     pub async fn get(&self, operator: &OperatorId) -> (Option<BreakerRecord>, bool) {
         let now = self.clock.now();
         let max_age = TimeDelta::from_std(self.max_age).unwrap_or(TimeDelta::zero());
-        if let Some((read_at, record)) = self.lock().get(operator) {
-            if now - *read_at < max_age && *read_at <= now {
-                return (record.clone(), false);
-            }
+        if let Some((read_at, record)) = self.lock().get(operator)
+            && now - *read_at < max_age
+            && *read_at <= now
+        {
+            return (record.clone(), false);
         }
         match self.store.load(operator).await {
             Ok(record) => {
@@ -178,10 +182,7 @@ impl BreakerCache {
         }
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<OperatorId, (DateTime<Utc>, Option<BreakerRecord>)>>
-    {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BreakerReads> {
         // Each entry is written whole: a poisoned lock still holds valid data.
         self.states.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -226,11 +227,11 @@ impl Lookup {
                 None
             }
         };
-        if let Some(entry) = cached.as_ref().filter(|_| mode != Mode::Reprice) {
-            if policy.freshness(entry.as_of, now) == Freshness::Recent {
-                looked.result = Ok(answer(Source::Fresh, entry, now));
-                return looked;
-            }
+        if let Some(entry) = cached.as_ref().filter(|_| mode != Mode::Reprice)
+            && policy.freshness(entry.as_of, now) == Freshness::Recent
+        {
+            looked.result = Ok(answer(Source::Fresh, entry, now));
+            return looked;
         }
         let last_good = cached.filter(|e| policy.freshness(e.as_of, now) != Freshness::Expired);
 

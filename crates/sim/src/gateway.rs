@@ -9,7 +9,8 @@ use circuit_switch::input::AlarmMap;
 use fallback_consumer::FallbackConsumer;
 use lifeboat_core::events::{LifeboatEvent, SOURCE};
 use lifeboat_core::memory::{
-    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter, MemoryWindowStore,
+    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter,
+    MemoryWindowStore,
 };
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
 use lifeboat_core::request::RequestRecord;
@@ -17,6 +18,7 @@ use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
 use real_consumer::RealConsumer;
 use serde_json::{Value, json};
+use tokio::task::JoinSet;
 
 /// How the in-memory AWS behaves.
 #[derive(Debug, Clone)]
@@ -26,6 +28,9 @@ pub struct GatewayConfig {
     pub batch_size: usize,
     /// Operator calls in flight per batch.
     pub concurrency: usize,
+    /// Batches of the stream in flight at once (the mapping's
+    /// ParallelizationFactor; the template sets 4).
+    pub parallelization: usize,
     /// How often the stream is polled when it has nothing.
     pub poll: Duration,
     /// The schedule's period.
@@ -39,6 +44,7 @@ impl Default for GatewayConfig {
             settings: Settings::default(),
             batch_size: 50,
             concurrency: real_consumer::DEFAULT_CONCURRENCY,
+            parallelization: 4,
             poll: Duration::from_millis(100),
             tick_every: Duration::from_secs(5),
             operators: Vec::new(),
@@ -74,13 +80,17 @@ pub struct Gateway {
     pub bus: Arc<MemoryEventBus>,
     pub cache: Arc<MemoryCacheStore>,
     pub router: Arc<MemoryStreamRouter>,
-    pub real: RealConsumer,
-    pub fallback: FallbackConsumer,
+    pub real: Arc<RealConsumer>,
+    pub fallback: Arc<FallbackConsumer>,
     pub switch: CircuitSwitch,
     pub transitions: Vec<Transition>,
     call_counter: Option<CallCounter>,
     config: GatewayConfig,
     stream_position: usize,
+    /// Records a consumer reported as failed, delivered again first.
+    redeliver: Vec<RequestRecord>,
+    sequence: usize,
+    in_flight: JoinSet<Vec<RequestRecord>>,
     bus_position: usize,
     next_tick: DateTime<Utc>,
 }
@@ -132,13 +142,16 @@ impl Gateway {
             bus,
             cache,
             router,
-            real,
-            fallback,
+            real: Arc::new(real),
+            fallback: Arc::new(fallback),
             switch,
             transitions: Vec::new(),
             call_counter: None,
             config,
             stream_position: 0,
+            redeliver: Vec::new(),
+            sequence: 0,
+            in_flight: JoinSet::new(),
             bus_position: 0,
             next_tick,
         }
@@ -218,43 +231,80 @@ impl Gateway {
         }
     }
 
-    /// Deliver the next batch of the stream to the consumer the mapping points at.
+    /// Batches still being handled by a consumer.
+    pub fn batches_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Deliver the next batch of the stream to the consumer the mapping
+    /// points at, if fewer than `parallelization` batches are in flight.
+    /// Records reported as failed come back before new ones.
     async fn deliver_batch(&mut self) -> bool {
-        let (records, _) = self.requests.read_stream(self.stream_position);
-        if records.is_empty() {
+        while let Some(done) = self.in_flight.try_join_next() {
+            match done {
+                Ok(failed) => self.redeliver.extend(failed),
+                Err(e) => tracing::error!(error = %e, "a stream batch task failed"),
+            }
+        }
+        if self.in_flight.len() >= self.config.parallelization.max(1) {
             return false;
         }
-        let batch: Vec<&RequestRecord> = records.iter().take(self.config.batch_size).collect();
-        let start = self.stream_position;
+        let mut batch: Vec<RequestRecord> = std::mem::take(&mut self.redeliver);
+        if batch.len() > self.config.batch_size {
+            self.redeliver = batch.split_off(self.config.batch_size);
+        }
+        let room = self.config.batch_size.saturating_sub(batch.len());
+        if room > 0 {
+            let (records, _) = self.requests.read_stream(self.stream_position);
+            let fresh: Vec<RequestRecord> = records.into_iter().take(room).collect();
+            self.stream_position += fresh.len();
+            batch.extend(fresh);
+        }
+        if batch.is_empty() {
+            return false;
+        }
+        // Every delivery gets fresh sequence numbers; a failure names one,
+        // which maps back to its place in this batch.
+        let first = self.sequence;
+        self.sequence += batch.len();
         let payload = json!({
-            "Records": batch.iter().enumerate().map(|(i, r)| stream_record(r, start + i)).collect::<Vec<_>>()
+            "Records": batch.iter().enumerate().map(|(i, r)| stream_record(r, first + i)).collect::<Vec<_>>()
         });
         let target = self.router.current().await.unwrap_or(ConsumerTarget::Real);
-        let failures = match target {
-            ConsumerTarget::Real => self
-                .real
-                .handle(&payload)
-                .await
-                .map(|r| r.response.batch_item_failures)
-                .map_err(|e| e.to_string()),
-            ConsumerTarget::Fallback => self
-                .fallback
-                .handle(&payload)
-                .await
-                .map(|r| r.response.batch_item_failures)
-                .map_err(|e| e.to_string()),
-        };
-        match failures {
-            Ok(failures) => {
-                // Lambda re-delivers from the first failed record on.
-                let first_failed = failures
-                    .iter()
-                    .filter_map(|f| f.item_identifier.as_deref()?.parse::<usize>().ok())
-                    .min();
-                self.stream_position = first_failed.unwrap_or(start + batch.len());
+        let (real, fallback) = (self.real.clone(), self.fallback.clone());
+        self.in_flight.spawn(async move {
+            let failures = match target {
+                ConsumerTarget::Real => real
+                    .handle(&payload)
+                    .await
+                    .map(|r| r.response.batch_item_failures)
+                    .map_err(|e| e.to_string()),
+                ConsumerTarget::Fallback => fallback
+                    .handle(&payload)
+                    .await
+                    .map(|r| r.response.batch_item_failures)
+                    .map_err(|e| e.to_string()),
+            };
+            match failures {
+                Ok(failures) => {
+                    // Lambda delivers again from the first failed record on.
+                    let first_failed = failures
+                        .iter()
+                        .filter_map(|f| f.item_identifier.as_deref()?.parse::<usize>().ok())
+                        .min();
+                    match first_failed {
+                        Some(position) => {
+                            batch.split_off(position.saturating_sub(first).min(batch.len()))
+                        }
+                        None => Vec::new(),
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "consumer failed the batch");
+                    batch
+                }
             }
-            Err(e) => tracing::error!(error = %e, "consumer failed the batch"),
-        }
+        });
         true
     }
 }

@@ -1,0 +1,254 @@
+//! Customers of the demo: each searches once and may take a sailing it found
+//! through a cart to payment, calling the search and cart handlers exactly as
+//! the HTTP API would.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cart::CartService;
+use lifeboat_lookup::http::{HttpRequest, Reply};
+use lifeboat_operator::SimRng;
+use search::Search;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::{Phase, Script};
+
+pub(crate) const OPERATOR: &str = "nordic";
+
+/// The routes customers search.
+const ROUTES: [(&str, &str); 8] = [
+    ("HEL", "TLL"),
+    ("TLL", "HEL"),
+    ("HEL", "STO"),
+    ("STO", "HEL"),
+    ("TKU", "STO"),
+    ("STO", "RIX"),
+    ("RIX", "STO"),
+    ("HEL", "MHQ"),
+];
+/// How many days ahead customers travel, from the day after the demo's day.
+const DAYS_AHEAD: u32 = 14;
+
+/// One search as the customer saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct SearchSeen {
+    pub at: Duration,
+    pub phase: Phase,
+    pub latency: Duration,
+    pub status: u16,
+    pub source: Option<String>,
+    pub age_s: Option<u64>,
+    /// A 200 with no sailings.
+    pub empty: bool,
+    /// The same question was answered before the outage.
+    pub seen_before_outage: bool,
+    pub label: String,
+}
+
+/// One cart as the customer saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct CartSeen {
+    pub started: Duration,
+    pub phase: Phase,
+    /// Some answer showed the cart in its off-sale state.
+    pub degraded: bool,
+    pub reached_payment: Option<Duration>,
+    pub on_cached_price: bool,
+    /// 409 answers with an old and a new price.
+    pub price_changes: u32,
+    pub price_age_s: Option<u64>,
+    pub stopped: Option<String>,
+    pub label: String,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Observed {
+    pub searches: Vec<SearchSeen>,
+    pub carts: Vec<CartSeen>,
+    answered_before_outage: HashSet<String>,
+}
+
+/// What customers share: the handlers and the notebook.
+pub(crate) struct Shop {
+    pub search: Arc<Search>,
+    pub carts: Arc<CartService>,
+    pub observed: Mutex<Observed>,
+    pub script: Script,
+    pub start: Instant,
+}
+
+impl Shop {
+    pub fn observed(&self) -> MutexGuard<'_, Observed> {
+        // Entries are pushed whole: a poisoned lock still holds good data.
+        self.observed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+/// One customer, from search to payment.
+pub(crate) async fn customer(shop: Arc<Shop>, seed: u64) {
+    let mut rng = SimRng::new(seed);
+    let (from, to) = ROUTES[pick(&mut rng, ROUTES.len())];
+    let day = 2 + pick(&mut rng, DAYS_AHEAD as usize);
+    let date = format!("2026-12-{day:02}");
+    let passengers = (1 + pick(&mut rng, 4)).to_string();
+    let key = format!("{from}-{to} {date} x{passengers}");
+
+    let started = shop.now();
+    let phase = Phase::at(&shop.script, started);
+    let began = Instant::now();
+    let reply = shop
+        .search
+        .handle(&HttpRequest::get(
+            "/sailings",
+            &[
+                ("operator", OPERATOR),
+                ("from", from),
+                ("to", to),
+                ("date", &date),
+                ("passengers", &passengers),
+            ],
+        ))
+        .await;
+    let latency = began.elapsed();
+    let sailings: Vec<Value> = reply.body["sailings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    {
+        let mut observed = shop.observed();
+        let seen_before_outage = observed.answered_before_outage.contains(&key);
+        if phase == Phase::Healthy && reply.status == 200 {
+            observed.answered_before_outage.insert(key.clone());
+        }
+        observed.searches.push(SearchSeen {
+            at: started,
+            phase,
+            latency,
+            status: reply.status,
+            source: reply.body["source"].as_str().map(str::to_owned),
+            age_s: reply.body["age_s"].as_u64(),
+            empty: reply.status == 200 && sailings.is_empty(),
+            seen_before_outage,
+            label: key.clone(),
+        });
+    }
+    if reply.status != 200 || sailings.is_empty() || rng.next_f64() >= shop.script.cart_share {
+        return;
+    }
+    let sailing = &sailings[pick(&mut rng, sailings.len())];
+    let new_cart = json!({
+        "operator": OPERATOR,
+        "sailing_id": sailing["sailing_id"],
+        "from": from, "to": to, "date": date,
+        "passengers": passengers.parse::<u8>().unwrap_or(1),
+    });
+    let mut seen = CartSeen {
+        started,
+        phase,
+        degraded: false,
+        reached_payment: None,
+        on_cached_price: false,
+        price_changes: 0,
+        price_age_s: None,
+        stopped: None,
+        label: format!(
+            "{} x{passengers}",
+            sailing["sailing_id"].as_str().unwrap_or("?")
+        ),
+    };
+    run_cart(&shop, &mut rng, &new_cart, &mut seen).await;
+    shop.observed().carts.push(seen);
+}
+
+async fn run_cart(shop: &Shop, rng: &mut SimRng, new_cart: &Value, seen: &mut CartSeen) {
+    let opened = shop
+        .carts
+        .handle(&HttpRequest::with_json("POST", "/carts", new_cart))
+        .await;
+    note(seen, &opened);
+    if opened.status != 201 {
+        seen.stopped = Some(format!("cart not opened: {}", opened.status));
+        return;
+    }
+    let Some(id) = opened.body["cart_id"].as_str().map(str::to_owned) else {
+        seen.stopped = Some("cart without id".into());
+        return;
+    };
+    think(rng, 10, 40).await;
+    let steps = [
+        ("PUT", "accommodation", json!({"code": "cabin"})),
+        ("PUT", "extras", json!({"codes": ["breakfast"]})),
+        ("POST", "price", json!({})),
+    ];
+    for (method, step, body) in steps {
+        let reply = shop
+            .carts
+            .handle(&HttpRequest::with_json(
+                method,
+                &format!("/carts/{id}/{step}"),
+                &body,
+            ))
+            .await;
+        note(seen, &reply);
+        // 409 off sale: the step was decided for the customer; go on.
+        // 503 on price: confirm will try again.
+    }
+    think(rng, 20, 90).await;
+    for _ in 0..6 {
+        let reply = shop
+            .carts
+            .handle(&HttpRequest::with_json(
+                "POST",
+                &format!("/carts/{id}/confirm"),
+                &json!({}),
+            ))
+            .await;
+        note(seen, &reply);
+        match reply.status {
+            200 => {
+                seen.reached_payment = Some(shop.now());
+                seen.on_cached_price = reply.body["confirmation"]["on_cached_price"] == true;
+                seen.price_age_s = reply.body["price"]["age_s"].as_u64();
+                return;
+            }
+            409 if reply.body.get("price_changed").is_some() => {
+                // Shown the old and new price; the customer accepts.
+                seen.price_changes += 1;
+            }
+            503 => {
+                let wait = reply.body["retry_after_s"].as_u64().unwrap_or(10).min(60);
+                tokio::time::sleep(Duration::from_secs(wait)).await;
+            }
+            status => {
+                seen.stopped = Some(format!(
+                    "confirm answered {status}: {}",
+                    reply.body["detail"].as_str().unwrap_or("")
+                ));
+                return;
+            }
+        }
+    }
+    seen.stopped = Some("gave up confirming".into());
+}
+
+fn note(seen: &mut CartSeen, reply: &Reply) {
+    if reply.body.get("degraded").is_some_and(|d| !d.is_null()) {
+        seen.degraded = true;
+    }
+}
+
+async fn think(rng: &mut SimRng, min_s: u64, max_s: u64) {
+    let span = max_s.saturating_sub(min_s) as f64;
+    let secs = min_s as f64 + rng.next_f64() * span;
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+}
+
+fn pick(rng: &mut SimRng, n: usize) -> usize {
+    usize::try_from(rng.next_u64() % n.max(1) as u64).unwrap_or(0)
+}

@@ -1,0 +1,133 @@
+//! `lifeboat demo`: the whole suite in one process, through a scripted day.
+//!
+//! The real handler code of all six functions (search, cart, real consumer,
+//! fallback consumer, circuit switch, off-sale listener) runs on the
+//! in-memory adapters of lifeboat-core and the simulated operator, on tokio's
+//! paused clock: time jumps ahead whenever every task is waiting, so half an
+//! hour of traffic takes seconds and needs no network, AWS or moto.
+//!
+//! The script: healthy traffic; an outage at twice the normal rate; recovery.
+//! Customers search, and some open a cart on a sailing they found and take it
+//! to payment. Every figure of the report is counted from what the handlers
+//! answered and what the stores hold, never taken from the script.
+
+mod customer;
+pub mod report;
+mod suite;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use lifeboat_operator::OutageMode;
+use serde::Serialize;
+
+pub use report::Report;
+
+/// The scripted day.
+#[derive(Debug, Clone, Serialize)]
+pub struct Script {
+    /// Seed of every random choice (customers, latencies).
+    pub seed: u64,
+    /// When the day starts (virtual).
+    pub start: DateTime<Utc>,
+    /// Healthy traffic before the outage.
+    #[serde(with = "secs")]
+    pub healthy: Duration,
+    /// How long the operator is down.
+    #[serde(with = "secs")]
+    pub outage: Duration,
+    /// Traffic after the operator is back.
+    #[serde(with = "secs")]
+    pub recovery: Duration,
+    /// Customer searches per second while healthy.
+    pub searches_per_s: f64,
+    /// Traffic during the outage, as a multiple of the normal rate.
+    pub outage_traffic: f64,
+    /// How the operator fails.
+    pub mode: OutageMode,
+    /// The share of searches that go on to a cart.
+    pub cart_share: f64,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Self {
+            seed: 0x11FE_B0A7,
+            // 2026-12-01T06:00:00Z
+            start: DateTime::from_timestamp(1_796_104_800, 0).unwrap_or_default(),
+            healthy: Duration::from_secs(600),
+            outage: Duration::from_secs(300),
+            recovery: Duration::from_secs(600),
+            searches_per_s: 3.0,
+            outage_traffic: 2.0,
+            mode: OutageMode::Hang,
+            cart_share: 0.15,
+        }
+    }
+}
+
+impl Script {
+    pub fn outage_start(&self) -> Duration {
+        self.healthy
+    }
+
+    pub fn outage_end(&self) -> Duration {
+        self.healthy + self.outage
+    }
+
+    pub fn end(&self) -> Duration {
+        self.healthy + self.outage + self.recovery
+    }
+}
+
+/// The phase of the day at `t` since the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Healthy,
+    Outage,
+    Recovery,
+}
+
+impl Phase {
+    pub fn at(script: &Script, t: Duration) -> Self {
+        if t < script.outage_start() {
+            Phase::Healthy
+        } else if t < script.outage_end() {
+            Phase::Outage
+        } else {
+            Phase::Recovery
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Healthy => "healthy",
+            Phase::Outage => "outage",
+            Phase::Recovery => "recovery",
+        }
+    }
+}
+
+/// Run the day on a paused clock and report it. Must run on a runtime whose
+/// clock is paused (see [`run_paused`]).
+pub async fn run(script: &Script) -> Report {
+    suite::Suite::new(script).run().await
+}
+
+/// Run the day on a fresh single-threaded runtime with a paused clock.
+pub fn run_paused(script: &Script) -> std::io::Result<Report> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()?;
+    Ok(runtime.block_on(run(script)))
+}
+
+mod secs {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
+}

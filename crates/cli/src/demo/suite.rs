@@ -1,0 +1,226 @@
+//! The six functions wired in memory, and the loop that plays AWS between
+//! them: the stream mapping, the rules, the schedule and the SQS mapping.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cart::CartService;
+use chrono::TimeDelta;
+use lifeboat_core::cart::CartSettings;
+use lifeboat_core::events::{LifeboatEvent, SaleStatus};
+use lifeboat_core::memory::MemoryCartStore;
+use lifeboat_core::retry::RetrySchedule;
+use lifeboat_core::sale::{
+    MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, SwitchOutcome, WritePolicy,
+};
+use lifeboat_core::settings::Settings;
+use lifeboat_core::{Clock, OperatorId};
+use lifeboat_lookup::{BreakerCache, Lookup, Polling};
+use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
+use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+use offsale_listener::{OffsaleListener, deliver, rule_message};
+use search::Search;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::Script;
+use super::customer::{OPERATOR, Observed, Shop, customer};
+use super::report::{self, Report};
+
+/// How often the loop looks again when nothing was delivered.
+const IDLE: Duration = Duration::from_millis(50);
+/// How long the stream and queue keep running after the last customer.
+const DRAIN: Duration = Duration::from_secs(20);
+
+pub(crate) struct Suite {
+    script: Script,
+    clock: Arc<TokioClock>,
+    sim: SimulatedOperator,
+    gateway: Gateway,
+    shop: Arc<Shop>,
+    listener: OffsaleListener,
+    queue: Arc<MemoryQueue>,
+    switch: Arc<MemorySaleSwitch>,
+    bus_cursor: usize,
+    /// The legacy switch refuses the first write after the first off-sale
+    /// write (to show the retry schedule); set once.
+    switch_failure_armed: bool,
+}
+
+impl Suite {
+    pub fn new(script: &Script) -> Self {
+        let clock = Arc::new(TokioClock::starting_at(script.start));
+        let operator = OperatorId::new(OPERATOR).unwrap_or_else(|e| unreachable!("{e}"));
+        let start = script.start;
+        let at = |d: Duration| start + TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
+        let sim = SimulatedOperator::new(
+            operator.clone(),
+            SimConfig {
+                seed: script.seed,
+                outages: vec![Outage {
+                    start: at(script.outage_start()),
+                    end: at(script.outage_end()),
+                    mode: script.mode,
+                }],
+                price_drift: Some(PriceDrift {
+                    start,
+                    every: Duration::from_secs(240),
+                    percent: 1.0,
+                }),
+                ..SimConfig::default()
+            },
+            clock.clone(),
+        );
+        let gateway = Gateway::new(
+            Arc::new(sim.clone()),
+            clock.clone(),
+            GatewayConfig {
+                operators: vec![operator.clone()],
+                ..GatewayConfig::default()
+            },
+        );
+        let lookup = || Lookup {
+            requests: gateway.requests.clone(),
+            cache: gateway.cache.clone(),
+            breakers: BreakerCache::new(
+                gateway.breakers.clone(),
+                clock.clone(),
+                Duration::from_secs(1),
+            ),
+            clock: clock.clone(),
+            settings: Settings::default(),
+            polling: Polling::default(),
+        };
+        let operators = BTreeSet::from([operator]);
+        let sale_store = Arc::new(MemorySaleStatusStore::new());
+        let switch = Arc::new(MemorySaleSwitch::new(clock.clone()));
+        let queue = Arc::new(MemoryQueue::new(clock.clone(), Duration::from_secs(90)));
+        let listener = OffsaleListener {
+            store: sale_store.clone(),
+            switch: switch.clone(),
+            redelivery: queue.clone(),
+            events: gateway.bus.clone(),
+            clock: clock.clone(),
+            policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2)),
+        };
+        let shop = Arc::new(Shop {
+            search: Arc::new(Search {
+                lookup: lookup(),
+                operators: operators.clone(),
+            }),
+            carts: Arc::new(CartService {
+                carts: Arc::new(MemoryCartStore::new()),
+                sale: sale_store,
+                lookup: lookup(),
+                operators,
+                settings: CartSettings::default(),
+            }),
+            observed: Mutex::new(Observed::default()),
+            script: script.clone(),
+            start: Instant::now(),
+        });
+        Self {
+            script: script.clone(),
+            clock,
+            sim,
+            gateway,
+            shop,
+            listener,
+            queue,
+            switch,
+            bus_cursor: 0,
+            switch_failure_armed: false,
+        }
+    }
+
+    pub async fn run(mut self) -> Report {
+        let traffic = tokio::spawn(traffic(self.shop.clone(), self.script.clone()));
+        let mut drained_at: Option<Instant> = None;
+        loop {
+            let delivered = self.gateway.step().await;
+            self.forward_state_changes();
+            self.deliver_queue().await;
+            if traffic.is_finished() {
+                let since = *drained_at.get_or_insert_with(Instant::now);
+                if since.elapsed() >= DRAIN {
+                    break;
+                }
+            }
+            if !delivered {
+                tokio::time::sleep(IDLE).await;
+            }
+        }
+        if let Err(e) = traffic.await {
+            tracing::error!(error = %e, "demo traffic task failed");
+        }
+        report::build(report::Inputs {
+            script: &self.script,
+            start: self.script.start,
+            ended: self.clock.now(),
+            transitions: &self.gateway.transitions,
+            switch_writes: &self.switch.writes(),
+            requests: self.gateway.requests.counts(),
+            operator_calls: self.sim.stats().total,
+            events: &self.gateway.bus.events(),
+            observed: &self.shop.observed(),
+        })
+    }
+
+    /// The `Breaker State Changed` rule: every state change to the queue.
+    fn forward_state_changes(&mut self) {
+        let (events, next) = self.gateway.bus.read_from(self.bus_cursor);
+        self.bus_cursor = next;
+        for event in events {
+            if let LifeboatEvent::BreakerStateChanged(change) = event {
+                self.queue.send(rule_message(&change));
+            }
+        }
+    }
+
+    /// The SQS mapping: one batch of visible messages to the listener.
+    async fn deliver_queue(&mut self) {
+        match deliver(&self.listener, &self.queue, 10).await {
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "off-sale listener failed the batch"),
+        }
+        if !self.switch_failure_armed {
+            let off =
+                self.switch.writes().iter().any(|w| {
+                    w.status == SaleStatus::OffSale && w.outcome == SwitchOutcome::Accepted
+                });
+            if off {
+                self.switch.fail_next(1);
+                self.switch_failure_armed = true;
+            }
+        }
+    }
+}
+
+/// Customers arriving through the day, at the script's rates; returns when
+/// the last one is done.
+async fn traffic(shop: Arc<Shop>, script: Script) {
+    let mut customers = JoinSet::new();
+    let mut n: u64 = 0;
+    loop {
+        let t = shop.start.elapsed();
+        if t >= script.end() {
+            break;
+        }
+        let rate = match super::Phase::at(&script, t) {
+            super::Phase::Outage => script.searches_per_s * script.outage_traffic,
+            _ => script.searches_per_s,
+        };
+        n += 1;
+        customers.spawn(customer(
+            shop.clone(),
+            script.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        ));
+        tokio::time::sleep(Duration::from_secs_f64(1.0 / rate.max(0.01))).await;
+    }
+    while let Some(done) = customers.join_next().await {
+        if let Err(e) = done {
+            tracing::error!(error = %e, "a demo customer failed");
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! The `lifeboat` command's library: the demo of the whole suite.
+
+pub mod demo;

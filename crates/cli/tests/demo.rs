@@ -1,0 +1,89 @@
+//! The demo's day meets the suite's promises: fast detection, one outcome
+//! per request, no empty lists posing as "no sailings", last-good answers for
+//! questions seen before the outage, carts that reach payment, and the sale
+//! status following the breaker.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use lifeboat_cli::demo::{self, Phase, Report, Script};
+use lifeboat_operator::OutageMode;
+
+fn check(report: &Report) {
+    let detection = report.detection_s.unwrap();
+    assert!(detection <= 10.0, "detection {detection} s");
+    assert!(report.recovery_s.is_some(), "the breaker closed again");
+
+    assert!(report.requests.total > 500);
+    assert_eq!(report.requests.with_outcome, report.requests.total);
+    assert_eq!(report.requests.duplicate_outcomes, 0);
+
+    for (phase, figures) in &report.search {
+        assert_eq!(figures.empty, 0, "{phase:?}: empty lists");
+        assert!(figures.count > 0);
+    }
+    let outage = &report.search[&Phase::Outage];
+    assert_eq!(
+        outage.by_source.live, 0,
+        "nobody waited on the operator once open"
+    );
+    assert!(outage.by_source.last_good > outage.count / 3, "{outage:?}");
+    assert_eq!(
+        outage.seen_before_answered, outage.seen_before,
+        "every question seen before the outage was answered"
+    );
+
+    assert!(report.carts.started_during_outage > 10);
+    assert_eq!(
+        report.carts.reached_payment_during_outage,
+        report.carts.started_during_outage
+    );
+    assert!(report.carts.degraded > 0);
+
+    let off_after_open = report.offsale.off_after_open_s.unwrap();
+    assert!(
+        off_after_open <= 2.0,
+        "off sale {off_after_open} s after open"
+    );
+    let on = report.offsale.on_at_s.unwrap();
+    assert!(
+        on >= report.script.outage.as_secs_f64(),
+        "back on sale after recovery"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_day_keeps_its_promises() {
+    let report = demo::run(&Script::default()).await;
+    check(&report);
+    assert_eq!(
+        report.offsale.writes_failed, 1,
+        "the scripted refusal was retried"
+    );
+    assert!(report.carts.price_changes_shown > 0);
+    let json = serde_json::to_value(&report).unwrap();
+    for key in [
+        "detection_s",
+        "recovery_s",
+        "requests",
+        "search",
+        "offsale",
+        "carts",
+    ] {
+        assert!(json.get(key).is_some(), "{key}");
+    }
+    assert!(json["search"]["outage"]["by_source"]["last_good"].is_u64());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusing_operator_tells_the_same_story() {
+    let script = Script {
+        mode: OutageMode::Refuse,
+        outage: Duration::from_secs(120),
+        recovery: Duration::from_secs(420),
+        seed: 7,
+        ..Script::default()
+    };
+    check(&demo::run(&script).await);
+}
