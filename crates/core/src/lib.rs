@@ -11,6 +11,7 @@ pub mod cart;
 pub mod clock;
 pub mod events;
 pub mod memory;
+pub mod metrics;
 pub mod operator;
 pub mod ports;
 pub mod request;

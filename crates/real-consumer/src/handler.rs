@@ -23,19 +23,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use lambda_runtime::Diagnostic;
-use chrono::{DateTime, Utc};
 use lifeboat_core::breaker::TripReason;
 use lifeboat_core::cache::{CacheKey, CacheStore, CachedAnswer};
 use lifeboat_core::events::{LifeboatEvent, SCHEMA_VERSION, TrialsPassed, TripRequested};
+use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names};
 use lifeboat_core::ports::{
     BreakerStore, EventPublisher, OperatorApi, RequestStore, StoreError, WindowStore,
 };
 use lifeboat_core::request::{FailureReason, Health, OperatorCall, Outcome, RequestRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::window::CallCounts;
-use lifeboat_core::{BreakerRecord, BreakerState, Clock, OperatorId};
+use lifeboat_core::{BreakerRecord, BreakerState, Clock, Operation, OperatorId};
 use lifeboat_stream::{batch_response, failure_event, publish_all, read_batch};
 use serde_json::Value;
 
@@ -84,6 +85,8 @@ pub struct RealConsumer {
     pub events: Arc<dyn EventPublisher>,
     /// The answer cache, refreshed after every answered call.
     pub cache: Arc<dyn CacheStore>,
+    /// Where the batch's metrics go (EMF lines on stdout in Lambda).
+    pub metrics: Arc<dyn MetricsSink>,
     pub operator: Arc<dyn OperatorApi>,
     pub clock: Arc<dyn Clock>,
     pub settings: Settings,
@@ -108,6 +111,15 @@ pub struct BatchReport {
 /// The breaker as this batch saw it. `None`: it could not be read.
 type BreakerView = Option<BreakerRecord>;
 
+/// One operator call, as the metrics see it.
+struct CallSeen {
+    operation: Operation,
+    class: &'static str,
+    elapsed_ms: f64,
+    /// The breaker was open when the call was made (never, by design).
+    while_open: bool,
+}
+
 /// The end of one request in this batch.
 struct Processed {
     sequence: Option<String>,
@@ -115,6 +127,10 @@ struct Processed {
     /// `Err`: the record must come back.
     written: Result<Option<bool>, StoreError>,
     called: Option<Health>,
+    /// The call made, for metrics.
+    call: Option<CallSeen>,
+    /// Failed fast because the breaker was open.
+    failed_fast: bool,
     trial: Option<bool>,
     event: Option<LifeboatEvent>,
 }
@@ -143,6 +159,7 @@ impl RealConsumer {
             window: Arc::new(clients.window_store(env)?),
             events: Arc::new(clients.publisher(env)?),
             cache: Arc::new(clients.cache_store(env)?),
+            metrics: Arc::new(StdoutMetrics),
             operator: Arc::new(lifeboat_operator::HttpOperatorApi::parse(endpoints)?),
             clock: Arc::new(lifeboat_core::SystemClock),
             settings,
@@ -177,9 +194,11 @@ impl RealConsumer {
             .await;
 
         let mut failed = Vec::new();
+        let mut metrics = BatchMetrics::default();
         let mut counts: BTreeMap<OperatorId, CallCounts> = BTreeMap::new();
         let mut trials: BTreeMap<OperatorId, Vec<bool>> = BTreeMap::new();
         for p in processed {
+            metrics.record(&p);
             match p.written {
                 Ok(Some(true)) => report.outcomes_written += 1,
                 Ok(Some(false)) => report.already_answered += 1,
@@ -221,6 +240,7 @@ impl RealConsumer {
 
         report.events_not_published = publish_all(self.events.as_ref(), &events).await;
         report.response = batch_response(failed);
+        self.metrics.emit(&metrics.sets(), self.clock.now());
         tracing::info!(
             requests = report.requests,
             calls = report.calls,
@@ -273,6 +293,8 @@ impl RealConsumer {
             operator: request.operator.clone(),
             written: Ok(None),
             called: None,
+            call: None,
+            failed_fast: false,
             trial: None,
             event: None,
         };
@@ -309,6 +331,7 @@ impl RealConsumer {
                 .fail(done, &request, FailureReason::Malformed, &detail)
                 .await;
         }
+        let view_open = view.as_ref().is_some_and(|r| r.state.is_open());
         // An unreadable breaker (`None`) is called as if closed.
         match view.as_ref().map(|r| (r.state, r.version)) {
             Some((BreakerState::Open | BreakerState::ForcedOpen, _)) => {
@@ -382,6 +405,12 @@ impl RealConsumer {
             class = result.class.name(), elapsed_ms = result.elapsed.as_millis() as u64, "operator call"
         );
         done.called = Some(health);
+        done.call = Some(CallSeen {
+            operation: request.operation,
+            class: result.class.name(),
+            elapsed_ms: result.elapsed.as_secs_f64() * 1000.0,
+            while_open: view_open,
+        });
         if done.trial.is_some() {
             done.trial = Some(matches!(
                 health,
@@ -434,6 +463,7 @@ impl RealConsumer {
         reason: FailureReason,
         detail: &str,
     ) -> Processed {
+        done.failed_fast = reason == FailureReason::BreakerOpen;
         let outcome = Outcome::failed(reason, detail, self.clock.now(), NAME);
         done.written = lifeboat_stream::write_outcome(self.requests.as_ref(), request, &outcome)
             .await
@@ -541,15 +571,86 @@ impl RealConsumer {
     }
 }
 
+/// What one batch did, per metric family.
+#[derive(Default)]
+struct BatchMetrics {
+    calls: BTreeMap<(OperatorId, Operation, &'static str), u64>,
+    durations: BTreeMap<(OperatorId, Operation), Vec<f64>>,
+    /// Per operator: failed calls, calls while open, requests failed fast.
+    per_operator: BTreeMap<OperatorId, (u64, u64, u64)>,
+}
+
+impl BatchMetrics {
+    fn record(&mut self, p: &Processed) {
+        if p.call.is_none() && !p.failed_fast {
+            return;
+        }
+        let tally = self.per_operator.entry(p.operator.clone()).or_default();
+        if p.failed_fast {
+            tally.2 += 1;
+        }
+        if let Some(call) = &p.call {
+            if matches!(p.called, Some(Health::Failure | Health::Timeout)) {
+                tally.0 += 1;
+            }
+            if call.while_open {
+                tally.1 += 1;
+            }
+            *self
+                .calls
+                .entry((p.operator.clone(), call.operation, call.class))
+                .or_default() += 1;
+            self.durations
+                .entry((p.operator.clone(), call.operation))
+                .or_default()
+                .push(call.elapsed_ms);
+        }
+    }
+
+    fn sets(&self) -> Vec<MetricSet> {
+        let mut sets = Vec::new();
+        for (operator, (failed, while_open, failed_fast)) in &self.per_operator {
+            sets.push(
+                MetricSet::new()
+                    .dimension("Operator", operator.as_str())
+                    .count(names::FAILED_CALLS, *failed)
+                    .count(names::CALLS_WHILE_OPEN, *while_open)
+                    .count(names::FAILED_FAST, *failed_fast),
+            );
+        }
+        for ((operator, operation, class), n) in &self.calls {
+            sets.push(
+                MetricSet::new()
+                    .dimension("Operator", operator.as_str())
+                    .dimension("Operation", operation.as_str())
+                    .dimension("Class", *class)
+                    .count(names::OPERATOR_CALLS, *n),
+            );
+        }
+        for ((operator, operation), durations) in &self.durations {
+            sets.extend(MetricSet::series(
+                &[
+                    ("Operator", operator.as_str().to_owned()),
+                    ("Operation", operation.as_str().to_owned()),
+                ],
+                names::CALL_DURATION,
+                Unit::Milliseconds,
+                durations,
+            ));
+        }
+        sets
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeDelta;
     use lifeboat_core::events::LifeboatEvent;
     use lifeboat_core::memory::{
-        MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore,
-        MemoryWindowStore,
+        MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryWindowStore,
     };
+    use lifeboat_core::metrics::MemoryMetrics;
     use lifeboat_core::request::OutcomeKind;
     use lifeboat_operator::{OutageMode, SimConfig, SimulatedOperator};
     use lifeboat_sim::TokioClock;
@@ -568,6 +669,7 @@ mod tests {
         breakers: Arc<MemoryBreakerStore>,
         bus: Arc<MemoryEventBus>,
         cache: Arc<MemoryCacheStore>,
+        metrics: Arc<MemoryMetrics>,
         sim: SimulatedOperator,
         clock: Arc<TokioClock>,
     }
@@ -578,6 +680,7 @@ mod tests {
         let breakers = Arc::new(MemoryBreakerStore::new());
         let bus = Arc::new(MemoryEventBus::new());
         let cache = Arc::new(MemoryCacheStore::new());
+        let metrics = Arc::new(MemoryMetrics::new());
         let sim = SimulatedOperator::new(
             OperatorId::new("nordic").unwrap(),
             SimConfig::default(),
@@ -589,6 +692,7 @@ mod tests {
             window: Arc::new(MemoryWindowStore::new()),
             events: bus.clone(),
             cache: cache.clone(),
+            metrics: metrics.clone(),
             operator: Arc::new(sim.clone()),
             clock: clock.clone(),
             settings: Settings::default(),
@@ -600,6 +704,7 @@ mod tests {
             breakers,
             bus,
             cache,
+            metrics,
             sim,
             clock,
         }
@@ -693,6 +798,24 @@ mod tests {
             .unwrap();
         assert_eq!((w.cache.len(), cached.as_of), (1, newest));
         assert!(cached.body.contains("sailings"));
+
+        // The batch's metrics: 20 calls by class, 20 durations, the failed ones.
+        let calls = w
+            .metrics
+            .sum(names::OPERATOR_CALLS, &[("Operator", "nordic")]);
+        assert_eq!(calls, 20.0);
+        let durations: usize = w
+            .metrics
+            .lines()
+            .iter()
+            .filter_map(|l| l[names::CALL_DURATION].as_array().map(Vec::len))
+            .sum();
+        assert_eq!(durations, 20);
+        let failed = w
+            .metrics
+            .sum(names::FAILED_CALLS, &[("Operator", "nordic")]);
+        assert_eq!(failed, (20 - answered) as f64);
+        assert_eq!(w.metrics.sum(names::CALLS_WHILE_OPEN, &[]), 0.0);
 
         // The same batch again (Lambda retrying it) calls nobody.
         let again = w.consumer.handle(&payload).await.unwrap();

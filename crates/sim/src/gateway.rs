@@ -12,6 +12,7 @@ use lifeboat_core::memory::{
     MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter,
     MemoryWindowStore,
 };
+use lifeboat_core::metrics::MemoryMetrics;
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
 use lifeboat_core::request::RequestRecord;
 use lifeboat_core::settings::Settings;
@@ -79,6 +80,8 @@ pub struct Gateway {
     pub window: Arc<MemoryWindowStore>,
     pub bus: Arc<MemoryEventBus>,
     pub cache: Arc<MemoryCacheStore>,
+    /// Every metric line the functions emitted.
+    pub metrics: Arc<MemoryMetrics>,
     pub router: Arc<MemoryStreamRouter>,
     pub real: Arc<RealConsumer>,
     pub fallback: Arc<FallbackConsumer>,
@@ -107,12 +110,14 @@ impl Gateway {
         let bus = Arc::new(MemoryEventBus::new());
         let router = Arc::new(MemoryStreamRouter::new());
         let cache = Arc::new(MemoryCacheStore::new());
+        let metrics = Arc::new(MemoryMetrics::new());
         let real = RealConsumer {
             requests: requests.clone(),
             breakers: breakers.clone(),
             window: window.clone(),
             events: bus.clone(),
             cache: cache.clone(),
+            metrics: metrics.clone(),
             operator,
             clock: clock.clone(),
             settings: config.settings.clone(),
@@ -141,6 +146,7 @@ impl Gateway {
             window,
             bus,
             cache,
+            metrics,
             router,
             real: Arc::new(real),
             fallback: Arc::new(fallback),

@@ -1,0 +1,339 @@
+//! Metrics as CloudWatch Embedded Metric Format (EMF) log lines.
+//!
+//! A function writes one JSON object per line to stdout; CloudWatch Logs
+//! extracts the metrics from it, so no CloudWatch API call sits on the hot
+//! path and no extra permission is needed. Each [`MetricSet`] becomes one line:
+//!
+//! ```json
+//! {"_aws": {"Timestamp": 1796104800000,
+//!           "CloudWatchMetrics": [{"Namespace": "Lifeboat",
+//!                                  "Dimensions": [["Operator", "State"]],
+//!                                  "Metrics": [{"Name": "BreakerState", "Unit": "None", "StorageResolution": 1}]}]},
+//!  "Operator": "nordic", "State": "open", "BreakerState": 2}
+//! ```
+//!
+//! Every metric is high resolution (`StorageResolution: 1`), so alarms can
+//! use 10-second periods. Dimension sets are kept small and fixed, one per
+//! metric family, because every distinct set of dimension values is a
+//! separate (billed) CloudWatch metric.
+
+use std::sync::{Mutex, MutexGuard};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+
+/// The namespace of every lifeboat metric.
+pub const NAMESPACE: &str = "Lifeboat";
+
+/// Metric names: the dashboards and alarms in template.yaml use these.
+pub mod names {
+    /// The breaker's state as a number (see `BreakerState::metric_value`),
+    /// per operator, with the state's name as a second dimension.
+    pub const BREAKER_STATE: &str = "BreakerState";
+    /// Operator calls, per operator, operation and outcome class.
+    pub const OPERATOR_CALLS: &str = "OperatorCalls";
+    /// Operator calls that failed or timed out, per operator: the alarm's metric.
+    pub const FAILED_CALLS: &str = "FailedOperatorCalls";
+    /// Duration of operator calls, per operator and operation.
+    pub const CALL_DURATION: &str = "OperatorCallDuration";
+    /// Operator calls made while the breaker was open (should stay 0).
+    pub const CALLS_WHILE_OPEN: &str = "OperatorCallsWhileOpen";
+    /// Requests failed fast because the breaker was open.
+    pub const FAILED_FAST: &str = "RequestsFailedFast";
+    /// Answers given, per operator, operation and source (fresh, live,
+    /// last_good, unavailable).
+    pub const ANSWERS: &str = "Answers";
+    /// Breaker transitions to open, with the seconds since the first failure
+    /// the window saw (per operator).
+    pub const DETECTION_TIME: &str = "DetectionTime";
+    /// Sale status changes written, per operator and status.
+    pub const SALE_CHANGES: &str = "SaleStatusChanges";
+    /// Fault events published (Sale Switch Write Failed, poison messages).
+    pub const FAULTS: &str = "FaultEvents";
+}
+
+/// CloudWatch units lifeboat uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Count,
+    Milliseconds,
+    Seconds,
+    None,
+}
+
+impl Unit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Count => "Count",
+            Unit::Milliseconds => "Milliseconds",
+            Unit::Seconds => "Seconds",
+            Unit::None => "None",
+        }
+    }
+}
+
+/// Metrics that share one set of dimensions: one EMF line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricSet {
+    dimensions: Vec<(&'static str, String)>,
+    /// A number, or an array of at most [`MAX_VALUES`] numbers.
+    metrics: Vec<(&'static str, Unit, Value)>,
+}
+
+/// The most values one metric may carry in one EMF line.
+pub const MAX_VALUES: usize = 100;
+
+impl MetricSet {
+    pub fn new() -> Self {
+        Self {
+            dimensions: Vec::new(),
+            metrics: Vec::new(),
+        }
+    }
+
+    /// Add a dimension. Names starting with `_aws` or equal to a metric's
+    /// name would make the line unreadable; lifeboat's are fixed strings.
+    pub fn dimension(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.dimensions.push((name, value.into()));
+        self
+    }
+
+    pub fn metric(mut self, name: &'static str, unit: Unit, value: f64) -> Self {
+        // CloudWatch rejects NaN and infinities; a metric that cannot be a
+        // number is left out rather than poisoning the line.
+        if value.is_finite() {
+            self.metrics.push((name, unit, json!(value)));
+        }
+        self
+    }
+
+    /// Several observations of one metric (CloudWatch computes percentiles
+    /// from them). Non-finite values are dropped; at most [`MAX_VALUES`] are
+    /// kept, so callers split longer series with [`MetricSet::series`].
+    pub fn values(mut self, name: &'static str, unit: Unit, values: &[f64]) -> Self {
+        let kept: Vec<f64> = values
+            .iter()
+            .copied()
+            .filter(|v| v.is_finite())
+            .take(MAX_VALUES)
+            .collect();
+        if !kept.is_empty() {
+            self.metrics.push((name, unit, json!(kept)));
+        }
+        self
+    }
+
+    /// One set per [`MAX_VALUES`] observations, each with `dimensions`.
+    pub fn series(
+        dimensions: &[(&'static str, String)],
+        name: &'static str,
+        unit: Unit,
+        values: &[f64],
+    ) -> Vec<MetricSet> {
+        values
+            .chunks(MAX_VALUES)
+            .map(|chunk| {
+                let set = dimensions
+                    .iter()
+                    .fold(MetricSet::new(), |set, (k, v)| set.dimension(k, v.clone()));
+                set.values(name, unit, chunk)
+            })
+            .collect()
+    }
+
+    pub fn count(self, name: &'static str, value: u64) -> Self {
+        self.metric(name, Unit::Count, value as f64)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.metrics.is_empty()
+    }
+
+    /// The EMF object of this set, stamped `at`.
+    pub fn to_emf(&self, at: DateTime<Utc>) -> Value {
+        let mut line = Map::new();
+        line.insert(
+            "_aws".into(),
+            json!({
+                "Timestamp": at.timestamp_millis(),
+                "CloudWatchMetrics": [{
+                    "Namespace": NAMESPACE,
+                    "Dimensions": [self.dimensions.iter().map(|(n, _)| *n).collect::<Vec<_>>()],
+                    "Metrics": self.metrics.iter().map(|(name, unit, _)| json!({
+                        "Name": name, "Unit": unit.as_str(), "StorageResolution": 1
+                    })).collect::<Vec<_>>(),
+                }],
+            }),
+        );
+        for (name, value) in &self.dimensions {
+            line.insert((*name).to_owned(), Value::String(value.clone()));
+        }
+        for (name, _, value) in &self.metrics {
+            line.insert((*name).to_owned(), value.clone());
+        }
+        Value::Object(line)
+    }
+}
+
+impl Default for MetricSet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Where metric lines go.
+pub trait MetricsSink: Send + Sync {
+    fn emit(&self, sets: &[MetricSet], at: DateTime<Utc>);
+}
+
+/// Standard output, one line per set: what Lambda sends to CloudWatch Logs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StdoutMetrics;
+
+impl MetricsSink for StdoutMetrics {
+    fn emit(&self, sets: &[MetricSet], at: DateTime<Utc>) {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        for set in sets.iter().filter(|s| !s.is_empty()) {
+            // A closed stdout loses the metric, never the invocation.
+            let _ = writeln!(out, "{}", set.to_emf(at));
+        }
+    }
+}
+
+/// Lines kept in memory: the demo and tests read them back.
+#[derive(Debug, Default)]
+pub struct MemoryMetrics {
+    lines: Mutex<Vec<Value>>,
+}
+
+impl MemoryMetrics {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn lines(&self) -> Vec<Value> {
+        self.lock().clone()
+    }
+
+    /// The sum of metric `name` over every line whose dimensions include all
+    /// of `dimensions`.
+    pub fn sum(&self, name: &str, dimensions: &[(&str, &str)]) -> f64 {
+        self.lock()
+            .iter()
+            .filter(|l| {
+                dimensions
+                    .iter()
+                    .all(|(k, v)| l.get(*k).and_then(Value::as_str) == Some(*v))
+            })
+            .filter_map(|l| l.get(name))
+            .map(|v| match v {
+                Value::Array(values) => values.iter().filter_map(Value::as_f64).sum(),
+                other => other.as_f64().unwrap_or(0.0),
+            })
+            .sum()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Value>> {
+        // Lines are pushed whole: a poisoned lock still holds good data.
+        self.lines.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl MetricsSink for MemoryMetrics {
+    fn emit(&self, sets: &[MetricSet], at: DateTime<Utc>) {
+        let mut lines = self.lock();
+        lines.extend(sets.iter().filter(|s| !s.is_empty()).map(|s| s.to_emf(at)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Read a line as CloudWatch does: every metric named in a directive
+    /// must be a number at the top level, every dimension a string there.
+    fn extract(line: &Value) -> Vec<(String, f64, Vec<(String, String)>)> {
+        let aws = &line["_aws"];
+        assert!(aws["Timestamp"].is_i64());
+        let mut out = Vec::new();
+        for directive in aws["CloudWatchMetrics"].as_array().unwrap_or(&Vec::new()) {
+            assert_eq!(directive["Namespace"], NAMESPACE);
+            let dimension_sets = directive["Dimensions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert!(dimension_sets.len() <= 30);
+            for metric in directive["Metrics"].as_array().cloned().unwrap_or_default() {
+                let name = metric["Name"].as_str().unwrap_or_default().to_owned();
+                assert_eq!(metric["StorageResolution"], 1);
+                let value = match &line[&name] {
+                    Value::Array(values) => {
+                        assert!(values.len() <= MAX_VALUES);
+                        values.iter().filter_map(Value::as_f64).sum()
+                    }
+                    other => other.as_f64().unwrap_or(f64::NAN),
+                };
+                assert!(value.is_finite(), "{name} has no numeric value");
+                for set in &dimension_sets {
+                    let dims = set
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|d| {
+                            let d = d.as_str().unwrap_or_default().to_owned();
+                            let v = line[&d]
+                                .as_str()
+                                .unwrap_or_else(|| panic!("dimension {d} is not a string"));
+                            (d.clone(), v.to_owned())
+                        })
+                        .collect();
+                    out.push((name.clone(), value, dims));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn lines_read_back_as_cloudwatch_reads_them() {
+        let at = DateTime::from_timestamp(1_796_104_800, 0).unwrap_or_default();
+        let set = MetricSet::new()
+            .dimension("Operator", "nordic")
+            .dimension("State", "open")
+            .metric(names::BREAKER_STATE, Unit::None, 2.0)
+            .metric("Broken", Unit::None, f64::NAN);
+        let line = set.to_emf(at);
+        assert_eq!(line["_aws"]["Timestamp"], 1_796_104_800_000_i64);
+        let metrics = extract(&line);
+        assert_eq!(
+            metrics,
+            vec![(
+                "BreakerState".to_owned(),
+                2.0,
+                vec![
+                    ("Operator".to_owned(), "nordic".to_owned()),
+                    ("State".to_owned(), "open".to_owned())
+                ]
+            )]
+        );
+        assert!(line.get("Broken").is_none());
+
+        let sink = MemoryMetrics::new();
+        sink.emit(
+            &[set.clone(), MetricSet::new().dimension("Operator", "x")],
+            at,
+        );
+        sink.emit(&[set], at);
+        assert_eq!(sink.lines().len(), 2, "empty sets are not written");
+        assert_eq!(
+            sink.sum(names::BREAKER_STATE, &[("Operator", "nordic")]),
+            4.0
+        );
+        assert_eq!(
+            sink.sum(names::BREAKER_STATE, &[("Operator", "baltic")]),
+            0.0
+        );
+    }
+}
