@@ -29,8 +29,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lifeboat_core::cart::{
-    Cart, CartPolicy, CartPrice, CartRefusal, CartSettings, CartStore, ConfirmStep, PriceSource,
-    Sailing,
+    Cart, CartPolicy, CartPrice, CartRefusal, CartSettings, CartStore, ConfirmStep, Sailing,
 };
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::StoreError;
@@ -122,7 +121,9 @@ impl CartService {
             ["carts", id] => match method {
                 "GET" => {
                     let cart = self.load(id).await?;
-                    let on_sale = self.on_sale(&cart.operator).await;
+                    // A read shows the stored cart whatever the status; only
+                    // the upgrade offer needs it.
+                    let on_sale = self.on_sale(&cart.operator).await.unwrap_or(false);
                     Ok(Reply::ok(self.view(&cart, on_sale)))
                 }
                 _ => Err(Problem::method_not_allowed("GET")),
@@ -147,21 +148,33 @@ impl CartService {
     async fn open(&self, request: &HttpRequest) -> Result<Reply, Problem> {
         let body: NewCart = json_body(request)?;
         let operator = params::operator("operator", &body.operator, &self.operators)?;
+        let from = params::port("from", &body.from)?;
+        let to = params::port("to", &body.to)?;
+        if from == to {
+            return Err(Problem::invalid("to", "must differ from from"));
+        }
+        if !(1..=9).contains(&body.passengers) {
+            return Err(Problem::invalid(
+                "passengers",
+                "must be a whole number from 1 to 9",
+            ));
+        }
         let sailing = Sailing {
             sailing_id: params::code("sailing_id", &body.sailing_id)?,
-            from: params::port("from", &body.from)?,
-            to: params::port("to", &body.to)?,
+            from,
+            to,
             date: params::date("date", &body.date, self.lookup.clock.now())?.to_string(),
-            passengers: params::passengers("passengers", &body.passengers.to_string())?,
+            passengers: body.passengers,
         };
-        let on_sale = self.on_sale(&operator).await;
+        let on_sale = self.on_sale(&operator).await?;
         let now = self.lookup.clock.now();
+        let policy = self.settings.for_operator(&operator);
         let mut cart = Cart::open(
             uuid::Uuid::new_v4().to_string(),
             operator,
             sailing,
             !on_sale,
-            self.policy_of_operator(&body.operator),
+            policy,
             now,
         );
         if !on_sale {
@@ -178,21 +191,55 @@ impl CartService {
 
     async fn step(&self, id: &str, step: &str, request: &HttpRequest) -> Result<Reply, Problem> {
         let mut cart = self.load(id).await?;
+        if cart.confirmation.is_some() {
+            return Err(refusal(CartRefusal::AlreadyConfirmed));
+        }
         let read_revision = cart.revision;
-        let on_sale = self.on_sale(&cart.operator).await;
+        let on_sale = self.on_sale(&cart.operator).await?;
         let now = self.lookup.clock.now();
         let policy = self.settings.for_operator(&cart.operator).clone();
-        if !on_sale && cart.confirmation.is_none() {
+        let before = cart.clone();
+        if !on_sale {
             cart.degrade(&policy, now);
         }
-        let mut status = 200;
-        let mut extra: Option<(&'static str, Value)> = None;
+        let outcome = self.apply(&mut cart, step, request, on_sale, &policy).await;
+        // The off-sale choices are stored even when the step itself is
+        // refused, so the next read shows what the refusal said.
+        if cart != before {
+            cart.revision = read_revision + 1;
+            self.save(&cart, Some(read_revision)).await?;
+        }
+        let (status, extra) = outcome?;
+        let mut view = self.view(&cart, on_sale);
+        if let Some((name, value, detail)) = extra {
+            view[name] = value;
+            view["detail"] = json!(detail);
+        }
+        tracing::info!(
+            cart_id = %cart.cart_id, operator = %cart.operator, step, on_sale,
+            degraded = cart.degraded.is_some(), confirmed = cart.confirmation.is_some(), status, "cart step"
+        );
+        Ok(Reply::json(status, view))
+    }
+
+    /// One step on a loaded cart: the status to answer and, for a 409 with
+    /// a price to show, the member that carries it.
+    async fn apply(
+        &self,
+        cart: &mut Cart,
+        step: &str,
+        request: &HttpRequest,
+        on_sale: bool,
+        policy: &CartPolicy,
+    ) -> Result<StepReply, Problem> {
+        let now = self.lookup.clock.now();
         match step {
             "accommodation" => {
                 let body: AccommodationBody = json_body(request)?;
                 let code = params::code("code", &body.code)?;
                 cart.choose_accommodation(code, on_sale, now)
                     .map_err(refusal)?;
+                Ok((200, None))
             }
             "extras" => {
                 let body: ExtrasBody = json_body(request)?;
@@ -202,12 +249,16 @@ impl CartService {
                         &format!("at most {MAX_EXTRAS} extras"),
                     ));
                 }
-                let codes = body
-                    .codes
-                    .iter()
-                    .map(|c| params::code("codes", c))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let mut codes = Vec::with_capacity(body.codes.len());
+                for code in &body.codes {
+                    let code = params::code("codes", code)?;
+                    if codes.contains(&code) {
+                        return Err(Problem::invalid("codes", "each extra at most once"));
+                    }
+                    codes.push(code);
+                }
                 cart.choose_extras(codes, on_sale, now).map_err(refusal)?;
+                Ok((200, None))
             }
             "price" => {
                 let mode = if on_sale {
@@ -215,65 +266,76 @@ impl CartService {
                 } else {
                     Mode::CachedOnly
                 };
-                match self.price(&cart, mode).await? {
+                match self.price(cart, mode).await? {
                     Some(price) => cart.set_price(price, now).map_err(refusal)?,
-                    None => return Err(no_price(&cart)),
+                    None => return Err(no_price(cart)),
                 }
+                Ok((200, None))
             }
-            _ => {
-                // confirm
-                if on_sale {
-                    match self.price(&cart, Mode::Reprice).await? {
-                        Some(price) if price.source != PriceSource::LastGood => {
-                            if let ConfirmStep::PriceChanged(change) =
-                                cart.confirm_live(price, now).map_err(refusal)?
-                            {
-                                status = 409;
-                                extra = Some(("price_changed", json!(change)));
-                            }
-                        }
-                        // On sale, but the operator could not price it now:
-                        // the cached price, like off sale.
-                        cached => self.confirm_cached(&mut cart, cached, &policy)?,
-                    }
-                } else {
-                    let cached = match cart.price {
-                        Some(_) => None,
-                        None => self.price(&cart, Mode::CachedOnly).await?,
-                    };
-                    self.confirm_cached(&mut cart, cached, &policy)?;
-                }
-            }
+            _ => self.confirm(cart, on_sale, policy).await,
         }
-        cart.revision = read_revision + 1;
-        self.save(&cart, Some(read_revision)).await?;
-        let mut view = self.view(&cart, on_sale);
-        if let Some((name, value)) = extra {
-            view[name] = value;
-            view["detail"] = json!("the price changed: confirm again to accept the new price");
-        }
-        tracing::info!(
-            cart_id = %cart.cart_id, operator = %cart.operator, step, on_sale,
-            degraded = cart.degraded.is_some(), confirmed = cart.confirmation.is_some(), status, "cart step"
-        );
-        Ok(Reply::json(status, view))
     }
 
-    fn confirm_cached(
+    /// Confirm (payment). On sale: re-price through the gateway and confirm
+    /// on that price, or show it first if it is not what the customer saw.
+    /// When the operator cannot price it (off sale, or not answering): the
+    /// cached price, as the policy allows.
+    async fn confirm(
         &self,
         cart: &mut Cart,
-        fetched: Option<CartPrice>,
+        on_sale: bool,
         policy: &CartPolicy,
-    ) -> Result<(), Problem> {
+    ) -> Result<StepReply, Problem> {
         let now = self.lookup.clock.now();
-        if cart.price.is_none() {
-            match fetched {
-                Some(price) => cart.set_price(price, now).map_err(refusal)?,
-                None => return Err(no_price(cart)),
+        let live = if on_sale {
+            self.price(cart, Mode::Reprice).await?
+        } else {
+            None
+        };
+        let step = match live {
+            Some(price) if price.source == Source::Live => {
+                cart.confirm_live(price, now).map_err(refusal)?
             }
-        }
-        cart.confirm_cached(policy, now).map_err(refusal)?;
-        Ok(())
+            other => {
+                // Not a live price: the operator is off sale or did not
+                // answer; what the cache holds (a last-good price from the
+                // re-price, or the cache itself) is all there is.
+                let cached = match other {
+                    Some(price) => Some(price),
+                    None => self.price(cart, Mode::CachedOnly).await?,
+                };
+                let step = cart
+                    .confirm_cached(cached, policy, now)
+                    .map_err(|r| match r {
+                        CartRefusal::CachedPriceNotAllowed if !on_sale => refusal(r),
+                        CartRefusal::AlreadyConfirmed | CartRefusal::OffSale { .. } => refusal(r),
+                        other => cannot_price_now(cart, other),
+                    })?;
+                if step == ConfirmStep::Confirmed {
+                    tracing::info!(cart_id = %cart.cart_id, operator = %cart.operator, age_s = cart.price_age_s(now), "confirmed on a cached price");
+                }
+                step
+            }
+        };
+        Ok(match step {
+            ConfirmStep::Confirmed => (200, None),
+            ConfirmStep::PriceChanged(change) => (
+                409,
+                Some((
+                    "price_changed",
+                    json!(change),
+                    "the price changed: confirm again to accept the new price",
+                )),
+            ),
+            ConfirmStep::PriceToConfirm(price) => (
+                409,
+                Some((
+                    "price_to_confirm",
+                    json!({"amount_cents": price.amount_cents, "currency": price.currency}),
+                    "this is the price: confirm again to accept it",
+                )),
+            ),
+        })
     }
 
     /// The cart's price: the price answer (as `mode` allows), or else the
@@ -333,23 +395,19 @@ impl CartService {
         Ok(fare.map(|fare| cart_price(fare, &answer)))
     }
 
-    /// Is the operator on sale? An operator never switched is on sale; a
-    /// status that cannot be read counts as off sale for this step, which
-    /// keeps the customer moving without asking the operator.
-    async fn on_sale(&self, operator: &OperatorId) -> bool {
+    /// Is the operator on sale? An operator never switched is on sale. A
+    /// status that cannot be read is a 503: deciding "off sale" on a read
+    /// error would store degraded choices on carts of an operator that is up.
+    async fn on_sale(&self, operator: &OperatorId) -> Result<bool, Problem> {
         match self.sale.load(operator).await {
-            Ok(record) => record.is_none_or(|r| r.status() == SaleStatus::OnSale),
+            Ok(record) => Ok(record.is_none_or(|r| r.status() == SaleStatus::OnSale)),
             Err(e) => {
-                tracing::warn!(operator = %operator, error = %e, "sale status not read: treating as off sale");
-                false
+                tracing::error!(operator = %operator, error = %e, "sale status not read");
+                Err(Problem::unavailable(
+                    "carts cannot be changed right now",
+                    lifeboat_lookup::RETRY_AFTER_FAILURE,
+                ))
             }
-        }
-    }
-
-    fn policy_of_operator(&self, operator: &str) -> &CartPolicy {
-        match OperatorId::new(operator) {
-            Ok(id) => self.settings.for_operator(&id),
-            Err(_) => &self.settings.default,
         }
     }
 
@@ -409,11 +467,7 @@ fn cart_price((amount_cents, currency): (i64, String), answer: &Answer) -> CartP
     CartPrice {
         amount_cents,
         currency,
-        source: match answer.source {
-            Source::Fresh => PriceSource::Fresh,
-            Source::Live => PriceSource::Live,
-            Source::LastGood => PriceSource::LastGood,
-        },
+        source: answer.source,
         as_of: answer.as_of,
     }
 }
@@ -432,14 +486,31 @@ fn json_body<T: for<'de> Deserialize<'de>>(request: &HttpRequest) -> Result<T, P
     })
 }
 
+/// A step's answer: the status and, for a 409 that shows a price, the
+/// member carrying it and what to tell the customer.
+type StepReply = (u16, Option<(&'static str, Value, &'static str)>);
+
 fn refusal(r: CartRefusal) -> Problem {
     let code = match r {
         CartRefusal::AlreadyConfirmed => "already_confirmed",
         CartRefusal::OffSale { .. } => "off_sale",
         CartRefusal::CachedPriceNotAllowed => "cached_price_not_allowed",
         CartRefusal::NoPrice => "no_price",
+        CartRefusal::PriceTooOld { .. } => "price_too_old",
     };
     Problem::new(409, "step not possible now", r.to_string()).with("reason", json!(code))
+}
+
+/// The operator cannot price the cart now and the cached price will not do:
+/// try again later.
+fn cannot_price_now(cart: &Cart, r: CartRefusal) -> Problem {
+    Problem::unavailable(
+        format!(
+            "{} cannot price this cart right now ({r}); try again shortly",
+            cart.operator
+        ),
+        lifeboat_lookup::RETRY_AFTER_FAILURE,
+    )
 }
 
 fn no_price(cart: &Cart) -> Problem {

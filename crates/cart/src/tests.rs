@@ -193,19 +193,79 @@ async fn a_cart_opened_off_sale_keeps_its_degraded_state_and_reaches_payment() {
         "the operator was never asked"
     );
 
-    // Back on sale: an upgrade is offered on an open cart, nothing changes by itself.
-    set_sale(&w, SaleStatus::OnSale, 3).await;
-    let other = call(
+    // A confirmed cart stays as it is, and asks nobody.
+    let again = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(
+        (again.status, again.body["reason"].as_str()),
+        (409, Some("already_confirmed"))
+    );
+    assert_eq!(w.gateway.requests.counts().total, requests);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_step_still_stores_the_off_sale_choices() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    let cart = call(
         &mut w,
         HttpRequest::with_json("POST", "/carts", &new_cart()),
     )
     .await;
-    assert_eq!(
-        other.body["upgrade_available"], false,
-        "a new cart is not degraded"
+    assert!(
+        cart.body["accommodation"].is_null(),
+        "on sale: nothing chosen yet"
     );
-    let degraded_id = cart.body["cart_id"].as_str().unwrap();
-    assert!(!degraded_id.is_empty());
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let refused = call(
+        &mut w,
+        HttpRequest::with_json(
+            "PUT",
+            &path(&cart, "accommodation"),
+            &json!({"code": "cabin"}),
+        ),
+    )
+    .await;
+    assert_eq!(refused.status, 409);
+    let first = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(
+        first.body["accommodation"]["chosen_by"],
+        "default_while_off_sale"
+    );
+    assert_eq!(first.body["extras"]["step"], "skipped_while_off_sale");
+    let since = first.body["degraded"]["since"].clone();
+    tokio::time::advance(Duration::from_secs(30)).await;
+    call(
+        &mut w,
+        HttpRequest::with_json("PUT", &path(&cart, "extras"), &json!({"codes": []})),
+    )
+    .await;
+    let second = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(second.body["degraded"]["since"], since, "decided once");
+    assert_eq!(state(&second.body), state(&first.body));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cart_never_priced_shows_its_price_before_confirming() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    let confirm = HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({}));
+    let shown = call(&mut w, confirm.clone()).await;
+    assert_eq!(shown.status, 409, "{}", shown.body);
+    assert!(shown.body["price_to_confirm"]["amount_cents"].is_i64());
+    assert_eq!(shown.body["status"], "open");
+    let confirmed = call(&mut w, confirm).await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(
+        confirmed.body["confirmation"]["amount_cents"],
+        shown.body["price_to_confirm"]["amount_cents"]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -251,11 +311,11 @@ async fn back_on_sale_the_customer_may_upgrade() {
     .await;
     assert_eq!(extras.body["degraded"], Value::Null);
     assert_eq!(extras.body["upgrade_available"], false);
-    let confirmed = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    // Never priced: the live price is shown first, then confirmed.
+    let confirm = HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({}));
+    let shown = call(&mut w, confirm.clone()).await;
+    assert_eq!(shown.status, 409, "{}", shown.body);
+    let confirmed = call(&mut w, confirm).await;
     assert_eq!(confirmed.status, 200, "{}", confirmed.body);
     assert_eq!(confirmed.body["confirmation"]["on_cached_price"], false);
 }

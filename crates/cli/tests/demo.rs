@@ -36,9 +36,11 @@ fn check(report: &Report) {
 
     assert!(report.carts.started_during_outage > 10);
     assert_eq!(
-        report.carts.reached_payment_during_outage,
+        report.carts.outage_carts_reached_payment,
         report.carts.started_during_outage
     );
+    assert!(report.carts.reached_payment_during_outage > 0);
+    assert_eq!(report.requests.discarded, 0);
     assert!(report.carts.degraded > 0);
 
     let off_after_open = report.offsale.off_after_open_s.unwrap();

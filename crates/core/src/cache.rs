@@ -90,6 +90,32 @@ impl Default for CachePolicy {
     }
 }
 
+/// Where an answer came from. These names are part of the HTTP replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The recent cache.
+    Fresh,
+    /// The operator, through the gateway, just now.
+    Live,
+    /// The last good answer, because the operator could not answer.
+    LastGood,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Fresh => "fresh",
+            Source::Live => "live",
+            Source::LastGood => "last_good",
+        }
+    }
+}
+
+/// How far ahead of our clock an answer may be stamped (clock skew between
+/// functions) and still count; anything further is not trusted.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(60);
+
 /// What an entry is good for at some instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Freshness {
@@ -103,8 +129,14 @@ pub enum Freshness {
 
 impl CachePolicy {
     pub fn freshness(&self, as_of: DateTime<Utc>, now: DateTime<Utc>) -> Freshness {
-        // An answer stamped in the future (clock skew between functions)
-        // counts as brand new.
+        // An answer stamped a little in the future (clock skew between
+        // functions) counts as brand new; one stamped far in the future is
+        // not trusted at all, or it would stay "fresh" until then.
+        if let Ok(ahead) = (as_of - now).to_std()
+            && ahead > MAX_CLOCK_SKEW
+        {
+            return Freshness::Expired;
+        }
         let age = (now - as_of).to_std().unwrap_or(Duration::ZERO);
         if age <= self.recent {
             Freshness::Recent
@@ -188,6 +220,7 @@ mod tests {
             Freshness::Expired
         );
         assert_eq!(policy.freshness(at(10), at(0)), Freshness::Recent);
+        assert_eq!(policy.freshness(at(61), at(0)), Freshness::Expired);
         assert_eq!(policy.expires_at(at(0)), at(7 * 86_400));
         assert_eq!(age_s(at(0), at(90)), 90);
         assert_eq!(age_s(at(90), at(0)), 0);

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::age_s;
+use crate::cache::{Source, age_s};
 use crate::operator::OperatorId;
 use crate::ports::StoreError;
 
@@ -50,25 +50,18 @@ pub struct Accommodation {
 #[serde(tag = "step", rename_all = "snake_case")]
 pub enum Extras {
     NotChosen,
-    Chosen { codes: Vec<String> },
+    Chosen {
+        codes: Vec<String>,
+    },
     /// Skipped because the operator was off sale.
     SkippedWhileOffSale,
-}
-
-/// Where a cart's price came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PriceSource {
-    Fresh,
-    Live,
-    LastGood,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CartPrice {
     pub amount_cents: i64,
     pub currency: String,
-    pub source: PriceSource,
+    pub source: Source,
     /// When the operator gave this price.
     pub as_of: DateTime<Utc>,
 }
@@ -133,6 +126,8 @@ pub struct CartPolicy {
     /// Whether a cart may be confirmed on its cached price while the operator
     /// is off sale.
     pub confirm_on_cached_price: bool,
+    /// The oldest cached price a cart may be confirmed on, in seconds.
+    pub max_price_age_s: u64,
 }
 
 impl Default for CartPolicy {
@@ -140,6 +135,7 @@ impl Default for CartPolicy {
         Self {
             default_accommodation: "seat".into(),
             confirm_on_cached_price: true,
+            max_price_age_s: 7 * 24 * 3600,
         }
     }
 }
@@ -182,6 +178,8 @@ pub enum CartRefusal {
     CachedPriceNotAllowed,
     #[error("no price is known for this sailing yet")]
     NoPrice,
+    #[error("the cached price is {age_s} s old, too old to confirm on")]
+    PriceTooOld { age_s: u64 },
 }
 
 /// What a confirm came to.
@@ -190,6 +188,9 @@ pub enum ConfirmStep {
     Confirmed,
     /// The price changed: the customer has to confirm the new one.
     PriceChanged(PriceChange),
+    /// The cart had no price the customer could have seen: this one is
+    /// shown first, and confirming again accepts it.
+    PriceToConfirm(CartPrice),
 }
 
 impl Cart {
@@ -229,6 +230,11 @@ impl Cart {
         if self.confirmation.is_some() {
             return;
         }
+        let before = (
+            self.degraded.is_some(),
+            self.accommodation.is_some(),
+            self.extras.clone(),
+        );
         if self.degraded.is_none() {
             self.degraded = Some(Degraded {
                 since: now,
@@ -244,7 +250,10 @@ impl Cart {
         if matches!(self.extras, Extras::NotChosen) {
             self.extras = Extras::SkippedWhileOffSale;
         }
-        self.updated_at = now;
+        // A cart already degraded stays byte for byte the same.
+        if before != (true, true, self.extras.clone()) {
+            self.updated_at = now;
+        }
     }
 
     /// Whether a customer could now replace choices lifeboat made while the
@@ -328,6 +337,7 @@ impl Cart {
     pub fn set_price(&mut self, price: CartPrice, now: DateTime<Utc>) -> Result<(), CartRefusal> {
         self.open_for_changes()?;
         self.price = Some(price);
+        self.price_change = None;
         self.updated_at = now;
         Ok(())
     }
@@ -335,47 +345,28 @@ impl Cart {
     /// Confirm with a price just asked from the operator (on sale). A price
     /// that differs from the cart's is not confirmed: it becomes the cart's
     /// price, and the change is returned for the customer to accept by
-    /// confirming again.
+    /// confirming again. So is a price on a cart that had none.
     pub fn confirm_live(
         &mut self,
         price: CartPrice,
         now: DateTime<Utc>,
     ) -> Result<ConfirmStep, CartRefusal> {
         self.open_for_changes()?;
-        let old = self.price.clone();
-        match old {
-            Some(old) if old.amount_cents != price.amount_cents || old.currency != price.currency => {
-                let change = PriceChange {
-                    old_cents: old.amount_cents,
-                    new_cents: price.amount_cents,
-                    difference_cents: price.amount_cents - old.amount_cents,
-                    currency: price.currency.clone(),
-                    at: now,
-                };
-                self.price = Some(price);
-                self.price_change = Some(change.clone());
-                self.updated_at = now;
-                Ok(ConfirmStep::PriceChanged(change))
-            }
-            _ => {
-                self.confirmation = Some(Confirmation {
-                    at: now,
-                    amount_cents: price.amount_cents,
-                    currency: price.currency.clone(),
-                    on_cached_price: false,
-                    price_as_of: price.as_of,
-                });
-                self.price = Some(price);
-                self.updated_at = now;
-                Ok(ConfirmStep::Confirmed)
-            }
+        if let Some(step) = self.show_new_price(&price, now) {
+            return Ok(step);
         }
+        self.confirm_on(price, false, now);
+        Ok(ConfirmStep::Confirmed)
     }
 
-    /// Confirm on the cart's cached price while the operator is off sale, if
-    /// the operator's policy allows it.
+    /// Confirm on a cached price while the operator cannot price the cart
+    /// (off sale, or on sale but not answering), if the operator's policy
+    /// allows it. `cached` is the newest cached price, if one was found: when
+    /// it is newer than the cart's and differs, it is shown first, as a
+    /// change; a cart without a price shows it first too.
     pub fn confirm_cached(
         &mut self,
+        cached: Option<CartPrice>,
         policy: &CartPolicy,
         now: DateTime<Utc>,
     ) -> Result<ConfirmStep, CartRefusal> {
@@ -383,16 +374,59 @@ impl Cart {
         if !policy.confirm_on_cached_price {
             return Err(CartRefusal::CachedPriceNotAllowed);
         }
+        let newer = cached.filter(|c| self.price.as_ref().is_none_or(|p| c.as_of > p.as_of));
+        if let Some(price) = newer
+            && let Some(step) = self.show_new_price(&price, now)
+        {
+            return Ok(step);
+        }
         let price = self.price.clone().ok_or(CartRefusal::NoPrice)?;
+        let age_s = age_s(price.as_of, now);
+        if age_s > policy.max_price_age_s {
+            return Err(CartRefusal::PriceTooOld { age_s });
+        }
+        self.confirm_on(price, true, now);
+        Ok(ConfirmStep::Confirmed)
+    }
+
+    /// If `price` is not what the customer last saw, make it the cart's price
+    /// and say so.
+    fn show_new_price(&mut self, price: &CartPrice, now: DateTime<Utc>) -> Option<ConfirmStep> {
+        let step = match &self.price {
+            None => ConfirmStep::PriceToConfirm(price.clone()),
+            Some(old)
+                if old.amount_cents != price.amount_cents || old.currency != price.currency =>
+            {
+                let change = PriceChange {
+                    old_cents: old.amount_cents,
+                    new_cents: price.amount_cents,
+                    difference_cents: price.amount_cents - old.amount_cents,
+                    currency: price.currency.clone(),
+                    at: now,
+                };
+                self.price_change = Some(change.clone());
+                ConfirmStep::PriceChanged(change)
+            }
+            Some(_) => return None,
+        };
+        if matches!(step, ConfirmStep::PriceToConfirm(_)) {
+            self.price_change = None;
+        }
+        self.price = Some(price.clone());
+        self.updated_at = now;
+        Some(step)
+    }
+
+    fn confirm_on(&mut self, price: CartPrice, on_cached_price: bool, now: DateTime<Utc>) {
         self.confirmation = Some(Confirmation {
             at: now,
             amount_cents: price.amount_cents,
-            currency: price.currency,
-            on_cached_price: true,
+            currency: price.currency.clone(),
+            on_cached_price,
             price_as_of: price.as_of,
         });
+        self.price = Some(price);
         self.updated_at = now;
-        Ok(ConfirmStep::Confirmed)
     }
 
     /// Age of the cart's price at `now`, in whole seconds.
@@ -437,7 +471,7 @@ mod tests {
         )
     }
 
-    fn price(cents: i64, source: PriceSource, as_of: i64) -> CartPrice {
+    fn price(cents: i64, source: Source, as_of: i64) -> CartPrice {
         CartPrice {
             amount_cents: cents,
             currency: "EUR".into(),
@@ -487,12 +521,26 @@ mod tests {
     }
 
     #[test]
+    fn a_cart_without_a_price_shows_one_before_confirming() {
+        let mut c = cart(false);
+        let step = c
+            .confirm_live(price(10_000, Source::Live, 0), at(0))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(step, ConfirmStep::PriceToConfirm(_)));
+        assert!(c.confirmation.is_none());
+        assert_eq!(
+            c.confirm_live(price(10_000, Source::Live, 5), at(5)),
+            Ok(ConfirmStep::Confirmed)
+        );
+    }
+
+    #[test]
     fn a_changed_price_is_shown_before_it_is_confirmed() {
         let mut c = cart(false);
-        c.set_price(price(10_000, PriceSource::Live, 0), at(0))
+        c.set_price(price(10_000, Source::Live, 0), at(0))
             .unwrap_or_else(|e| panic!("{e}"));
         let step = c
-            .confirm_live(price(10_500, PriceSource::Live, 60), at(60))
+            .confirm_live(price(10_500, Source::Live, 60), at(60))
             .unwrap_or_else(|e| panic!("{e}"));
         let ConfirmStep::PriceChanged(change) = step else {
             panic!("expected a price change, got {step:?}")
@@ -503,7 +551,7 @@ mod tests {
         );
         assert!(c.confirmation.is_none());
         let again = c
-            .confirm_live(price(10_500, PriceSource::Fresh, 60), at(70))
+            .confirm_live(price(10_500, Source::Fresh, 60), at(70))
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(again, ConfirmStep::Confirmed);
         assert_eq!(
@@ -511,7 +559,7 @@ mod tests {
             Some(10_500)
         );
         assert_eq!(
-            c.confirm_live(price(1, PriceSource::Live, 80), at(80)),
+            c.confirm_live(price(1, Source::Live, 80), at(80)),
             Err(CartRefusal::AlreadyConfirmed)
         );
     }
@@ -520,26 +568,49 @@ mod tests {
     fn confirming_on_a_cached_price_follows_the_policy() {
         let mut c = cart(true);
         assert_eq!(
-            c.confirm_cached(&CartPolicy::default(), at(1)),
+            c.confirm_cached(None, &CartPolicy::default(), at(1)),
             Err(CartRefusal::NoPrice)
         );
-        c.set_price(price(9_900, PriceSource::LastGood, -3600), at(1))
+        c.set_price(price(9_900, Source::LastGood, -3600), at(1))
             .unwrap_or_else(|e| panic!("{e}"));
         let strict = CartPolicy {
             confirm_on_cached_price: false,
             ..CartPolicy::default()
         };
         assert_eq!(
-            c.confirm_cached(&strict, at(2)),
+            c.confirm_cached(None, &strict, at(2)),
             Err(CartRefusal::CachedPriceNotAllowed)
         );
+        let young = CartPolicy {
+            max_price_age_s: 600,
+            ..CartPolicy::default()
+        };
         assert_eq!(
-            c.confirm_cached(&CartPolicy::default(), at(2)),
+            c.confirm_cached(None, &young, at(2)),
+            Err(CartRefusal::PriceTooOld { age_s: 3602 })
+        );
+        // A newer cached price that differs is shown before anything is confirmed.
+        let newer = price(10_100, Source::LastGood, -60);
+        assert!(matches!(
+            c.confirm_cached(Some(newer.clone()), &CartPolicy::default(), at(2)),
+            Ok(ConfirmStep::PriceChanged(PriceChange {
+                difference_cents: 200,
+                ..
+            }))
+        ));
+        assert!(c.confirmation.is_none());
+        // The same price again (older or equal) confirms on it.
+        assert_eq!(
+            c.confirm_cached(Some(newer), &CartPolicy::default(), at(2)),
             Ok(ConfirmStep::Confirmed)
         );
-        let confirmation = c.confirmation.clone().unwrap_or_else(|| panic!("confirmed"));
+        let confirmation = c
+            .confirmation
+            .clone()
+            .unwrap_or_else(|| panic!("confirmed"));
         assert!(confirmation.on_cached_price);
-        assert_eq!(c.price_age_s(at(2)), Some(3602));
+        assert_eq!(confirmation.amount_cents, 10_100);
+        assert_eq!(c.price_age_s(at(2)), Some(62));
     }
 
     #[test]

@@ -251,9 +251,13 @@ impl MetricsSink for MemoryMetrics {
 mod tests {
     use super::*;
 
+    /// A metric as CloudWatch extracts it: name, value (the sum of a
+    /// series), dimension names and values.
+    type Extracted = (String, f64, Vec<(String, String)>);
+
     /// Read a line as CloudWatch does: every metric named in a directive
     /// must be a number at the top level, every dimension a string there.
-    fn extract(line: &Value) -> Vec<(String, f64, Vec<(String, String)>)> {
+    fn extract(line: &Value) -> Vec<Extracted> {
         let aws = &line["_aws"];
         assert!(aws["Timestamp"].is_i64());
         let mut out = Vec::new();

@@ -103,6 +103,15 @@ pub struct InvalidParam {
     pub reason: String,
 }
 
+/// The header a problem reply carries besides its content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemHeader {
+    /// When to ask again (503).
+    RetryAfter(Duration),
+    /// The method this path takes (405).
+    Allow(&'static str),
+}
+
 /// An error reply in RFC 9457 form. Details are written for the client and
 /// never carry internal errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +120,8 @@ pub struct Problem {
     pub title: &'static str,
     pub detail: String,
     pub invalid_params: Vec<InvalidParam>,
-    pub retry_after: Option<Duration>,
+    /// `Retry-After` (503) or `Allow` (405).
+    pub header: Option<ProblemHeader>,
     /// Extra members of the problem object.
     pub extra: BTreeMap<&'static str, Value>,
 }
@@ -123,7 +133,7 @@ impl Problem {
             title,
             detail: detail.into(),
             invalid_params: Vec::new(),
-            retry_after: None,
+            header: None,
             extra: BTreeMap::new(),
         }
     }
@@ -147,18 +157,20 @@ impl Problem {
         Self::new(404, "not found", detail)
     }
 
-    pub fn method_not_allowed(allowed: &str) -> Self {
-        Self::new(
+    pub fn method_not_allowed(allowed: &'static str) -> Self {
+        let mut p = Self::new(
             405,
             "method not allowed",
             format!("use {allowed} on this path"),
-        )
+        );
+        p.header = Some(ProblemHeader::Allow(allowed));
+        p
     }
 
     /// 503 "unavailable right now" with a Retry-After.
     pub fn unavailable(detail: impl Into<String>, retry_after: Duration) -> Self {
         let mut p = Self::new(503, "unavailable right now", detail);
-        p.retry_after = Some(retry_after);
+        p.header = Some(ProblemHeader::RetryAfter(retry_after));
         p
     }
 
@@ -178,10 +190,13 @@ impl Problem {
             body["invalid_params"] = json!(self.invalid_params);
         }
         let mut headers = vec![("content-type", "application/problem+json".to_owned())];
-        if let Some(after) = self.retry_after {
+        if let Some(ProblemHeader::RetryAfter(after)) = self.header {
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
             body["retry_after_s"] = json!(secs);
             headers.push(("retry-after", secs.to_string()));
+        }
+        if let Some(ProblemHeader::Allow(allow)) = self.header {
+            headers.push(("allow", allow.to_owned()));
         }
         for (name, value) in &self.extra {
             body[*name] = value.clone();
@@ -198,6 +213,22 @@ impl From<Problem> for Reply {
     fn from(p: Problem) -> Self {
         p.reply()
     }
+}
+
+/// Serve HTTP events with `handler` until the runtime stops: the whole of a
+/// lambda_http function's `main` after start-up.
+pub async fn serve<H, F>(handler: H) -> Result<(), lambda_http::Error>
+where
+    H: Fn(HttpRequest) -> F + Sync,
+    F: std::future::Future<Output = Reply> + Send,
+{
+    let handler = &handler;
+    lambda_http::run(lambda_http::service_fn(
+        move |request: Request| async move {
+            Ok::<_, lambda_http::Error>(into_lambda(handler(from_lambda(&request)).await))
+        },
+    ))
+    .await
 }
 
 /// The plain request of a Lambda HTTP event.
@@ -272,6 +303,10 @@ mod tests {
         assert_eq!(
             reply.header("content-type"),
             Some("application/problem+json")
+        );
+        assert_eq!(
+            Problem::method_not_allowed("GET").reply().header("allow"),
+            Some("GET")
         );
     }
 

@@ -36,27 +36,7 @@ use serde::Serialize;
 /// The longest a breaker state is kept by [`BreakerCache`].
 pub const MAX_BREAKER_CACHE: Duration = Duration::from_secs(1);
 
-/// Where an answer came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// The recent cache.
-    Fresh,
-    /// The operator, through the gateway, just now.
-    Live,
-    /// The last good answer, because the operator could not answer.
-    LastGood,
-}
-
-impl Source {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Fresh => "fresh",
-            Source::Live => "live",
-            Source::LastGood => "last_good",
-        }
-    }
-}
+pub use lifeboat_core::cache::Source;
 
 /// An operator answer and where it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -300,7 +280,11 @@ impl Lookup {
             return Err(UnavailableReason::StoreUnavailable);
         }
         let mut pause = self.polling.first;
-        loop {
+        // The deadline is read from the clock and the pauses from tokio's
+        // timer; both follow the same time in every runtime lifeboat uses,
+        // and the bound on polls ends the loop even if they did not.
+        let max_polls = budget.timeout.as_millis() / self.polling.first.as_millis().max(1) + 2;
+        for _ in 0..max_polls {
             let now = self.clock.now();
             if now >= deadline {
                 tracing::info!(
@@ -345,6 +329,7 @@ impl Lookup {
                 }
             }
         }
+        Err(UnavailableReason::Timeout)
     }
 }
 
@@ -357,14 +342,18 @@ fn answer(source: Source, entry: &CachedAnswer, now: DateTime<Utc>) -> Answer {
     }
 }
 
-/// Until the open period ends (at least a second); the schedule may take a
-/// little longer to move the breaker on, and that is fine.
+/// The longest Retry-After lifeboat gives.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+
+/// Until the open period ends: at least a second (also when it has just
+/// ended and the schedule has not moved the breaker on yet), at most
+/// [`MAX_RETRY_AFTER`]; a breaker forced open has no end, so the usual pause.
 fn retry_after_open(breaker: &BreakerRecord, now: DateTime<Utc>) -> Duration {
-    breaker
-        .open_until
-        .and_then(|until| (until - now).to_std().ok())
-        .unwrap_or(RETRY_AFTER_FAILURE)
-        .max(Duration::from_secs(1))
+    match breaker.open_until {
+        Some(until) => (until - now).to_std().unwrap_or(Duration::ZERO),
+        None => RETRY_AFTER_FAILURE,
+    }
+    .clamp(Duration::from_secs(1), MAX_RETRY_AFTER)
 }
 
 #[cfg(test)]

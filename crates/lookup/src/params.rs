@@ -54,7 +54,7 @@ pub fn date(name: &str, value: &str, now: DateTime<Utc>) -> Result<NaiveDate, Pr
 /// A passenger count from 1 to 9.
 pub fn passengers(name: &str, value: &str) -> Result<u8, Problem> {
     match value.parse::<u8>() {
-        Ok(n) if (1..=9).contains(&n) && !value.starts_with('0') => Ok(n),
+        Ok(n) if (1..=9).contains(&n) && value.len() == 1 => Ok(n),
         _ => Err(Problem::invalid(name, "must be a whole number from 1 to 9")),
     }
 }
@@ -135,7 +135,7 @@ mod tests {
         assert!(date("date", "2026-13-01", now()).is_err());
         assert!(date("date", "2026-1-01", now()).is_err());
         assert_eq!(passengers("passengers", "2").ok(), Some(2));
-        for bad in ["0", "10", "02", "-1", "two", ""] {
+        for bad in ["0", "10", "02", "-1", "+2", "two", ""] {
             assert!(passengers("passengers", bad).is_err(), "{bad}");
         }
         assert!(code("sailing_id", "HEL-TLL-0730").is_ok());

@@ -163,7 +163,10 @@ async fn a_hanging_operator_costs_one_budget_then_last_good() {
 async fn cached_only_never_writes_a_request() {
     let mut w = world();
     let looked = ask(&mut w, Mode::CachedOnly, 1).await;
-    assert!(looked.result.is_err());
+    assert_eq!(
+        looked.result.map_err(|u| u.reason),
+        Err(UnavailableReason::BreakerOpen)
+    );
     assert!(!looked.requested);
     assert_eq!(looked.store_reads, 1);
     assert_eq!(w.gateway.requests.counts().total, 0);

@@ -1,8 +1,7 @@
 //! The search Lambda function: build configuration and clients once, then serve.
 
-use lambda_http::{Error, Request, run, service_fn, tracing};
+use lambda_http::{Error, tracing};
 use lifeboat_aws::{Clients, Env};
-use lifeboat_lookup::http::{from_lambda, into_lambda};
 use search::Search;
 
 #[tokio::main]
@@ -11,8 +10,5 @@ async fn main() -> Result<(), Error> {
     let env = Env::from_process();
     let function = Search::from_env(&env, &Clients::load().await)?;
     let function = &function;
-    run(service_fn(move |request: Request| async move {
-        Ok::<_, Error>(into_lambda(function.handle(&from_lambda(&request)).await))
-    }))
-    .await
+    lifeboat_lookup::http::serve(|request| async move { function.handle(&request).await }).await
 }

@@ -198,3 +198,21 @@ async fn prices_go_through_the_same_gateway() {
     );
     assert_eq!(get(&mut w, "/price", &query).await.body["source"], "fresh");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_operator_that_does_not_answer_in_time_is_a_503_not_an_empty_list() {
+    let mut w = world();
+    w.sim.set_mode(Some(lifeboat_operator::OutageMode::Hang));
+    let started = w.clock.now();
+    let reply = get(&mut w, "/sailings", &SAILINGS).await;
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert_eq!(reply.body["reason"], "timeout");
+    assert!(reply.header("retry-after").is_some());
+    assert!(reply.body.get("sailings").is_none());
+    assert_eq!(
+        w.gateway.requests.counts().total,
+        1,
+        "the operator was asked once"
+    );
+    assert!(w.clock.now() - started >= TimeDelta::seconds(3));
+}

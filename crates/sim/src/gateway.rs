@@ -1,5 +1,6 @@
 //! The gateway wired in memory: stream, consumers, switch, bus and schedule.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +37,9 @@ pub struct GatewayConfig {
     pub poll: Duration,
     /// The schedule's period.
     pub tick_every: Duration,
+    /// Deliveries of a failing record before it is given up on (the
+    /// mapping's MaximumRetryAttempts; the template sets 3).
+    pub max_retries: u32,
     pub operators: Vec<OperatorId>,
 }
 
@@ -48,6 +52,7 @@ impl Default for GatewayConfig {
             parallelization: 4,
             poll: Duration::from_millis(100),
             tick_every: Duration::from_secs(5),
+            max_retries: 3,
             operators: Vec::new(),
         }
     }
@@ -91,9 +96,13 @@ pub struct Gateway {
     config: GatewayConfig,
     stream_position: usize,
     /// Records a consumer reported as failed, delivered again first.
-    redeliver: Vec<RequestRecord>,
-    sequence: usize,
-    in_flight: JoinSet<Vec<RequestRecord>>,
+    redeliver: Vec<Delivery>,
+    in_flight: JoinSet<Vec<Delivery>>,
+    /// The records of each batch in flight, delivered again if its task dies.
+    in_flight_batches: HashMap<tokio::task::Id, Vec<Delivery>>,
+    /// Records given up on after `max_retries` failed deliveries (the
+    /// mapping's OnFailure destination).
+    pub discarded: Vec<RequestRecord>,
     bus_position: usize,
     next_tick: DateTime<Utc>,
 }
@@ -156,8 +165,9 @@ impl Gateway {
             config,
             stream_position: 0,
             redeliver: Vec::new(),
-            sequence: 0,
             in_flight: JoinSet::new(),
+            in_flight_batches: HashMap::new(),
+            discarded: Vec::new(),
             bus_position: 0,
             next_tick,
         }
@@ -242,43 +252,74 @@ impl Gateway {
         self.in_flight.len()
     }
 
+    /// Wait until every batch in flight is done (its failures queued for
+    /// redelivery).
+    pub async fn drain(&mut self) {
+        while let Some(done) = self.in_flight.join_next_with_id().await {
+            self.settle(done);
+        }
+    }
+
+    fn settle(&mut self, done: Result<(tokio::task::Id, Vec<Delivery>), tokio::task::JoinError>) {
+        let failed = match done {
+            Ok((id, failed)) => {
+                self.in_flight_batches.remove(&id);
+                failed
+            }
+            Err(e) => {
+                // The consumer's task died: Lambda delivers the whole batch again.
+                tracing::error!(error = %e, "a stream batch task failed");
+                self.in_flight_batches.remove(&e.id()).unwrap_or_default()
+            }
+        };
+        for mut delivery in failed {
+            delivery.attempts += 1;
+            if delivery.attempts > self.config.max_retries {
+                tracing::error!(request_id = %delivery.record.request_id, "record given up on after {} retries", self.config.max_retries);
+                self.discarded.push(delivery.record);
+            } else {
+                self.redeliver.push(delivery);
+            }
+        }
+    }
+
     /// Deliver the next batch of the stream to the consumer the mapping
     /// points at, if fewer than `parallelization` batches are in flight.
-    /// Records reported as failed come back before new ones.
+    /// Records reported as failed come back before new ones, with their own
+    /// sequence numbers.
     async fn deliver_batch(&mut self) -> bool {
-        while let Some(done) = self.in_flight.try_join_next() {
-            match done {
-                Ok(failed) => self.redeliver.extend(failed),
-                Err(e) => tracing::error!(error = %e, "a stream batch task failed"),
-            }
+        while let Some(done) = self.in_flight.try_join_next_with_id() {
+            self.settle(done);
         }
         if self.in_flight.len() >= self.config.parallelization.max(1) {
             return false;
         }
-        let mut batch: Vec<RequestRecord> = std::mem::take(&mut self.redeliver);
+        let mut batch: Vec<Delivery> = std::mem::take(&mut self.redeliver);
         if batch.len() > self.config.batch_size {
             self.redeliver = batch.split_off(self.config.batch_size);
         }
         let room = self.config.batch_size.saturating_sub(batch.len());
         if room > 0 {
             let (records, _) = self.requests.read_stream(self.stream_position);
-            let fresh: Vec<RequestRecord> = records.into_iter().take(room).collect();
-            self.stream_position += fresh.len();
-            batch.extend(fresh);
+            for record in records.into_iter().take(room) {
+                batch.push(Delivery {
+                    position: self.stream_position,
+                    record,
+                    attempts: 0,
+                });
+                self.stream_position += 1;
+            }
         }
         if batch.is_empty() {
             return false;
         }
-        // Every delivery gets fresh sequence numbers; a failure names one,
-        // which maps back to its place in this batch.
-        let first = self.sequence;
-        self.sequence += batch.len();
         let payload = json!({
-            "Records": batch.iter().enumerate().map(|(i, r)| stream_record(r, first + i)).collect::<Vec<_>>()
+            "Records": batch.iter().map(|d| stream_record(&d.record, d.position)).collect::<Vec<_>>()
         });
         let target = self.router.current().await.unwrap_or(ConsumerTarget::Real);
         let (real, fallback) = (self.real.clone(), self.fallback.clone());
-        self.in_flight.spawn(async move {
+        let records = batch.clone();
+        let handle = self.in_flight.spawn(async move {
             let failures = match target {
                 ConsumerTarget::Real => real
                     .handle(&payload)
@@ -292,26 +333,50 @@ impl Gateway {
                     .map_err(|e| e.to_string()),
             };
             match failures {
-                Ok(failures) => {
-                    // Lambda delivers again from the first failed record on.
-                    let first_failed = failures
-                        .iter()
-                        .filter_map(|f| f.item_identifier.as_deref()?.parse::<usize>().ok())
-                        .min();
-                    match first_failed {
-                        Some(position) => {
-                            batch.split_off(position.saturating_sub(first).min(batch.len()))
-                        }
-                        None => Vec::new(),
-                    }
-                }
+                Ok(failures) => failed_from(batch, &failures),
                 Err(e) => {
                     tracing::error!(error = %e, "consumer failed the batch");
                     batch
                 }
             }
         });
+        self.in_flight_batches.insert(handle.id(), records);
         true
+    }
+}
+
+/// One record on its way to a consumer.
+#[derive(Debug, Clone)]
+struct Delivery {
+    /// Its place in the stream: its sequence number, on every delivery.
+    position: usize,
+    record: RequestRecord,
+    /// Failed deliveries so far.
+    attempts: u32,
+}
+
+/// The records Lambda delivers again after a batch answered `failures`: from
+/// the first failed record on; an identifier that names no record of the
+/// batch fails the whole batch, as Lambda does.
+fn failed_from(
+    batch: Vec<Delivery>,
+    failures: &[aws_lambda_events::event::streams::DynamoDbBatchItemFailure],
+) -> Vec<Delivery> {
+    let mut first: Option<usize> = None;
+    for failure in failures {
+        let index = failure
+            .item_identifier
+            .as_deref()
+            .and_then(|id| id.parse::<usize>().ok())
+            .and_then(|position| batch.iter().position(|d| d.position == position));
+        match index {
+            Some(i) => first = Some(first.map_or(i, |f| f.min(i))),
+            None => return batch,
+        }
+    }
+    match first {
+        Some(i) => batch.into_iter().skip(i).collect(),
+        None => Vec::new(),
     }
 }
 
@@ -338,4 +403,63 @@ pub fn stream_record(request: &RequestRecord, position: usize) -> Value {
         },
         "eventSourceARN": "arn:aws:dynamodb:us-east-1:000000000000:table/Requests/stream/local"
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lambda_events::event::streams::DynamoDbBatchItemFailure;
+    use chrono::DateTime;
+    use lifeboat_core::Operation;
+
+    fn batch(positions: &[usize]) -> Vec<Delivery> {
+        positions
+            .iter()
+            .map(|&position| Delivery {
+                position,
+                record: RequestRecord {
+                    request_id: format!("r{position}"),
+                    operator: OperatorId::new("nordic").unwrap_or_else(|e| panic!("{e}")),
+                    operation: Operation::Search,
+                    params: Default::default(),
+                    created_at: DateTime::UNIX_EPOCH,
+                    deadline: DateTime::UNIX_EPOCH,
+                },
+                attempts: 0,
+            })
+            .collect()
+    }
+
+    fn failure(id: &str) -> DynamoDbBatchItemFailure {
+        let mut failure = DynamoDbBatchItemFailure::default();
+        failure.item_identifier = Some(id.to_owned());
+        failure
+    }
+
+    fn positions(d: &[Delivery]) -> Vec<usize> {
+        d.iter().map(|d| d.position).collect()
+    }
+
+    #[test]
+    fn failures_send_back_the_batch_from_the_first_failed_record() {
+        // Redelivered records keep their own sequence numbers.
+        let records = batch(&[7, 3, 4, 5]);
+        assert_eq!(
+            positions(&failed_from(records.clone(), &[])),
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            positions(&failed_from(records.clone(), &[failure("5"), failure("3")])),
+            vec![3, 4, 5]
+        );
+        assert_eq!(
+            positions(&failed_from(records.clone(), &[failure("99")])),
+            vec![7, 3, 4, 5],
+            "an identifier of no record fails the whole batch"
+        );
+        assert_eq!(
+            positions(&failed_from(records, &[failure("not a number")])),
+            vec![7, 3, 4, 5]
+        );
+    }
 }

@@ -221,6 +221,9 @@ async fn run_cart(shop: &Shop, rng: &mut SimRng, new_cart: &Value, seen: &mut Ca
                 // Shown the old and new price; the customer accepts.
                 seen.price_changes += 1;
             }
+            409 if reply.body.get("price_to_confirm").is_some() => {
+                // Shown a price for the first time; the customer accepts.
+            }
             503 => {
                 let wait = reply.body["retry_after_s"].as_u64().unwrap_or(10).min(60);
                 tokio::time::sleep(Duration::from_secs(wait)).await;

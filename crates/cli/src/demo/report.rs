@@ -46,6 +46,9 @@ pub struct Requests {
     pub duplicate_outcomes: u64,
     /// Second outcome writes that the store refused.
     pub refused_second_outcomes: u64,
+    /// Records the stream gave up on after its retries (sent to the
+    /// mapping's failure queue).
+    pub discarded: usize,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -95,6 +98,9 @@ pub struct Carts {
     pub degraded: usize,
     pub price_changes_shown: u32,
     pub started_during_outage: usize,
+    /// Carts started during the outage that reached payment (at any time).
+    pub outage_carts_reached_payment: usize,
+    /// Carts that reached payment while the operator was down.
     pub reached_payment_during_outage: usize,
     pub confirmed_on_cached_price: usize,
 }
@@ -115,6 +121,7 @@ pub(crate) struct Inputs<'a> {
     pub transitions: &'a [Transition],
     pub switch_writes: &'a [SwitchWrite],
     pub requests: RequestCounts,
+    pub discarded: usize,
     pub operator_calls: u64,
     pub events: &'a [LifeboatEvent],
     pub observed: &'a Observed,
@@ -192,6 +199,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
                 .outcome_writes
                 .saturating_sub(i.requests.with_outcome as u64),
             refused_second_outcomes: i.requests.refused_outcome_writes,
+            discarded: i.discarded,
         },
         search,
         offsale: Offsale {
@@ -217,10 +225,15 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
             degraded: carts.iter().filter(|c| c.degraded).count(),
             price_changes_shown: carts.iter().map(|c| c.price_changes).sum(),
             started_during_outage: carts.iter().filter(in_outage).count(),
-            reached_payment_during_outage: carts
+            outage_carts_reached_payment: carts
                 .iter()
                 .filter(in_outage)
                 .filter(|c| c.reached_payment.is_some())
+                .count(),
+            reached_payment_during_outage: carts
+                .iter()
+                .filter_map(|c| c.reached_payment)
+                .filter(|paid| Phase::at(i.script, *paid) == Phase::Outage)
                 .count(),
             confirmed_on_cached_price: carts.iter().filter(|c| c.on_cached_price).count(),
         },
@@ -322,7 +335,7 @@ fn timeline(
         lines.push((
             round1(secs_since(i.start, w.at)),
             format!(
-                "sale switch refused the write (v{}); retried on the schedule",
+                "sale switch refused the write (v{}; a refusal the script injects); retried on the schedule",
                 w.version
             ),
         ));
@@ -420,10 +433,11 @@ impl Report {
             (
                 "gateway requests with one outcome",
                 format!(
-                    "{} / {} ({} duplicates)",
+                    "{} / {} ({} duplicates, {} given up on)",
                     self.requests.with_outcome,
                     self.requests.total,
-                    self.requests.duplicate_outcomes
+                    self.requests.duplicate_outcomes,
+                    self.requests.discarded
                 ),
             ),
             ("operator calls", self.operator_calls.to_string()),
@@ -440,8 +454,10 @@ impl Report {
             (
                 "  of those started in the outage",
                 format!(
-                    "{} / {}",
-                    self.carts.reached_payment_during_outage, self.carts.started_during_outage
+                    "{} / {} ({} paid during the outage)",
+                    self.carts.outage_carts_reached_payment,
+                    self.carts.started_during_outage,
+                    self.carts.reached_payment_during_outage
                 ),
             ),
         ];
@@ -476,6 +492,10 @@ impl Report {
                 f.unavailable
             );
         }
+        let _ = writeln!(
+            out,
+            "  (answer times are virtual: waits on the operator and the stream count, the handlers' own work takes no virtual time)"
+        );
         let _ = writeln!(
             out,
             "\n  ran in {:.1} s of wall time ({} searches, {} carts)",

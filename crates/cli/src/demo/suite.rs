@@ -154,6 +154,7 @@ impl Suite {
         if let Err(e) = traffic.await {
             tracing::error!(error = %e, "demo traffic task failed");
         }
+        self.gateway.drain().await;
         report::build(report::Inputs {
             script: &self.script,
             start: self.script.start,
@@ -161,6 +162,7 @@ impl Suite {
             transitions: &self.gateway.transitions,
             switch_writes: &self.switch.writes(),
             requests: self.gateway.requests.counts(),
+            discarded: self.gateway.discarded.len(),
             operator_calls: self.sim.stats().total,
             events: &self.gateway.bus.events(),
             observed: &self.shop.observed(),
