@@ -1,7 +1,9 @@
 //! The gateway breaker wired on one machine: moto for the AWS APIs, the three
 //! gateway functions under `cargo lambda watch`, a simulated operator, and the
 //! harness's [`StreamPump`], [`BusDrain`] and [`Ticker`] for what moto does not
-//! run.
+//! run. With [`GatewayOptions::customer`] also the customer half: search,
+//! cart and the off-sale listener, reached over HTTP and through the
+//! [`QueuePump`] (see "The customer functions" below).
 //!
 //! [`LocalGateway::start`]:
 //!
@@ -29,25 +31,55 @@
 //!
 //! Dropping the gateway stops everything it started; [`LocalGateway::stop`]
 //! does it gracefully.
+//!
+//! # The customer functions
+//!
+//! With [`GatewayOptions::customer`] set, [`LocalGateway::start`] also
+//!
+//! * creates, as the template does, the Carts table, the SaleStatus table,
+//!   `OffsaleDeadLetterQueue`, `OffsaleQueue` (visibility timeout 90 s,
+//!   redrive to the dead-letter queue after 30 receives) and
+//!   `BreakerStateChangedRule` on the bus with `OffsaleQueue` as its target
+//!   (moto delivers a rule's events to an SQS target; the circuit switch's
+//!   `Breaker State Changed` events reach the queue the way they do on AWS);
+//! * gives every function the customer variables (`CARTS_TABLE`,
+//!   `SALE_STATUS_TABLE`, `SALE_STATUS_STORE=dynamodb`, `OFFSALE_QUEUE_URL`,
+//!   `SALE_SWITCH=table`, `CART_SETTINGS`, `BREAKER_CACHE_MS`, …), warms up
+//!   `search` and `cart` with an HTTP request and `offsale-listener` with an
+//!   empty batch, so `cargo lambda watch` starts all six;
+//! * plays `OffsaleQueueMapping` (batch size 10, partial batch responses)
+//!   with a [`QueuePump`] into `offsale-listener`: moto would run an SQS
+//!   mapping's function itself, in Docker, so none is created in moto.
+//!
+//! `LifeboatHttpApi` is played by [`LocalGateway::api`]: a request goes to
+//! the function the template routes its path to ([`api_function`]:
+//! `/sailings` and `/price` to search, `/carts…` to cart), as a Function URL
+//! request under `cargo lambda watch` ([`Watch::function_url`]), which hands
+//! the function an API Gateway HTTP API (payload 2.0) event with the path
+//! and query as given.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::QueueAttributeName;
 
 use aws_config::SdkConfig;
 use aws_sdk_lambda::types::{
     DestinationConfig, EventSourcePosition, Filter, FunctionResponseType, OnFailure,
 };
-use lifeboat_aws::{DynamoBreakerStore, DynamoRequestStore};
+use lifeboat_aws::{
+    DynamoBreakerStore, DynamoCartStore, DynamoRequestStore, DynamoSaleStatusStore,
+};
 use lifeboat_core::OperatorId;
 use lifeboat_operator::{LatencyModel, SimConfig, SimServer, SimStats};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::moto::resources::{self, QueueTarget, ResourceError};
+use crate::moto::resources::{self, Queue, QueueTarget, ResourceError};
 use crate::moto::{MotoError, MotoServer, REGION, find_moto_server};
 use crate::pump::{
-    BusDrain, BusDrainConfig, DrainStats, Invoker, PumpConfig, PumpError, PumpStats, StreamPump,
-    Ticker, TickerConfig, TickerStats, read_mapping,
+    BusDrain, BusDrainConfig, DrainStats, Invoker, PumpConfig, PumpError, PumpStats, QueuePump,
+    QueuePumpConfig, QueueStats, StreamPump, Ticker, TickerConfig, TickerStats, read_mapping,
 };
 use crate::watch::{Watch, WatchError};
 
@@ -57,6 +89,27 @@ pub const REAL_CONSUMER: &str = "real-consumer";
 pub const FALLBACK_CONSUMER: &str = "fallback-consumer";
 /// The circuit switch's binary (and function) name.
 pub const CIRCUIT_SWITCH: &str = "circuit-switch";
+/// The search function's binary name (`GET /sailings`, `GET /price`).
+pub const SEARCH: &str = "search";
+/// The cart function's binary name (`/carts…`).
+pub const CART: &str = "cart";
+/// The off-sale listener's binary name.
+pub const OFFSALE_LISTENER: &str = "offsale-listener";
+
+/// The function `LifeboatHttpApi` routes `path` (with or without a query)
+/// to, as the template's `HttpApi` events do: `/sailings` and `/price` to
+/// search, `/carts` and up to two segments below it to cart. By path only:
+/// a method the template has no route for reaches the function, which
+/// answers 405, where API Gateway would answer 404 itself.
+pub fn api_function(path: &str) -> Option<&'static str> {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segments.as_slice() {
+        ["sailings"] | ["price"] => Some(SEARCH),
+        ["carts", ..] if segments.len() <= 3 => Some(CART),
+        _ => None,
+    }
+}
 
 /// The Requests stream mapping's settings in template.yaml
 /// (`RequestsStreamMapping`).
@@ -76,6 +129,23 @@ pub mod template {
     pub const CALL_CONCURRENCY: u32 = 50;
     /// The `ErrorsAlarmName` and `AlarmOperators` defaults.
     pub const ALARM_OPERATORS: &str = "lifeboat-nordic-errors=nordic";
+    /// `BreakerStateChangedRule`'s event pattern.
+    pub const OFFSALE_RULE_PATTERN: &str =
+        r#"{"source": ["lifeboat"], "detail-type": ["Breaker State Changed"]}"#;
+    /// `BreakerStateChangedRule`'s target id.
+    pub const OFFSALE_TARGET_ID: &str = "offsale-queue";
+    /// `OffsaleQueue`'s `VisibilityTimeout`.
+    pub const OFFSALE_VISIBILITY_TIMEOUT: u32 = 90;
+    /// `OffsaleQueue`'s `maxReceiveCount`.
+    pub const OFFSALE_MAX_RECEIVE_COUNT: u32 = 30;
+    /// `OffsaleQueueMapping`'s `BatchSize`.
+    pub const OFFSALE_BATCH_SIZE: i32 = 10;
+    /// `BREAKER_CACHE_MS` of search and cart.
+    pub const BREAKER_CACHE_MS: u32 = 1000;
+    /// The `SaleRetryMaxAttempts` default.
+    pub const SALE_RETRY_MAX_ATTEMPTS: u32 = 8;
+    /// The `SaleSwitchTimeoutMs` default.
+    pub const SALE_SWITCH_TIMEOUT_MS: u32 = 2000;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +173,29 @@ pub enum GatewayError {
     Pump(#[from] PumpError),
     #[error("operator control endpoint: {0}")]
     Control(#[source] reqwest::Error),
+    #[error("warming up {function} over HTTP (its log is {log}): {detail}")]
+    WarmUpHttp {
+        function: &'static str,
+        log: String,
+        detail: String,
+    },
+    #[error("the gateway was started without the customer functions (GatewayOptions::customer)")]
+    NoCustomer,
+    #[error("LifeboatHttpApi has no route for {0:?}")]
+    NoRoute(String),
+    #[error("{method} {url}: {source}")]
+    Api {
+        method: String,
+        url: String,
+        source: reqwest::Error,
+    },
+    #[error("{method} {url} answered HTTP {status} with something that is not JSON: {body:?}")]
+    ApiNotJson {
+        method: String,
+        url: String,
+        status: u16,
+        body: String,
+    },
 }
 
 /// Names of the resources (the functions are always named after their
@@ -118,6 +211,13 @@ pub struct GatewayNames {
     pub failed_queue: String,
     pub schedule_rule: String,
     pub role: String,
+    /// The customer half's resources (created with
+    /// [`GatewayOptions::customer`]).
+    pub carts_table: String,
+    pub sale_status_table: String,
+    pub offsale_queue: String,
+    pub offsale_dead_letter_queue: String,
+    pub offsale_rule: String,
 }
 
 impl GatewayNames {
@@ -132,6 +232,11 @@ impl GatewayNames {
             failed_queue: format!("{prefix}RequestsFailedQueue"),
             schedule_rule: format!("{prefix}HalfOpenScheduleRule"),
             role: format!("{prefix}lifeboat-functions"),
+            carts_table: format!("{prefix}Carts"),
+            sale_status_table: format!("{prefix}SaleStatus"),
+            offsale_queue: format!("{prefix}OffsaleQueue"),
+            offsale_dead_letter_queue: format!("{prefix}OffsaleDeadLetterQueue"),
+            offsale_rule: format!("{prefix}BreakerStateChangedRule"),
         }
     }
 }
@@ -164,6 +269,38 @@ pub struct GatewayOptions {
     pub names: GatewayNames,
     /// Every stream record the pump reads, in Lambda's shape.
     pub stream_tap: Option<mpsc::UnboundedSender<Value>>,
+    /// Also run search, cart and the off-sale listener (default: not; the
+    /// gateway alone does not build or start them).
+    pub customer: Option<CustomerOptions>,
+}
+
+/// How to run the customer half: settings of search, cart and the off-sale
+/// listener. The defaults are the template's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomerOptions {
+    /// `CART_SETTINGS` (empty: the defaults).
+    pub cart_settings: String,
+    /// `BREAKER_CACHE_MS` of search and cart.
+    pub breaker_cache_ms: u32,
+    /// `SALE_RETRY_MAX_ATTEMPTS` of the off-sale listener.
+    pub sale_retry_max_attempts: u32,
+    /// `SALE_SWITCH_TIMEOUT_MS` of the off-sale listener.
+    pub sale_switch_timeout_ms: u32,
+    /// Long-poll wait of each receive from `OffsaleQueue` (Lambda's poller
+    /// waits up to 20 s; it answers as soon as a message is there either way).
+    pub queue_wait: Duration,
+}
+
+impl Default for CustomerOptions {
+    fn default() -> Self {
+        Self {
+            cart_settings: String::new(),
+            breaker_cache_ms: template::BREAKER_CACHE_MS,
+            sale_retry_max_attempts: template::SALE_RETRY_MAX_ATTEMPTS,
+            sale_switch_timeout_ms: template::SALE_SWITCH_TIMEOUT_MS,
+            queue_wait: Duration::from_secs(1),
+        }
+    }
 }
 
 impl GatewayOptions {
@@ -182,6 +319,7 @@ impl GatewayOptions {
             log_level: "INFO".to_owned(),
             names: GatewayNames::default(),
             stream_tap: None,
+            customer: None,
         }
     }
 }
@@ -201,6 +339,38 @@ pub struct GatewayResources {
     pub switch_function_arn: String,
     /// The Requests stream's mapping.
     pub mapping_uuid: String,
+    /// The customer half's resources, if it runs.
+    pub customer: Option<CustomerResources>,
+}
+
+/// The customer half's resources in moto.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomerResources {
+    pub offsale_queue: Queue,
+    pub offsale_dead_letter_queue: Queue,
+    /// `BreakerStateChangedRule`.
+    pub offsale_rule_arn: String,
+}
+
+/// An HTTP reply of search or cart through [`LocalGateway::api`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiReply {
+    pub status: u16,
+    /// Header names in lower case.
+    pub headers: Vec<(String, String)>,
+    /// The JSON body (`null` when empty).
+    pub body: Value,
+    /// From sending the request to the whole reply.
+    pub elapsed: Duration,
+}
+
+impl ApiReply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// How long start-up took, step by step.
@@ -220,6 +390,7 @@ pub struct LocalGateway {
     pump: StreamPump,
     drain: BusDrain,
     ticker: Ticker,
+    offsale: Option<QueuePump>,
     watch: Watch,
     operator: SimServer,
     moto: MotoServer,
@@ -227,6 +398,8 @@ pub struct LocalGateway {
     resources: GatewayResources,
     env: Vec<(String, String)>,
     http: reqwest::Client,
+    /// For [`LocalGateway::api`]: bounded by the invoke timeout.
+    api_http: reqwest::Client,
     startup: StartupTimes,
 }
 
@@ -236,7 +409,10 @@ impl LocalGateway {
         let started = Instant::now();
         let moto = MotoServer::start_program(&moto_launcher()?).await?;
         let sdk = moto.sdk_config().await;
-        let resources = create_resources(&sdk, &options.names).await?;
+        let mut resources = create_resources(&sdk, &options.names).await?;
+        if options.customer.is_some() {
+            resources.customer = Some(create_customer_resources(&sdk, &options.names).await?);
+        }
         let moto_and_resources = started.elapsed();
 
         let operator = SimServer::start_with(options.operator.clone(), options.sim.clone(), 0)
@@ -253,6 +429,9 @@ impl LocalGateway {
 
         let warm_started = Instant::now();
         warm_up(&watch).await?;
+        if options.customer.is_some() {
+            warm_up_customer(&watch).await?;
+        }
         let warm_up_time = warm_started.elapsed();
 
         let invoker = Invoker::for_endpoint(&watch.invoke_endpoint(), options.invoke_timeout).await;
@@ -271,6 +450,23 @@ impl LocalGateway {
             invoker.clone(),
             BusDrainConfig::new(&resources.switch_queue.queue_url, CIRCUIT_SWITCH),
         );
+        let offsale = match (&options.customer, &resources.customer) {
+            (Some(customer), Some(created)) => {
+                let mut config = QueuePumpConfig::new(
+                    &created.offsale_queue.url,
+                    &created.offsale_queue.arn,
+                    OFFSALE_LISTENER,
+                );
+                config.batch_size = template::OFFSALE_BATCH_SIZE;
+                config.wait = customer.queue_wait;
+                Some(QueuePump::start(
+                    aws_sdk_sqs::Client::new(&sdk),
+                    invoker.clone(),
+                    config,
+                ))
+            }
+            _ => None,
+        };
         let ticker = Ticker::start(
             invoker,
             TickerConfig::new(
@@ -284,10 +480,16 @@ impl LocalGateway {
             .timeout(Duration::from_secs(10))
             .build()
             .map_err(GatewayError::Control)?;
+        let api_http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(options.invoke_timeout)
+            .build()
+            .map_err(GatewayError::Control)?;
         Ok(Self {
             pump,
             drain,
             ticker,
+            offsale,
             watch,
             operator,
             moto,
@@ -295,6 +497,7 @@ impl LocalGateway {
             resources,
             env,
             http,
+            api_http,
             startup: StartupTimes {
                 moto_and_resources,
                 watch: watch_time,
@@ -391,6 +594,107 @@ impl LocalGateway {
             .map_err(GatewayError::Control)
     }
 
+    /// The customer half's resources, or [`GatewayError::NoCustomer`].
+    pub fn customer_resources(&self) -> Result<&CustomerResources, GatewayError> {
+        self.resources
+            .customer
+            .as_ref()
+            .ok_or(GatewayError::NoCustomer)
+    }
+
+    /// The SaleStatus table in moto, as the cart and the listener see it.
+    pub fn sale_status_store(&self) -> Result<DynamoSaleStatusStore, GatewayError> {
+        self.customer_resources()?;
+        Ok(DynamoSaleStatusStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.names.sale_status_table,
+        ))
+    }
+
+    /// The Carts table in moto, as the cart sees it.
+    pub fn cart_store(&self) -> Result<DynamoCartStore, GatewayError> {
+        self.customer_resources()?;
+        Ok(DynamoCartStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.names.carts_table,
+        ))
+    }
+
+    /// The URL `LifeboatHttpApi` would serve `path_and_query` from: the
+    /// function it routes to, under `cargo lambda watch` (see the module
+    /// docs).
+    pub fn api_url(&self, path_and_query: &str) -> Result<String, GatewayError> {
+        self.customer_resources()?;
+        let function = api_function(path_and_query)
+            .ok_or_else(|| GatewayError::NoRoute(path_and_query.to_owned()))?;
+        Ok(self.watch.function_url(function, path_and_query))
+    }
+
+    /// Send one HTTP request to search or cart as `LifeboatHttpApi` would
+    /// route it (`method` e.g. `GET`, `path_and_query` e.g.
+    /// `/sailings?operator=nordic&…`, a JSON body for `POST` and `PUT`) and
+    /// return the reply. Any status is a reply; a body that is not JSON is
+    /// an error.
+    pub async fn api(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<&Value>,
+    ) -> Result<ApiReply, GatewayError> {
+        let url = self.api_url(path_and_query)?;
+        let api_err = |source| GatewayError::Api {
+            method: method.to_owned(),
+            url: url.clone(),
+            source,
+        };
+        let verb = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|_| GatewayError::NoRoute(format!("{method} {path_and_query}")))?;
+        let mut request = self.api_http.request(verb, &url);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let sent = Instant::now();
+        let response = request.send().await.map_err(api_err)?;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let text = response.text().await.map_err(api_err)?;
+        let elapsed = sent.elapsed();
+        let body = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).map_err(|_| GatewayError::ApiNotJson {
+                method: method.to_owned(),
+                url: url.clone(),
+                status,
+                body: text.chars().take(500).collect(),
+            })?
+        };
+        Ok(ApiReply {
+            status,
+            headers,
+            body,
+            elapsed,
+        })
+    }
+
+    /// What the `OffsaleQueue` pump has done (default stats without the
+    /// customer half).
+    pub fn offsale_stats(&self) -> QueueStats {
+        self.offsale
+            .as_ref()
+            .map(QueuePump::stats)
+            .unwrap_or_default()
+    }
+
     pub fn pump_stats(&self) -> PumpStats {
         self.pump.stats()
     }
@@ -403,9 +707,13 @@ impl LocalGateway {
         self.ticker.stats()
     }
 
-    /// Whether the pump, the drain and the ticker are all still running.
+    /// Whether the pump, the drain, the ticker and (with the customer half)
+    /// the `OffsaleQueue` pump are all still running.
     pub fn harness_running(&self) -> bool {
-        self.pump.is_running() && self.drain.is_running() && self.ticker.is_running()
+        self.pump.is_running()
+            && self.drain.is_running()
+            && self.ticker.is_running()
+            && self.offsale.as_ref().is_none_or(QueuePump::is_running)
     }
 
     /// Stop the harness's tasks (after their invocations in flight), the
@@ -415,12 +723,18 @@ impl LocalGateway {
             pump,
             drain,
             ticker,
+            offsale,
             watch,
             operator,
             moto,
             ..
         } = self;
-        tokio::join!(pump.stop(), drain.stop(), ticker.stop());
+        let offsale = async move {
+            if let Some(offsale) = offsale {
+                offsale.stop().await;
+            }
+        };
+        tokio::join!(pump.stop(), drain.stop(), ticker.stop(), offsale);
         watch.stop().await;
         operator.shutdown().await;
         moto.stop().await;
@@ -508,7 +822,7 @@ fn function_env(
 ) -> Vec<(String, String)> {
     let operator = options.operator.as_str();
     let names = &resources.names;
-    [
+    let mut env: Vec<(String, String)> = [
         ("AWS_ENDPOINT_URL", moto.endpoint()),
         ("AWS_REGION", REGION.to_owned()),
         ("AWS_DEFAULT_REGION", REGION.to_owned()),
@@ -531,7 +845,31 @@ fn function_env(
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
-    .collect()
+    .collect();
+    if let (Some(customer), Some(created)) = (&options.customer, &resources.customer) {
+        env.extend(
+            [
+                ("CARTS_TABLE", names.carts_table.clone()),
+                ("SALE_STATUS_TABLE", names.sale_status_table.clone()),
+                ("SALE_STATUS_STORE", "dynamodb".to_owned()),
+                ("OFFSALE_QUEUE_URL", created.offsale_queue.url.clone()),
+                ("SALE_SWITCH", "table".to_owned()),
+                ("CART_SETTINGS", customer.cart_settings.clone()),
+                ("BREAKER_CACHE_MS", customer.breaker_cache_ms.to_string()),
+                (
+                    "SALE_RETRY_MAX_ATTEMPTS",
+                    customer.sale_retry_max_attempts.to_string(),
+                ),
+                (
+                    "SALE_SWITCH_TIMEOUT_MS",
+                    customer.sale_switch_timeout_ms.to_string(),
+                ),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v)),
+        );
+    }
+    env
 }
 
 /// Invoke each function once with a harmless payload, so `cargo lambda
@@ -558,6 +896,99 @@ async fn warm_up(watch: &Watch) -> Result<(), GatewayError> {
             })?;
     }
     Ok(())
+}
+
+/// Start the customer functions under `cargo lambda watch`: search and cart
+/// with an HTTP request to a path they do not serve (their own 404 problem
+/// proves the function answered), the off-sale listener with an empty batch.
+async fn warm_up_customer(watch: &Watch) -> Result<(), GatewayError> {
+    let log = || watch.log_path().display().to_string();
+    // As long as the first invocation of the gateway functions may take.
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .map_err(GatewayError::Control)?;
+    for function in [SEARCH, CART] {
+        let fail = |detail: String| GatewayError::WarmUpHttp {
+            function,
+            log: log(),
+            detail,
+        };
+        let response = http
+            .get(watch.function_url(function, "/"))
+            .send()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let status = response.status().as_u16();
+        let body: Value = response
+            .json()
+            .await
+            .map_err(|e| fail(format!("HTTP {status}, not JSON: {e}")))?;
+        // The handler's own problem reply, not cargo-lambda's "Missing
+        // function" or a function error.
+        if status != 404 || body.get("title") != Some(&json!("not found")) {
+            return Err(fail(format!("HTTP {status}: {body}")));
+        }
+    }
+    watch
+        .invoke(OFFSALE_LISTENER, &json!({ "Records": [] }))
+        .await
+        .map_err(|source| GatewayError::WarmUp {
+            function: OFFSALE_LISTENER,
+            log: log(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// The customer half's resources in moto, as the template has them: the
+/// Carts and SaleStatus tables, `OffsaleDeadLetterQueue`, `OffsaleQueue`
+/// with its visibility timeout and redrive policy, and
+/// `BreakerStateChangedRule` on the bus (which must exist) targeting it.
+pub async fn create_customer_resources(
+    sdk: &SdkConfig,
+    names: &GatewayNames,
+) -> Result<CustomerResources, ResourceError> {
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    let eventbridge = aws_sdk_eventbridge::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    resources::create_carts_table(&dynamodb, &names.carts_table).await?;
+    resources::create_sale_status_table(&dynamodb, &names.sale_status_table).await?;
+    let offsale_dead_letter_queue =
+        resources::create_queue(&sqs, &names.offsale_dead_letter_queue, None).await?;
+    let offsale_queue = resources::create_queue_with(
+        &sqs,
+        &names.offsale_queue,
+        &[
+            (
+                QueueAttributeName::VisibilityTimeout,
+                template::OFFSALE_VISIBILITY_TIMEOUT.to_string(),
+            ),
+            (
+                QueueAttributeName::RedrivePolicy,
+                resources::redrive_policy(
+                    &offsale_dead_letter_queue.arn,
+                    template::OFFSALE_MAX_RECEIVE_COUNT,
+                ),
+            ),
+        ],
+    )
+    .await?;
+    let offsale_rule_arn = resources::create_rule_to_queue(
+        &eventbridge,
+        &names.bus,
+        &names.offsale_rule,
+        template::OFFSALE_RULE_PATTERN,
+        template::OFFSALE_TARGET_ID,
+        &offsale_queue.arn,
+    )
+    .await?;
+    Ok(CustomerResources {
+        offsale_queue,
+        offsale_dead_letter_queue,
+        offsale_rule_arn,
+    })
 }
 
 /// Everything in moto; see the module docs.
@@ -604,6 +1035,7 @@ pub async fn create_resources(
         fallback_function_arn,
         switch_function_arn,
         mapping_uuid,
+        customer: None,
     })
 }
 
@@ -792,6 +1224,108 @@ mod tests {
                 ttl,
                 "{table}'s TTL"
             );
+        }
+    }
+
+    /// The text of one top-level entry (a parameter or a resource): up to
+    /// the next line indented by two spaces only.
+    fn entry(name: &str) -> &'static str {
+        let start = TEMPLATE
+            .find(&format!("\n  {name}:\n"))
+            .unwrap_or_else(|| panic!("{name} is not in template.yaml"))
+            + 1;
+        let rest = &TEMPLATE[start..];
+        let end = rest
+            .match_indices("\n  ")
+            .map(|(i, _)| i)
+            .find(|&i| {
+                rest[i + 3..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| !c.is_whitespace())
+            })
+            .unwrap_or(rest.len());
+        &rest[..end]
+    }
+
+    #[test]
+    fn the_offsale_wiring_has_the_templates_settings() {
+        let rule = entry("BreakerStateChangedRule");
+        assert!(rule.contains("source: [lifeboat]"));
+        assert!(rule.contains("detail-type: [Breaker State Changed]"));
+        assert!(rule.contains(&format!("- Id: {}", template::OFFSALE_TARGET_ID)));
+        assert!(rule.contains("Arn: !GetAtt OffsaleQueue.Arn"));
+        let pattern: Value = serde_json::from_str(template::OFFSALE_RULE_PATTERN).unwrap();
+        assert_eq!(
+            pattern,
+            json!({"source": ["lifeboat"], "detail-type": ["Breaker State Changed"]})
+        );
+        let queue = entry("OffsaleQueue");
+        assert!(queue.contains(&format!(
+            "VisibilityTimeout: {}",
+            template::OFFSALE_VISIBILITY_TIMEOUT
+        )));
+        assert!(queue.contains(&format!(
+            "maxReceiveCount: {}",
+            template::OFFSALE_MAX_RECEIVE_COUNT
+        )));
+        assert!(queue.contains("deadLetterTargetArn: !GetAtt OffsaleDeadLetterQueue.Arn"));
+        let mapping = entry("OffsaleQueueMapping");
+        assert!(mapping.contains("EventSourceArn: !GetAtt OffsaleQueue.Arn"));
+        assert!(mapping.contains(&format!("BatchSize: {}", template::OFFSALE_BATCH_SIZE)));
+        assert!(mapping.contains("MaximumBatchingWindowInSeconds: 0"));
+        assert!(mapping.contains("FunctionResponseTypes: [ReportBatchItemFailures]"));
+        let listener = entry("OffsaleListenerFunction");
+        assert!(listener.contains(&format!("Binary: {OFFSALE_LISTENER}")));
+        for variable in [
+            "SALE_STATUS_STORE: dynamodb",
+            "SALE_STATUS_TABLE: !Ref SaleStatusTable",
+            "OFFSALE_QUEUE_URL: !Ref OffsaleQueue",
+        ] {
+            assert!(listener.contains(variable), "{variable}");
+        }
+        assert!(
+            entry("SaleRetryMaxAttempts")
+                .contains(&format!("Default: {}", template::SALE_RETRY_MAX_ATTEMPTS))
+        );
+        assert!(
+            entry("SaleSwitchTimeoutMs")
+                .contains(&format!("Default: {}", template::SALE_SWITCH_TIMEOUT_MS))
+        );
+        for function in ["SearchFunction", "CartFunction"] {
+            assert!(
+                entry(function).contains(&format!(
+                    "BREAKER_CACHE_MS: \"{}\"",
+                    template::BREAKER_CACHE_MS
+                )),
+                "{function}"
+            );
+        }
+    }
+
+    #[test]
+    fn api_routes_are_the_templates() {
+        let mut routes = 0;
+        for (resource, binary) in [("SearchFunction", SEARCH), ("CartFunction", CART)] {
+            let text = entry(resource);
+            assert!(text.contains(&format!("Binary: {binary}")));
+            for line in text.lines().map(str::trim) {
+                if let Some(path) = line.strip_prefix("Path: ") {
+                    let concrete =
+                        path.replace("{cart_id}", "0b6f4c1e-3c1f-4a55-9d43-6f0d3a1e2b7c");
+                    assert_eq!(api_function(&concrete), Some(binary), "{path}");
+                    assert_eq!(
+                        api_function(&format!("{concrete}?passengers=2")),
+                        Some(binary),
+                        "{path} with a query"
+                    );
+                    routes += 1;
+                }
+            }
+        }
+        assert_eq!(routes, 8, "two search routes and six cart routes");
+        for unrouted in ["/", "/sailing", "/prices", "/carts/a/b/c", "/other/carts"] {
+            assert_eq!(api_function(unrouted), None, "{unrouted}");
         }
     }
 

@@ -1,8 +1,9 @@
 //! The parts of AWS that moto does not play, played by the harness: a
 //! DynamoDB stream feeding a Lambda through its event source mapping
 //! ([`StreamPump`]), an EventBridge rule invoking a Lambda ([`BusDrain`]),
-//! and a schedule ([`Ticker`]). Each runs as a tokio task with a shutdown
-//! handle ([`TaskHandle`]) and stops when dropped.
+//! an SQS queue feeding a Lambda through its event source mapping
+//! ([`QueuePump`]), and a schedule ([`Ticker`]). Each runs as a tokio task
+//! with a shutdown handle ([`TaskHandle`]) and stops when dropped.
 //!
 //! The functions themselves run under `cargo lambda watch` and are reached
 //! only through Lambda's Invoke API ([`Invoker`]); moto keeps owning what it
@@ -38,6 +39,7 @@
 pub mod bus;
 pub mod filter;
 pub mod invoke;
+pub mod queue;
 mod task;
 pub mod ticker;
 
@@ -55,6 +57,7 @@ use tokio::sync::mpsc;
 pub use bus::{BusDrain, BusDrainConfig, DrainStats};
 pub use filter::{FilterCriteria, FilterError};
 pub use invoke::{InvokeError, Invoker};
+pub use queue::{QueuePump, QueuePumpConfig, QueueStats};
 pub use task::{StopSignal, TaskHandle};
 pub use ticker::{Ticker, TickerConfig, TickerStats, schedule_event};
 

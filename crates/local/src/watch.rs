@@ -1,5 +1,6 @@
 //! `cargo lambda watch` on a free loopback port: the real function binaries
-//! behind Lambda's Invoke API, without AWS or Docker.
+//! behind Lambda's Invoke API (and the HTTP ones behind Function URLs),
+//! without AWS or Docker.
 //!
 //! [`Watch`] starts `cargo lambda watch` at the workspace root, waits until it
 //! listens, hands out the Invoke API base URL ([`Watch::invoke_endpoint`];
@@ -54,6 +55,21 @@
 //! * Cargo-lambda sets `AWS_LAMBDA_FUNCTION_NAME` to the binary name,
 //!   `AWS_LAMBDA_RUNTIME_API` to `http://127.0.0.1:PORT/.rt/<name>`,
 //!   `AWS_LAMBDA_FUNCTION_MEMORY_SIZE=4096` and `AWS_LAMBDA_MAX_CONCURRENCY`.
+//! * HTTP functions (`lambda_http`) are served as Function URLs at
+//!   `http://127.0.0.1:PORT/lambda-url/<binary-name>/<path>?<query>`
+//!   ([`Watch::function_url`], [`function_url_path`]), any method, body
+//!   passed on. Cargo-lambda turns the request into an API Gateway HTTP API
+//!   (payload 2.0) event: `rawPath` is the path with `/lambda-url/<name>`
+//!   taken off (`/lambda-url/search/sailings` → `/sailings`),
+//!   `rawQueryString` and `queryStringParameters` the query, `routeKey` and
+//!   `stage` `$default`, a text body for `text/*` and `application/json`
+//!   (base64 otherwise); the function's answer becomes the HTTP reply
+//!   (status, headers, body). Checked here: a malformed `date` on
+//!   `GET /lambda-url/search/sailings` comes back as the handler's 400
+//!   `application/problem+json`, a repeated parameter reaches the handler
+//!   twice ("given more than once"), and the first request waits for the
+//!   function to start as an invocation does. A name that is
+//!   not a binary answers 404 `{"title": "Missing function"}`.
 //! * The Invoke API differs from Lambda's on errors: a function error is HTTP
 //!   500 with `{"errorType", "errorMessage"}` (Lambda answers 200 with an
 //!   `X-Amz-Function-Error` header), and an unknown binary is HTTP 404
@@ -82,6 +98,13 @@ pub const CARGO_LAMBDA_ENV: &str = "LIFEBOAT_CARGO_LAMBDA";
 /// The Lambda Invoke API path of a function, under [`Watch::invoke_endpoint`].
 pub fn invocations_path(function: &str) -> String {
     format!("/2015-03-31/functions/{function}/invocations")
+}
+
+/// The path of an HTTP request to a function under `cargo lambda watch`:
+/// `path_and_query` (e.g. `/sailings?from=HEL`) below `/lambda-url/<function>`.
+pub fn function_url_path(function: &str, path_and_query: &str) -> String {
+    let rest = path_and_query.trim_start_matches('/');
+    format!("/lambda-url/{function}/{rest}")
 }
 
 /// Whether `name` is one of the variables cargo sets for the package whose
@@ -405,6 +428,16 @@ impl Watch {
         format!("{}{}", self.invoke_endpoint(), invocations_path(function))
     }
 
+    /// The URL of an HTTP request to `function` (see the module docs):
+    /// `path_and_query` as the function will see it.
+    pub fn function_url(&self, function: &str, path_and_query: &str) -> String {
+        format!(
+            "{}{}",
+            self.invoke_endpoint(),
+            function_url_path(function, path_and_query)
+        )
+    }
+
     /// Where cargo-lambda's and the functions' output goes.
     pub fn log_path(&self) -> &Path {
         &self.log
@@ -643,6 +676,19 @@ mod tests {
             invocations_path("real-consumer"),
             "/2015-03-31/functions/real-consumer/invocations"
         );
+    }
+
+    #[test]
+    fn function_urls_put_the_path_below_the_function() {
+        assert_eq!(
+            function_url_path("search", "/sailings?from=HEL&to=TLL"),
+            "/lambda-url/search/sailings?from=HEL&to=TLL"
+        );
+        assert_eq!(
+            function_url_path("cart", "carts/c1"),
+            "/lambda-url/cart/carts/c1"
+        );
+        assert_eq!(function_url_path("cart", "/"), "/lambda-url/cart/");
     }
 
     /// The real cargo-lambda: starts, listens, and is gone after stop. No

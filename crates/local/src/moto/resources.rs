@@ -226,11 +226,25 @@ pub async fn create_queue(
     name: &str,
     visibility_timeout_s: Option<u32>,
 ) -> Result<Queue, ResourceError> {
-    let request = sqs.create_queue().queue_name(name);
-    let request = match visibility_timeout_s {
-        Some(s) => request.attributes(QueueAttributeName::VisibilityTimeout, s.to_string()),
-        None => request,
-    };
+    let attributes: Vec<(QueueAttributeName, String)> = visibility_timeout_s
+        .map(|s| (QueueAttributeName::VisibilityTimeout, s.to_string()))
+        .into_iter()
+        .collect();
+    create_queue_with(sqs, name, &attributes).await
+}
+
+/// Create the standard queue `name` with `attributes` (e.g.
+/// `VisibilityTimeout`, `RedrivePolicy`).
+pub async fn create_queue_with(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    attributes: &[(QueueAttributeName, String)],
+) -> Result<Queue, ResourceError> {
+    let request = attributes
+        .iter()
+        .fold(sqs.create_queue().queue_name(name), |request, (k, v)| {
+            request.attributes(k.clone(), v)
+        });
     let url = request
         .send()
         .await
@@ -248,6 +262,16 @@ pub async fn create_queue(
         .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
         .ok_or_else(|| ResourceError::new(format!("GetQueueAttributes {name}"), "no QueueArn"))?;
     Ok(Queue { url, arn })
+}
+
+/// The `RedrivePolicy` attribute that moves a message to `dead_letter_arn`
+/// after `max_receive_count` receives.
+pub fn redrive_policy(dead_letter_arn: &str, max_receive_count: u32) -> String {
+    serde_json::json!({
+        "deadLetterTargetArn": dead_letter_arn,
+        "maxReceiveCount": max_receive_count,
+    })
+    .to_string()
 }
 
 /// A custom event bus. Returns its ARN.
@@ -287,6 +311,26 @@ pub async fn create_queue_target(
         url: queue_url,
         arn: queue_arn,
     } = create_queue(sqs, queue, None).await?;
+    let rule_arn = create_rule_to_queue(eventbridge, bus, rule, pattern, queue, &queue_arn).await?;
+    Ok(QueueTarget {
+        queue_url,
+        queue_arn,
+        rule_arn,
+    })
+}
+
+/// A rule `rule` on `bus` with `pattern` whose one target (id `target_id`)
+/// is the existing queue `queue_arn`. Returns the rule's ARN. (On AWS the
+/// queue would also need a policy letting EventBridge send to it; moto does
+/// not check one.)
+pub async fn create_rule_to_queue(
+    eventbridge: &aws_sdk_eventbridge::Client,
+    bus: &str,
+    rule: &str,
+    pattern: &str,
+    target_id: &str,
+    queue_arn: &str,
+) -> Result<String, ResourceError> {
     let rule_arn = eventbridge
         .put_rule()
         .name(rule)
@@ -298,8 +342,8 @@ pub async fn create_queue_target(
         .rule_arn
         .unwrap_or_default();
     let target = Target::builder()
-        .id(queue)
-        .arn(&queue_arn)
+        .id(target_id)
+        .arn(queue_arn)
         .build()
         .map_err(|e| ResourceError::from_sdk("target", e))?;
     let output = eventbridge
@@ -316,11 +360,7 @@ pub async fn create_queue_target(
             format!("{:?}", output.failed_entries()),
         ));
     }
-    Ok(QueueTarget {
-        queue_url,
-        queue_arn,
-        rule_arn,
-    })
+    Ok(rule_arn)
 }
 
 /// An execution role Lambda may assume (moto's `CreateFunction` checks that
