@@ -10,7 +10,6 @@ use lifeboat_core::Clock;
 use lifeboat_core::memory::MemoryCartStore;
 use lifeboat_core::sale::{MemorySaleStatusStore, SaleRecord};
 use lifeboat_core::settings::Settings;
-use lifeboat_lookup::{BreakerCache, Polling};
 use lifeboat_operator::{PriceDrift, SimConfig, SimulatedOperator};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
 
@@ -46,18 +45,14 @@ fn world(sim: SimConfig, settings: CartSettings) -> World {
     let carts = CartService {
         carts: Arc::new(MemoryCartStore::new()),
         sale: sale.clone(),
-        lookup: Lookup {
-            requests: gateway.requests.clone(),
-            cache: gateway.cache.clone(),
-            breakers: BreakerCache::new(
-                gateway.breakers.clone(),
-                clock.clone(),
-                Duration::from_secs(1),
-            ),
-            clock: clock.clone(),
-            settings: Settings::default(),
-            polling: Polling::default(),
-        },
+        lookup: Lookup::new(
+            gateway.requests.clone(),
+            gateway.cache.clone(),
+            gateway.breakers.clone(),
+            clock.clone(),
+            Settings::default(),
+        )
+        .with_metrics(gateway.metrics.clone()),
         operators: BTreeSet::from([nordic()]),
         settings,
     };

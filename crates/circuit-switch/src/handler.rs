@@ -27,6 +27,7 @@ use chrono::DateTime;
 use lambda_runtime::Diagnostic;
 use lifeboat_core::breaker::{Decision, Input, decide};
 use lifeboat_core::events::{BreakerStateChanged, LifeboatEvent, SCHEMA_VERSION};
+use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names};
 use lifeboat_core::ports::{
     BreakerStore, EventPublisher, Repoint, RouterError, StoreError, StreamRouter,
 };
@@ -96,6 +97,8 @@ pub struct CircuitSwitch {
     pub operators: Vec<OperatorId>,
     /// Pause between attempts at re-pointing a busy mapping.
     pub repoint_backoff: Duration,
+    /// Each operator's breaker state after every invocation, as EMF lines.
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 /// What one invocation did: returned to direct callers (commands) and logged.
@@ -146,6 +149,7 @@ impl CircuitSwitch {
             alarms: AlarmMap::parse(env.optional("ALARM_OPERATORS")?.unwrap_or(""))?,
             operators,
             repoint_backoff: Duration::from_millis(500),
+            metrics: Arc::new(StdoutMetrics),
         })
     }
 
@@ -166,6 +170,23 @@ impl CircuitSwitch {
             }
         }
         self.reconcile(&mut report).await?;
+        // The state after every invocation (the minute tick included), so
+        // the metric draws each operator's state as a continuous line.
+        let sets: Vec<MetricSet> = report
+            .decisions
+            .iter()
+            .map(|d| {
+                MetricSet::new()
+                    .dimension("Operator", d.operator.as_str())
+                    .dimension("State", d.to.as_str())
+                    .metric(
+                        names::BREAKER_STATE,
+                        Unit::None,
+                        f64::from(d.to.metric_value()),
+                    )
+            })
+            .collect();
+        self.metrics.emit(&sets, self.clock.now());
         Ok(report)
     }
 
@@ -330,6 +351,7 @@ mod tests {
         events: Arc<MemoryEventBus>,
         router: Arc<MemoryStreamRouter>,
         clock: ManualClock,
+        metrics: Arc<lifeboat_core::metrics::MemoryMetrics>,
     }
 
     fn start() -> DateTime<chrono::Utc> {
@@ -341,6 +363,7 @@ mod tests {
         let events = Arc::new(MemoryEventBus::new());
         let router = Arc::new(MemoryStreamRouter::new());
         let clock = ManualClock::new(start());
+        let metrics = Arc::new(lifeboat_core::metrics::MemoryMetrics::new());
         let switch = Arc::new(CircuitSwitch {
             breakers: breakers.clone(),
             events: events.clone(),
@@ -350,6 +373,7 @@ mod tests {
             alarms: AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap(),
             operators: vec![OperatorId::new("nordic").unwrap()],
             repoint_backoff: Duration::ZERO,
+            metrics: metrics.clone(),
         });
         World {
             switch,
@@ -357,6 +381,7 @@ mod tests {
             events,
             router,
             clock,
+            metrics,
         }
     }
 
@@ -433,6 +458,13 @@ mod tests {
             state_changes(&w.events),
             vec![(BreakerState::Closed, BreakerState::Open, 1)]
         );
+
+        // Both invocations drew the state: open (2) with its name.
+        let open = w.metrics.sum(
+            lifeboat_core::metrics::names::BREAKER_STATE,
+            &[("Operator", "nordic"), ("State", "open")],
+        );
+        assert_eq!((open, w.metrics.lines().len()), (4.0, 2));
     }
 
     #[tokio::test]

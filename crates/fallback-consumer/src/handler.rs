@@ -4,14 +4,16 @@
 //! `Operator Request Failed` event; the events of a batch are published
 //! together, ten to a `PutEvents` call.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use futures::StreamExt;
 use lambda_runtime::Diagnostic;
-use lifeboat_core::Clock;
+use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
 use lifeboat_core::ports::{EventPublisher, RequestStore};
 use lifeboat_core::request::{FailureReason, Outcome};
+use lifeboat_core::{Clock, OperatorId};
 use lifeboat_stream::{batch_response, failure_event, publish_all, read_batch};
 use serde_json::Value;
 
@@ -42,6 +44,8 @@ pub struct FallbackConsumer {
     pub requests: Arc<dyn RequestStore>,
     pub events: Arc<dyn EventPublisher>,
     pub clock: Arc<dyn Clock>,
+    /// Requests failed fast, per operator, as EMF lines.
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 /// What one batch did.
@@ -66,6 +70,7 @@ impl FallbackConsumer {
             requests: Arc::new(clients.request_store(env)?),
             events: Arc::new(clients.publisher(env)?),
             clock: Arc::new(lifeboat_core::SystemClock),
+            metrics: Arc::new(StdoutMetrics),
         })
     }
 
@@ -92,15 +97,19 @@ impl FallbackConsumer {
                         .await;
                 let event = matches!(result, Ok(true))
                     .then(|| failure_event(&request, FailureReason::BreakerOpen, detail, at));
-                (sequence, result, event)
+                (sequence, result, event, request.operator)
             })
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
             .await;
         let mut failed = Vec::new();
-        for (sequence, result, event) in written {
+        let mut failed_fast: BTreeMap<OperatorId, u64> = BTreeMap::new();
+        for (sequence, result, event, operator) in written {
             match result {
-                Ok(true) => report.outcomes_written += 1,
+                Ok(true) => {
+                    report.outcomes_written += 1;
+                    *failed_fast.entry(operator).or_default() += 1;
+                }
                 Ok(false) => report.already_answered += 1,
                 Err(e) => {
                     tracing::error!(error = %e, sequence = sequence.as_deref().unwrap_or("-"), "outcome not written; the record will come back");
@@ -111,6 +120,15 @@ impl FallbackConsumer {
         }
         report.events_not_published = publish_all(self.events.as_ref(), &events).await;
         report.response = batch_response(failed);
+        let sets: Vec<MetricSet> = failed_fast
+            .iter()
+            .map(|(operator, n)| {
+                MetricSet::new()
+                    .dimension("Operator", operator.as_str())
+                    .count(names::FAILED_FAST, *n)
+            })
+            .collect();
+        self.metrics.emit(&sets, self.clock.now());
         tracing::info!(
             requests = report.requests,
             outcomes_written = report.outcomes_written,
@@ -148,6 +166,7 @@ mod tests {
                 requests: requests.clone(),
                 events: events.clone(),
                 clock,
+                metrics: Arc::new(lifeboat_core::metrics::MemoryMetrics::new()),
             },
             requests,
             events,

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::cache::{CacheKey, CacheStore, CachedAnswer, Freshness, age_s};
+use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
 use lifeboat_core::ports::{BreakerStore, RequestStore};
 use lifeboat_core::request::{FailureReason, OutcomeKind, RequestRecord};
 use lifeboat_core::settings::Settings;
@@ -177,11 +178,62 @@ pub struct Lookup {
     pub clock: Arc<dyn Clock>,
     pub settings: Settings,
     pub polling: Polling,
+    /// Answers by source, as EMF lines.
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 impl Lookup {
-    /// Answer one question.
+    /// A lookup on these stores with the default polling, a breaker cache of
+    /// [`MAX_BREAKER_CACHE`] and metrics on stdout.
+    pub fn new(
+        requests: Arc<dyn RequestStore>,
+        cache: Arc<dyn CacheStore>,
+        breakers: Arc<dyn BreakerStore>,
+        clock: Arc<dyn Clock>,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            requests,
+            cache,
+            breakers: BreakerCache::new(breakers, clock.clone(), MAX_BREAKER_CACHE),
+            clock,
+            settings,
+            polling: Polling::default(),
+            metrics: Arc::new(StdoutMetrics),
+        }
+    }
+
+    /// The same lookup with its metrics going to `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Answer one question, and count the answer by source.
     pub async fn answer(
+        &self,
+        operator: &OperatorId,
+        operation: Operation,
+        params: &BTreeMap<String, String>,
+        mode: Mode,
+    ) -> Looked {
+        let looked = self.look(operator, operation, params, mode).await;
+        let source = match &looked.result {
+            Ok(answer) => answer.source.as_str(),
+            Err(_) => "unavailable",
+        };
+        self.metrics.emit(
+            &[MetricSet::new()
+                .dimension("Operator", operator.as_str())
+                .dimension("Operation", operation.as_str())
+                .dimension("Source", source)
+                .count(names::ANSWERS, 1)],
+            self.clock.now(),
+        );
+        looked
+    }
+
+    async fn look(
         &self,
         operator: &OperatorId,
         operation: Operation,

@@ -43,18 +43,14 @@ fn world() -> World {
             ..GatewayConfig::default()
         },
     );
-    let lookup = Lookup {
-        requests: gateway.requests.clone(),
-        cache: gateway.cache.clone(),
-        breakers: BreakerCache::new(
-            gateway.breakers.clone(),
-            clock.clone(),
-            Duration::from_secs(1),
-        ),
-        clock: clock.clone(),
-        settings: Settings::default(),
-        polling: Polling::default(),
-    };
+    let lookup = Lookup::new(
+        gateway.requests.clone(),
+        gateway.cache.clone(),
+        gateway.breakers.clone(),
+        clock.clone(),
+        Settings::default(),
+    )
+    .with_metrics(gateway.metrics.clone());
     World {
         gateway,
         lookup,

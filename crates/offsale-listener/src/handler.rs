@@ -113,6 +113,7 @@ use lifeboat_aws::{DynamoSaleStatusStore, SqsRedelivery};
 use lifeboat_core::events::{
     BreakerStateChanged, LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION, SOURCE,
 };
+use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
 use lifeboat_core::ports::{EventPublisher, PublishError, StoreError};
 use lifeboat_core::request::FailureReason;
 use lifeboat_core::sale::{
@@ -186,6 +187,8 @@ pub struct OffsaleListener {
     pub events: Arc<dyn EventPublisher>,
     pub clock: Arc<dyn Clock>,
     pub policy: WritePolicy,
+    /// Sale changes and faults, as EMF lines.
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 /// Why a message comes back.
@@ -395,6 +398,7 @@ impl OffsaleListener {
             events,
             clock,
             policy: config.policy,
+            metrics: Arc::new(StdoutMetrics),
         })
     }
 
@@ -445,6 +449,8 @@ impl OffsaleListener {
                 report.response.add_failure(id.clone());
             }
         }
+        self.metrics
+            .emit(&batch_metrics(&report.messages), self.clock.now());
         tracing::info!(
             messages = report.messages.len(),
             retried = report.response.batch_item_failures.len(),
@@ -635,6 +641,48 @@ impl OffsaleListener {
     }
 }
 
+/// Sale status changes written and faults raised by one batch: a change
+/// counts when this invocation's write applied it, a fault when this
+/// invocation gave up on a change or dropped a poison message.
+fn batch_metrics(messages: &[MessageReport]) -> Vec<MetricSet> {
+    let mut changes: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
+    for m in messages {
+        let operator = m
+            .change
+            .as_ref()
+            .map_or_else(|| "unknown".to_owned(), |c| c.operator.as_str().to_owned());
+        let wrote = m.attempts.iter().any(|(_, error)| error.is_none());
+        match (&m.disposition, &m.change) {
+            (Disposition::Settled(Settled::Applied), Some(change)) if wrote => {
+                *changes
+                    .entry((operator, status_str(change.status)))
+                    .or_default() += 1;
+            }
+            (Disposition::Settled(Settled::GaveUp { .. }), _) if !m.attempts.is_empty() => {
+                *faults.entry(operator).or_default() += 1;
+            }
+            (Disposition::Poison { .. }, _) => *faults.entry(operator).or_default() += 1,
+            _ => {}
+        }
+    }
+    let mut sets: Vec<MetricSet> = changes
+        .into_iter()
+        .map(|((operator, status), n)| {
+            MetricSet::new()
+                .dimension("Operator", operator)
+                .dimension("Status", status)
+                .count(names::SALE_CHANGES, n)
+        })
+        .collect();
+    sets.extend(faults.into_iter().map(|(operator, n)| {
+        MetricSet::new()
+            .dimension("Operator", operator)
+            .count(names::FAULTS, n)
+    }));
+    sets
+}
+
 /// The SQS message body the `Breaker State Changed` rule delivers for `change`.
 pub fn rule_message(change: &BreakerStateChanged) -> String {
     serde_json::json!({
@@ -760,6 +808,7 @@ mod tests {
         events: Arc<MemoryEventBus>,
         clock: Arc<dyn Clock>,
         policy: WritePolicy,
+        metrics: Arc<lifeboat_core::metrics::MemoryMetrics>,
     }
 
     impl World {
@@ -780,6 +829,7 @@ mod tests {
                 switch: Arc::new(MemorySaleSwitch::new(clock.clone())),
                 queue: Arc::new(MemoryQueue::new(clock.clone(), VISIBILITY)),
                 events: Arc::new(MemoryEventBus::new()),
+                metrics: Arc::new(lifeboat_core::metrics::MemoryMetrics::new()),
                 clock,
                 policy: WritePolicy::new(
                     RetrySchedule {
@@ -801,6 +851,7 @@ mod tests {
                 events: self.events.clone(),
                 clock: self.clock.clone(),
                 policy: self.policy,
+                metrics: self.metrics.clone(),
             }
         }
 
@@ -1029,6 +1080,18 @@ mod tests {
         w.drain(&listener).await;
         assert_eq!(w.switch.status(&nordic()), SaleStatus::OnSale);
         assert_eq!(w.record().await.applied_version, 2);
+
+        // One fault and one change written, as metrics.
+        let sum = |name, dims: &[(&str, &str)]| w.metrics.sum(name, dims);
+        assert_eq!(sum(names::FAULTS, &[("Operator", "nordic")]), 1.0);
+        assert_eq!(
+            sum(
+                names::SALE_CHANGES,
+                &[("Operator", "nordic"), ("Status", "on_sale")]
+            ),
+            1.0
+        );
+        assert_eq!(sum(names::SALE_CHANGES, &[("Status", "off_sale")]), 0.0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,7 +10,6 @@ use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::ports::BreakerStore;
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock};
-use lifeboat_lookup::{BreakerCache, Polling};
 use lifeboat_operator::{SimConfig, SimulatedOperator};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
 
@@ -43,18 +42,14 @@ fn world() -> World {
         },
     );
     let search = Search {
-        lookup: Lookup {
-            requests: gateway.requests.clone(),
-            cache: gateway.cache.clone(),
-            breakers: BreakerCache::new(
-                gateway.breakers.clone(),
-                clock.clone(),
-                Duration::from_secs(1),
-            ),
-            clock: clock.clone(),
-            settings: Settings::default(),
-            polling: Polling::default(),
-        },
+        lookup: Lookup::new(
+            gateway.requests.clone(),
+            gateway.cache.clone(),
+            gateway.breakers.clone(),
+            clock.clone(),
+            Settings::default(),
+        )
+        .with_metrics(gateway.metrics.clone()),
         operators: BTreeSet::from([nordic()]),
     };
     World {
@@ -173,6 +168,21 @@ async fn live_then_fresh_then_last_good_while_open() {
         "no request record"
     );
     assert_eq!(w.sim.stats().total, calls, "no operator call");
+    let answers = |source| {
+        w.gateway.metrics.sum(
+            lifeboat_core::metrics::names::ANSWERS,
+            &[("Operator", "nordic"), ("Source", source)],
+        )
+    };
+    assert_eq!(
+        (
+            answers("live"),
+            answers("fresh"),
+            answers("last_good"),
+            answers("unavailable")
+        ),
+        (1.0, 1.0, 1.0, 1.0)
+    );
 }
 
 #[tokio::test(start_paused = true)]

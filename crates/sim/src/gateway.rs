@@ -136,6 +136,7 @@ impl Gateway {
             requests: requests.clone(),
             events: bus.clone(),
             clock: clock.clone(),
+            metrics: metrics.clone(),
         };
         let switch = CircuitSwitch {
             breakers: breakers.clone(),
@@ -146,6 +147,7 @@ impl Gateway {
             alarms: AlarmMap::default(),
             operators: config.operators.clone(),
             repoint_backoff: Duration::from_millis(100),
+            metrics: metrics.clone(),
         };
         let next_tick = clock.now();
         Self {

@@ -16,7 +16,7 @@ use lifeboat_core::sale::{
 };
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{Clock, OperatorId};
-use lifeboat_lookup::{BreakerCache, Lookup, Polling};
+use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
 use offsale_listener::{OffsaleListener, deliver, rule_message};
@@ -80,17 +80,15 @@ impl Suite {
                 ..GatewayConfig::default()
             },
         );
-        let lookup = || Lookup {
-            requests: gateway.requests.clone(),
-            cache: gateway.cache.clone(),
-            breakers: BreakerCache::new(
+        let lookup = || {
+            Lookup::new(
+                gateway.requests.clone(),
+                gateway.cache.clone(),
                 gateway.breakers.clone(),
                 clock.clone(),
-                Duration::from_secs(1),
-            ),
-            clock: clock.clone(),
-            settings: Settings::default(),
-            polling: Polling::default(),
+                Settings::default(),
+            )
+            .with_metrics(gateway.metrics.clone())
         };
         let operators = BTreeSet::from([operator]);
         let sale_store = Arc::new(MemorySaleStatusStore::new());
@@ -103,6 +101,7 @@ impl Suite {
             events: gateway.bus.clone(),
             clock: clock.clone(),
             policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2)),
+            metrics: gateway.metrics.clone(),
         };
         let shop = Arc::new(Shop {
             search: Arc::new(Search {
