@@ -21,8 +21,9 @@ use futures::future::join_all;
 use lifeboat_aws::clients::{CACHE_TABLE, CARTS_TABLE, OFFSALE_QUEUE_URL, SALE_STATUS_TABLE};
 use lifeboat_aws::{Clients, Env};
 use lifeboat_core::breaker::BreakerState;
+use lifeboat_core::cache::Source;
 use lifeboat_core::cache::{CacheKey, CachePolicy, CacheStore, CacheWrite, CachedAnswer};
-use lifeboat_core::cart::{Cart, CartPolicy, CartPrice, CartStore, PriceSource, Sailing};
+use lifeboat_core::cart::{Cart, CartPolicy, CartPrice, CartStore, Sailing};
 use lifeboat_core::events::{BreakerStateChanged, SCHEMA_VERSION, SaleStatus};
 use lifeboat_core::operator::{Operation, OperatorId};
 use lifeboat_core::ports::StoreError;
@@ -214,14 +215,14 @@ async fn carts_are_saved_only_on_the_revision_they_were_read_at() {
             CartPrice {
                 amount_cents: 12_900,
                 currency: "EUR".into(),
-                source: PriceSource::LastGood,
+                source: Source::LastGood,
                 as_of: t(-3600),
             },
             t(30),
         )
         .unwrap();
     priced
-        .confirm_cached(&CartPolicy::default(), t(31))
+        .confirm_cached(None, &CartPolicy::default(), t(31))
         .unwrap();
     priced.revision = 2;
     carts.save(&priced, Some(1)).await.unwrap();
