@@ -200,7 +200,8 @@ impl CartStore for DynamoCartStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lifeboat_core::cart::{CartPolicy, ChosenBy, PriceSource};
+    use lifeboat_core::cache::Source;
+    use lifeboat_core::cart::{CartPolicy, ChosenBy};
 
     fn at(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
@@ -263,13 +264,14 @@ mod tests {
             CartPrice {
                 amount_cents: 9_900,
                 currency: "EUR".into(),
-                source: PriceSource::LastGood,
+                source: Source::LastGood,
                 as_of: at(-3600),
             },
             at(5),
         )
         .unwrap();
-        c.confirm_cached(&CartPolicy::default(), at(6)).unwrap();
+        c.confirm_cached(None, &CartPolicy::default(), at(6))
+            .unwrap();
         c.revision = 7;
         assert_eq!(
             c.accommodation.as_ref().map(|a| a.chosen_by),
