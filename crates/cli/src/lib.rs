@@ -1,3 +1,5 @@
-//! The `lifeboat` command's library: the demo of the whole suite.
+//! The `lifeboat` command's library: the demo of the whole suite, and the
+//! operator commands on a deployed one.
 
 pub mod demo;
+pub mod ops;

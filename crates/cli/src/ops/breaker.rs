@@ -1,0 +1,280 @@
+//! `lifeboat breaker force-open|force-closed|release`: an operator command
+//! sent to the circuit switch function with the Lambda Invoke API.
+//!
+//! The payload is the one the switch reads (`{"command": "force-open",
+//! "operator": "nordic", "reason": "…"}`); the switch answers with its report
+//! (the decision, where the stream points now). A function that fails answers
+//! 200 with `X-Amz-Function-Error` (`Unhandled`) and `{"errorType",
+//! "errorMessage"}` as the payload: that is [`BreakerError::Function`].
+
+use std::fmt::Write as _;
+
+use aws_sdk_lambda::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_lambda::primitives::Blob;
+use lifeboat_core::breaker::Command;
+use lifeboat_core::{BreakerState, ConsumerTarget, OperatorId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BreakerError {
+    #[error("a reason is required: the switch records it in the breaker and its event")]
+    NoReason,
+    #[error("command payload not written: {0}")]
+    Payload(#[from] serde_json::Error),
+    #[error("invoking {function}: {message}")]
+    Invoke { function: String, message: String },
+    #[error("the circuit switch {function} failed ({kind}): {error_type}: {message}")]
+    Function {
+        function: String,
+        /// `X-Amz-Function-Error`: `Unhandled` or `Handled`.
+        kind: String,
+        error_type: String,
+        message: String,
+    },
+    #[error(
+        "the circuit switch {function} answered something that is not its report: {why}: {answer}"
+    )]
+    Unreadable {
+        function: String,
+        why: String,
+        answer: String,
+    },
+}
+
+/// One operator command, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerCommand {
+    pub command: Command,
+    pub operator: OperatorId,
+    pub reason: String,
+}
+
+/// The command's payload, exactly as the switch reads it.
+#[derive(Debug, Serialize)]
+struct Payload<'a> {
+    command: Command,
+    operator: &'a OperatorId,
+    reason: &'a str,
+}
+
+impl BreakerCommand {
+    /// A command with a non-blank reason (kept trimmed).
+    pub fn new(command: Command, operator: OperatorId, reason: &str) -> Result<Self, BreakerError> {
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(BreakerError::NoReason);
+        }
+        Ok(Self {
+            command,
+            operator,
+            reason: reason.to_owned(),
+        })
+    }
+
+    /// `{"command": "force-open", "operator": "nordic", "reason": "…"}`.
+    pub fn payload(&self) -> Result<Vec<u8>, BreakerError> {
+        Ok(serde_json::to_vec(&Payload {
+            command: self.command,
+            operator: &self.operator,
+            reason: &self.reason,
+        })?)
+    }
+}
+
+/// One decision in the switch's report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub operator: String,
+    pub from: BreakerState,
+    pub to: BreakerState,
+    pub version: u64,
+    pub reason: String,
+    pub changed: bool,
+}
+
+/// What the switch answers a direct invocation with (its `SwitchReport`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwitchReport {
+    pub decisions: Vec<Decision>,
+    /// Where the stream points after the invocation.
+    #[serde(default)]
+    pub stream_target: Option<ConsumerTarget>,
+    #[serde(default)]
+    pub stream_repointed: bool,
+    /// Breaker versions whose state change this invocation published.
+    #[serde(default)]
+    pub announced: Vec<u64>,
+}
+
+impl SwitchReport {
+    /// A few lines for a human.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for d in &self.decisions {
+            if d.changed {
+                let _ = writeln!(
+                    out,
+                    "{}: {} -> {} (version {}): {}",
+                    d.operator, d.from, d.to, d.version, d.reason
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "{}: unchanged, {} (version {}): {}",
+                    d.operator, d.to, d.version, d.reason
+                );
+            }
+        }
+        let stream = match self.stream_target {
+            Some(ConsumerTarget::Real) => "real consumer",
+            Some(ConsumerTarget::Fallback) => "fallback consumer",
+            None => "not reported",
+        };
+        let moved = if self.stream_repointed {
+            " (re-pointed now)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "requests stream: {stream}{moved}");
+        if !self.announced.is_empty() {
+            let versions: Vec<String> = self.announced.iter().map(u64::to_string).collect();
+            let _ = writeln!(
+                out,
+                "published Breaker State Changed for version {}",
+                versions.join(", ")
+            );
+        }
+        out
+    }
+}
+
+/// What a successful invocation returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invoked {
+    pub report: SwitchReport,
+    /// The payload as the switch wrote it.
+    pub answer: Value,
+}
+
+/// `{"errorType": …, "errorMessage": …}`, as the Lambda runtime reports a
+/// function's error.
+#[derive(Debug, Deserialize)]
+struct FunctionErrorPayload {
+    #[serde(rename = "errorType", default)]
+    error_type: Option<String>,
+    #[serde(rename = "errorMessage", default)]
+    error_message: Option<String>,
+}
+
+fn sdk_message<E, R>(err: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match err {
+        SdkError::ServiceError(service) => {
+            let e = service.err();
+            match (e.code(), e.message()) {
+                (Some(code), Some(message)) => format!("{code}: {message}"),
+                (Some(code), None) => code.to_owned(),
+                _ => DisplayErrorContext(e).to_string(),
+            }
+        }
+        other => DisplayErrorContext(other).to_string(),
+    }
+}
+
+/// Send `command` to the circuit switch `function` and read its report.
+pub async fn invoke(
+    client: &aws_sdk_lambda::Client,
+    function: &str,
+    command: &BreakerCommand,
+) -> Result<Invoked, BreakerError> {
+    let output = client
+        .invoke()
+        .function_name(function)
+        .payload(Blob::new(command.payload()?))
+        .send()
+        .await
+        .map_err(|e| BreakerError::Invoke {
+            function: function.to_owned(),
+            message: sdk_message(&e),
+        })?;
+    let bytes = output.payload().map(Blob::as_ref).unwrap_or_default();
+    let text = String::from_utf8_lossy(bytes);
+    if let Some(kind) = output.function_error() {
+        let (error_type, message) = match serde_json::from_slice::<FunctionErrorPayload>(bytes) {
+            Ok(p) => (
+                p.error_type.unwrap_or_else(|| "unknown".to_owned()),
+                p.error_message.unwrap_or_else(|| text.to_string()),
+            ),
+            Err(_) => ("unknown".to_owned(), text.to_string()),
+        };
+        return Err(BreakerError::Function {
+            function: function.to_owned(),
+            kind: kind.to_owned(),
+            error_type,
+            message,
+        });
+    }
+    let unreadable = |why: String| BreakerError::Unreadable {
+        function: function.to_owned(),
+        why,
+        answer: text.to_string(),
+    };
+    let answer: Value = serde_json::from_slice(bytes).map_err(|e| unreadable(e.to_string()))?;
+    let report: SwitchReport =
+        serde_json::from_value(answer.clone()).map_err(|e| unreadable(e.to_string()))?;
+    Ok(Invoked { report, answer })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nordic() -> OperatorId {
+        OperatorId::new("nordic").unwrap()
+    }
+
+    #[test]
+    fn the_payload_is_what_the_switch_reads() {
+        let cmd = BreakerCommand::new(Command::ForceClosed, nordic(), "  false alarm ").unwrap();
+        let payload: Value = serde_json::from_slice(&cmd.payload().unwrap()).unwrap();
+        assert_eq!(
+            payload,
+            serde_json::json!({"command": "force-closed", "operator": "nordic", "reason": "false alarm"})
+        );
+    }
+
+    #[test]
+    fn a_blank_reason_is_refused() {
+        assert!(matches!(
+            BreakerCommand::new(Command::Release, nordic(), " \t"),
+            Err(BreakerError::NoReason)
+        ));
+    }
+
+    #[test]
+    fn reports_render_decisions_and_the_stream() {
+        let report = SwitchReport {
+            decisions: vec![Decision {
+                operator: "nordic".into(),
+                from: BreakerState::Closed,
+                to: BreakerState::ForcedOpen,
+                version: 4,
+                reason: "forced open: maintenance".into(),
+                changed: true,
+            }],
+            stream_target: Some(ConsumerTarget::Fallback),
+            stream_repointed: true,
+            announced: vec![4],
+        };
+        assert_eq!(
+            report.render(),
+            "nordic: closed -> forced_open (version 4): forced open: maintenance\n\
+             requests stream: fallback consumer (re-pointed now)\n\
+             published Breaker State Changed for version 4\n"
+        );
+    }
+}

@@ -1,0 +1,18 @@
+//! Operator commands on a deployed (or local) suite, through the AWS APIs.
+//!
+//! * [`status`]: every breaker, its operator's sale status and where the
+//!   Requests stream points, gathered over the core ports so the same code
+//!   reads DynamoDB and Lambda or the in-memory adapters;
+//! * [`breaker`]: `force-open`, `force-closed` and `release`, sent to the
+//!   circuit switch function with the Lambda Invoke API;
+//! * [`config`]: resource names from the functions' environment variables,
+//!   overridden by flags.
+
+pub mod aws;
+pub mod breaker;
+pub mod config;
+pub mod status;
+
+pub use breaker::{BreakerCommand, BreakerError, SwitchReport};
+pub use config::{MissingSetting, Setting};
+pub use status::{StatusError, StatusReport, gather};
