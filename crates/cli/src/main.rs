@@ -3,12 +3,22 @@
 //! `lifeboat demo` runs every function's real handler code in one process on
 //! in-memory adapters, a simulated operator and virtual time, through a
 //! scripted day with an outage, and reports what happened.
+//!
+//! `lifeboat status` and `lifeboat breaker …` work on a deployed (or local)
+//! suite through the AWS APIs, configured like the functions themselves (the
+//! same environment variables), with flags overriding them.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use lifeboat_aws::{Clients, Env};
 use lifeboat_cli::demo::{self, Script};
+use lifeboat_cli::ops::aws::{StatusConfig, StatusFlags};
+use lifeboat_cli::ops::config::CIRCUIT_SWITCH_FUNCTION;
+use lifeboat_cli::ops::{BreakerCommand, breaker, status};
+use lifeboat_core::OperatorId;
+use lifeboat_core::breaker::Command as SwitchCommand;
 use lifeboat_operator::OutageMode;
 
 #[derive(Parser)]
@@ -40,6 +50,80 @@ enum Command {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// Show each operator's breaker, sale status and where the Requests
+    /// stream points, read from the deployed tables and mapping.
+    Status(StatusArgs),
+    /// Force an operator's breaker open or closed, or release it, through
+    /// the circuit switch function.
+    Breaker {
+        #[command(subcommand)]
+        action: BreakerAction,
+    },
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Only this operator.
+    #[arg(long)]
+    operator: Option<OperatorId>,
+    /// The Breaker table [default: env BREAKER_TABLE].
+    #[arg(long)]
+    breaker_table: Option<String>,
+    /// The SaleStatus table [default: env SALE_STATUS_TABLE].
+    #[arg(long)]
+    sale_status_table: Option<String>,
+    /// The Requests stream's event source mapping [default: env
+    /// REQUESTS_MAPPING_UUID].
+    #[arg(long)]
+    requests_mapping_uuid: Option<String>,
+    /// The real consumer's name or ARN [default: env REAL_CONSUMER_FUNCTION].
+    #[arg(long)]
+    real_consumer_function: Option<String>,
+    /// The fallback consumer's name or ARN [default: env
+    /// FALLBACK_CONSUMER_FUNCTION].
+    #[arg(long)]
+    fallback_consumer_function: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum BreakerAction {
+    /// Pin the breaker open: requests fail fast and the operator goes off
+    /// sale until `release`.
+    ForceOpen(BreakerArgs),
+    /// Pin the breaker closed: the operator is called whatever fails, until
+    /// `release`.
+    ForceClosed(BreakerArgs),
+    /// Unpin the breaker: forced open goes half-open (trial calls), forced
+    /// closed goes closed.
+    Release(BreakerArgs),
+}
+
+#[derive(Args)]
+struct BreakerArgs {
+    /// The operator whose breaker to move.
+    #[arg(long)]
+    operator: OperatorId,
+    /// Why, recorded in the breaker, its event and the switch's log.
+    #[arg(long, value_parser = non_blank)]
+    reason: String,
+    /// The circuit switch function's name or ARN [default: env
+    /// CIRCUIT_SWITCH_FUNCTION].
+    #[arg(long)]
+    function: Option<String>,
+    /// Print the switch's report as JSON, as it answered.
+    #[arg(long)]
+    json: bool,
+}
+
+fn non_blank(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("must not be empty".to_owned())
+    } else {
+        Ok(s.trim().to_owned())
+    }
 }
 
 fn parse_mode(s: &str) -> Result<OutageMode, String> {
@@ -48,8 +132,117 @@ fn parse_mode(s: &str) -> Result<OutageMode, String> {
     })
 }
 
+/// A runtime for the commands that talk to AWS.
+fn block_on<F: std::future::Future<Output = ExitCode>>(what: &str, future: F) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(future),
+        Err(e) => {
+            eprintln!("lifeboat {what}: could not start the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn status(args: StatusArgs) -> ExitCode {
+    let flags = StatusFlags {
+        breaker_table: args.breaker_table,
+        sale_status_table: args.sale_status_table,
+        requests_mapping_uuid: args.requests_mapping_uuid,
+        real_consumer_function: args.real_consumer_function,
+        fallback_consumer_function: args.fallback_consumer_function,
+    };
+    let config = match StatusConfig::resolve(&flags, &Env::from_process()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("lifeboat status: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let adapters = config.adapters(&Clients::load().await);
+    let report = match status::gather(
+        &adapters.sources(),
+        args.operator.as_ref(),
+        chrono::Utc::now(),
+    )
+    .await
+    {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("lifeboat status: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.json {
+        match report.to_json() {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("lifeboat status: report not written: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", status::render_table(&report));
+    }
+    if report.has_failures() {
+        eprintln!("lifeboat status: some reads failed; see the report");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+async fn breaker_command(command: SwitchCommand, args: BreakerArgs) -> ExitCode {
+    let env = Env::from_process();
+    let function = match CIRCUIT_SWITCH_FUNCTION.resolve(args.function.as_deref(), &env) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("lifeboat breaker: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let command = match BreakerCommand::new(command, args.operator, &args.reason) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("lifeboat breaker: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let clients = Clients::load().await;
+    match breaker::invoke(&clients.lambda, &function, &command).await {
+        Ok(invoked) => {
+            if args.json {
+                match serde_json::to_string_pretty(&invoked.answer) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => {
+                        eprintln!("lifeboat breaker: report not written: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                print!("{}", invoked.report.render());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("lifeboat breaker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Status(args) => block_on("status", status(args)),
+        Command::Breaker { action } => {
+            let (command, args) = match action {
+                BreakerAction::ForceOpen(args) => (SwitchCommand::ForceOpen, args),
+                BreakerAction::ForceClosed(args) => (SwitchCommand::ForceClosed, args),
+                BreakerAction::Release(args) => (SwitchCommand::Release, args),
+            };
+            block_on("breaker", breaker_command(command, args))
+        }
         Command::Demo {
             json,
             mode,
