@@ -43,9 +43,6 @@ pub mod names {
     /// Answers given, per operator, operation and source (fresh, live,
     /// last_good, unavailable).
     pub const ANSWERS: &str = "Answers";
-    /// Breaker transitions to open, with the seconds since the first failure
-    /// the window saw (per operator).
-    pub const DETECTION_TIME: &str = "DetectionTime";
     /// Sale status changes written, per operator and status.
     pub const SALE_CHANGES: &str = "SaleStatusChanges";
     /// Fault events published (Sale Switch Write Failed, poison messages).
