@@ -287,23 +287,20 @@ impl CartService {
         policy: &CartPolicy,
     ) -> Result<StepReply, Problem> {
         let now = self.lookup.clock.now();
-        let live = if on_sale {
-            self.price(cart, Mode::Reprice).await?
+        // On sale, one re-price: it already falls back to every cached price
+        // there is. Off sale, the cache only.
+        let mode = if on_sale {
+            Mode::Reprice
         } else {
-            None
+            Mode::CachedOnly
         };
-        let step = match live {
+        let step = match self.price(cart, mode).await? {
             Some(price) if price.source == Source::Live => {
                 cart.confirm_live(price, now).map_err(refusal)?
             }
-            other => {
+            cached => {
                 // Not a live price: the operator is off sale or did not
-                // answer; what the cache holds (a last-good price from the
-                // re-price, or the cache itself) is all there is.
-                let cached = match other {
-                    Some(price) => Some(price),
-                    None => self.price(cart, Mode::CachedOnly).await?,
-                };
+                // answer; what the cache holds is all there is.
                 let step = cart
                     .confirm_cached(cached, policy, now)
                     .map_err(|r| match r {
