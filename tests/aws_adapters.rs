@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aws_config::SdkConfig;
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_eventbridge::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_eventbridge::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_eventbridge::error::BoxError;
@@ -262,6 +263,192 @@ async fn breaker_saves_are_conditional_on_the_version() {
         .unwrap();
     let listed = store.list().await.unwrap();
     assert_eq!(listed, vec![other, record]);
+}
+
+#[tokio::test]
+async fn every_transition_is_recorded_once_with_the_failure_windows_first_failure() {
+    let (_moto, config) = moto().await;
+    let table = "breaker-history";
+    let client = breaker_table(&config, table).await;
+    let store = Arc::new(DynamoBreakerStore::new(client.clone(), table));
+    let window = DynamoWindowStore::new(client.clone(), table);
+    let nordic = op("nordic");
+    let start = 1_796_000_000;
+    let ms = |millis: i64| t(start) + TimeDelta::milliseconds(millis);
+
+    // What the failure window counted: healthy, then timeouts and failures
+    // from +3 s; a bucket after the trip is not the first failure's business.
+    for (sec, successes, failures, timeouts) in [
+        (0, 10, 0, 0),
+        (1, 9, 1, 0),
+        (2, 10, 0, 0),
+        (3, 1, 0, 3),
+        (4, 0, 2, 1),
+        (6, 0, 0, 4),
+        (7, 0, 0, 9),
+    ] {
+        let counts = CallCounts {
+            calls: successes + failures + timeouts,
+            successes,
+            failures,
+            timeouts,
+            slow: 0,
+        };
+        window.add(&nordic, t(start + sec), &counts).await.unwrap();
+    }
+
+    // A breaker that never moved has no change to record.
+    let initial = BreakerRecord::initial(nordic.clone(), t(start - 3_600));
+    store.save(&initial, None).await.unwrap();
+    assert_eq!(store.changes(Some(&nordic)).await.unwrap(), vec![]);
+
+    // Twenty switches race to trip it: one transition, one change item.
+    let mut open = initial.clone();
+    open.version = 1;
+    open.state = BreakerState::Open;
+    open.previous = Some(BreakerState::Closed);
+    open.since = ms(6_500);
+    open.open_until = Some(ms(36_500));
+    open.reason = "5 consecutive timeouts".to_owned();
+    let racers = (0..20).map(|_| {
+        let store = Arc::clone(&store);
+        let open = open.clone();
+        tokio::spawn(async move { store.save(&open, Some(0)).await })
+    });
+    let results: Vec<Result<(), StoreError>> = join_all(racers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+    assert!(
+        results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| matches!(e, StoreError::Conflict(_))),
+        "{results:?}"
+    );
+
+    // Half-open, then a failed trial reopens: no first failure looked up.
+    let mut half = open.clone();
+    half.version = 2;
+    half.state = BreakerState::HalfOpen;
+    half.previous = Some(BreakerState::Open);
+    half.since = ms(36_600);
+    half.open_until = None;
+    half.reason = "open period over: testing recovery".to_owned();
+    store.save(&half, Some(1)).await.unwrap();
+    let mut reopened = half.clone();
+    reopened.version = 3;
+    reopened.state = BreakerState::Open;
+    reopened.previous = Some(BreakerState::HalfOpen);
+    reopened.since = ms(37_000);
+    reopened.reason = "half-open trial failed: timeout".to_owned();
+    store.save(&reopened, Some(2)).await.unwrap();
+    // A lost race writes no change either.
+    assert!(matches!(
+        store.save(&reopened, Some(2)).await,
+        Err(StoreError::Conflict(_))
+    ));
+
+    let changes = store.changes(Some(&nordic)).await.unwrap();
+    type Change = (u64, Option<BreakerState>, BreakerState, DateTime<Utc>);
+    let got: Vec<Change> = changes
+        .iter()
+        .map(|c| (c.version, c.from, c.to, c.at))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, Some(BreakerState::Closed), BreakerState::Open, ms(6_500)),
+            (
+                2,
+                Some(BreakerState::Open),
+                BreakerState::HalfOpen,
+                ms(36_600)
+            ),
+            (
+                3,
+                Some(BreakerState::HalfOpen),
+                BreakerState::Open,
+                ms(37_000)
+            ),
+        ]
+    );
+    assert_eq!(changes[0].first_failure_at, Some(t(start + 3)));
+    assert_eq!(changes[0].reason, "5 consecutive timeouts");
+    assert_eq!(changes[0].open_until, Some(ms(36_500)));
+    assert!(changes[1..].iter().all(|c| c.first_failure_at.is_none()));
+
+    // The item has the table design: the version key and the TTL.
+    let item = client
+        .get_item()
+        .table_name(table)
+        .key("operator", AttributeValue::S("nordic".into()))
+        .key(
+            "item",
+            AttributeValue::S("change#00000000000000000001".into()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert_eq!(
+        item["expires_at"].as_n().unwrap(),
+        &(start + 6 + 90 * 86_400).to_string()
+    );
+
+    // Another operator, tripped with no buckets: no first failure. Every
+    // operator's changes come back oldest first; list() still sees breakers only.
+    let mut baltic = BreakerRecord::initial(op("baltic"), t(start));
+    baltic.version = 1;
+    baltic.state = BreakerState::Open;
+    baltic.previous = Some(BreakerState::Closed);
+    baltic.since = ms(10_000);
+    baltic.reason = "alarm lifeboat-baltic-errors in ALARM".to_owned();
+    store.save(&baltic, None).await.unwrap();
+    let all: Vec<(String, u64, Option<DateTime<Utc>>)> = store
+        .changes(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.operator.to_string(), c.version, c.first_failure_at))
+        .collect();
+    assert_eq!(
+        all,
+        vec![
+            ("nordic".to_owned(), 1, Some(t(start + 3))),
+            ("baltic".to_owned(), 1, None),
+            ("nordic".to_owned(), 2, None),
+            ("nordic".to_owned(), 3, None),
+        ]
+    );
+    assert_eq!(store.list().await.unwrap(), vec![baltic, reopened]);
+
+    // A breaker deleted by hand restarts at version 0; its next change
+    // replaces the old change of that version instead of blocking the switch.
+    client
+        .delete_item()
+        .table_name(table)
+        .key("operator", AttributeValue::S("nordic".into()))
+        .key("item", AttributeValue::S("breaker".into()))
+        .send()
+        .await
+        .unwrap();
+    let restarted = BreakerRecord::initial(nordic.clone(), t(start + 7_200));
+    store.save(&restarted, None).await.unwrap();
+    let mut forced = restarted.clone();
+    forced.version = 1;
+    forced.state = BreakerState::ForcedOpen;
+    forced.previous = Some(BreakerState::Closed);
+    forced.since = t(start + 7_300);
+    forced.reason = "force-open: maintenance".to_owned();
+    store.save(&forced, Some(0)).await.unwrap();
+    let changes = store.changes(Some(&nordic)).await.unwrap();
+    assert_eq!(changes.len(), 3);
+    assert_eq!(changes[2].version, 1);
+    assert_eq!(changes[2].to, BreakerState::ForcedOpen);
 }
 
 #[tokio::test]

@@ -8,6 +8,10 @@
 //! the version it read (re-reading and re-deciding if another instance won),
 //! then re-points the Requests stream and publishes `Breaker State Changed`.
 //!
+//! On AWS the breaker store writes each transition together with a
+//! state-change item (the breaker's history, read by `lifeboat detection`)
+//! in one transaction; see `lifeboat_aws::breaker`.
+//!
 //! Every invocation also reconciles: the stream mapping is pointed where the
 //! stored states say it should be, and any state change whose event was not
 //! published yet is published. So a crash between the state write and the
