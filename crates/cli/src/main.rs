@@ -4,9 +4,10 @@
 //! in-memory adapters, a simulated operator and virtual time, through a
 //! scripted day with an outage, and reports what happened.
 //!
-//! `lifeboat status` and `lifeboat breaker …` work on a deployed (or local)
-//! suite through the AWS APIs, configured like the functions themselves (the
-//! same environment variables), with flags overriding them.
+//! `lifeboat status`, `lifeboat breaker …` and `lifeboat detection` work on a
+//! deployed (or local) suite through the AWS APIs, configured like the
+//! functions themselves (the same environment variables), with flags
+//! overriding them.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -15,7 +16,8 @@ use clap::{Args, Parser, Subcommand};
 use lifeboat_aws::{Clients, Env};
 use lifeboat_cli::demo::{self, Script};
 use lifeboat_cli::ops::aws::{StatusConfig, StatusFlags};
-use lifeboat_cli::ops::config::CIRCUIT_SWITCH_FUNCTION;
+use lifeboat_cli::ops::config::{ALARM_OPERATORS, BREAKER_TABLE, CIRCUIT_SWITCH_FUNCTION};
+use lifeboat_cli::ops::detection::{self, DetectionQuery, Since};
 use lifeboat_cli::ops::{BreakerCommand, breaker, status};
 use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::Command as SwitchCommand;
@@ -59,6 +61,39 @@ enum Command {
         #[command(subcommand)]
         action: BreakerAction,
     },
+    /// For each incident, the time from the first failed operator call to
+    /// the errors alarm going to ALARM and to the breaker opening, from the
+    /// alarm's history and the breaker's recorded state changes.
+    Detection(DetectionArgs),
+}
+
+#[derive(Args)]
+struct DetectionArgs {
+    /// The errors alarm (the template's ErrorsAlarmName).
+    #[arg(long, value_parser = non_blank)]
+    alarm: String,
+    /// Incidents that started since: RFC 3339 (2026-12-01T10:00:00Z) or a
+    /// span back from now (2h, 30m, 1d).
+    #[arg(long, default_value = detection::DEFAULT_SINCE, value_parser = detection::parse_since)]
+    since: Since,
+    /// Only this operator's incidents. Also names the operator the alarm
+    /// watches when ALARM_OPERATORS does not.
+    #[arg(long)]
+    operator: Option<OperatorId>,
+    /// An ALARM and a breaker opening at most this far apart are one
+    /// incident (2m, 10m, 1h).
+    #[arg(long, default_value = detection::DEFAULT_WINDOW, value_parser = detection::parse_span)]
+    window: std::time::Duration,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// The Breaker table [default: env BREAKER_TABLE].
+    #[arg(long)]
+    breaker_table: Option<String>,
+    /// Which operator each alarm watches, alarm=operator,… [default: env
+    /// ALARM_OPERATORS].
+    #[arg(long)]
+    alarm_operators: Option<String>,
 }
 
 #[derive(Args)]
@@ -232,8 +267,79 @@ async fn breaker_command(command: SwitchCommand, args: BreakerArgs) -> ExitCode 
     }
 }
 
+async fn detection_command(args: DetectionArgs) -> ExitCode {
+    let env = Env::from_process();
+    let table = match BREAKER_TABLE.resolve(args.breaker_table.as_deref(), &env) {
+        Ok(table) => table,
+        Err(e) => {
+            eprintln!("lifeboat detection: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let map = ALARM_OPERATORS
+        .resolve(args.alarm_operators.as_deref(), &env)
+        .ok();
+    let alarm_operator =
+        match detection::alarm_operator(&args.alarm, map.as_deref(), args.operator.as_ref()) {
+            Ok(operator) => operator,
+            Err(e) => {
+                eprintln!("lifeboat detection: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+    let now = chrono::Utc::now();
+    let query = DetectionQuery {
+        alarm: args.alarm,
+        alarm_operator,
+        only: args.operator,
+        since: args.since.resolve(now),
+        window: args.window,
+        now,
+    };
+    let config = lifeboat_aws::clients::load_sdk_config().await;
+    let cloudwatch = aws_sdk_cloudwatch::Client::new(&config);
+    let breakers = lifeboat_aws::DynamoBreakerStore::new(Clients::new(&config).dynamodb, table);
+    // Alarms up to one pairing window before --since still pair with an
+    // opening after it.
+    let from = query.since - chrono::TimeDelta::from_std(query.window).unwrap_or_default();
+    let history = match detection::alarm_history(&cloudwatch, &query.alarm, from, now).await {
+        Ok(history) => history,
+        Err(e) => {
+            eprintln!("lifeboat detection: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let changes = match breakers.changes(query.only.as_ref()).await {
+        Ok(changes) => changes,
+        Err(e) => {
+            eprintln!("lifeboat detection: breaker table: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = detection::detect(&query, &history.transitions, &changes, history.warnings);
+    if args.json {
+        match report.to_json() {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("lifeboat detection: report not written: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", detection::render_table(&report));
+    }
+    if !report.warnings.is_empty() {
+        eprintln!(
+            "lifeboat detection: {} alarm history item(s) skipped; see the warnings",
+            report.warnings.len()
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Detection(args) => block_on("detection", detection_command(args)),
         Command::Status(args) => block_on("status", status(args)),
         Command::Breaker { action } => {
             let (command, args) = match action {

@@ -167,7 +167,9 @@ struct FunctionErrorPayload {
     error_message: Option<String>,
 }
 
-fn sdk_message<E, R>(err: &SdkError<E, R>) -> String
+/// `<code>: <message>` of a service error, the error and its sources
+/// otherwise. Any SDK's errors: they share the smithy error types.
+pub(crate) fn sdk_message<E, R>(err: &SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,

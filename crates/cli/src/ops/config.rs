@@ -39,6 +39,13 @@ pub const FALLBACK_CONSUMER_FUNCTION: Setting = Setting {
     flag: "fallback-consumer-function",
     var: lifeboat_aws::clients::FALLBACK_CONSUMER_FUNCTION,
 };
+/// Which operator each alarm watches, `alarm=operator,…`: the circuit
+/// switch's `ALARM_OPERATORS`. Optional for `lifeboat detection`.
+pub const ALARM_OPERATORS: Setting = Setting {
+    what: "alarm-to-operator map",
+    flag: "alarm-operators",
+    var: "ALARM_OPERATORS",
+};
 pub const CIRCUIT_SWITCH_FUNCTION: Setting = Setting {
     what: "circuit switch function",
     flag: "function",

@@ -5,14 +5,20 @@
 //!   reads DynamoDB and Lambda or the in-memory adapters;
 //! * [`breaker`]: `force-open`, `force-closed` and `release`, sent to the
 //!   circuit switch function with the Lambda Invoke API;
+//! * [`detection`]: for each incident, the time from the first failed
+//!   operator call to the errors alarm's ALARM and to the breaker opening,
+//!   from the alarm's history (CloudWatch `DescribeAlarmHistory`) and the
+//!   breaker's state-change history (the Breaker table);
 //! * [`config`]: resource names from the functions' environment variables,
 //!   overridden by flags.
 
 pub mod aws;
 pub mod breaker;
 pub mod config;
+pub mod detection;
 pub mod status;
 
 pub use breaker::{BreakerCommand, BreakerError, SwitchReport};
 pub use config::{MissingSetting, Setting};
+pub use detection::{DetectionError, DetectionReport};
 pub use status::{StatusError, StatusReport, gather};
