@@ -2,4 +2,6 @@
 //! operator commands on a deployed one.
 
 pub mod demo;
+pub mod local;
 pub mod ops;
+pub mod progress;

@@ -65,6 +65,10 @@ enum Command {
     /// the errors alarm going to ALARM and to the breaker opening, from the
     /// alarm's history and the breaker's recorded state changes.
     Detection(DetectionArgs),
+    /// Run the whole wired suite on this machine (moto_server, the six
+    /// functions under cargo lambda watch, the simulated operator, customers)
+    /// and print what the breaker does; `--outage 60s` scripts an outage.
+    Local(lifeboat_cli::local::cli::LocalArgs),
 }
 
 #[derive(Args)]
@@ -340,6 +344,7 @@ async fn detection_command(args: DetectionArgs) -> ExitCode {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Detection(args) => block_on("detection", detection_command(args)),
+        Command::Local(args) => lifeboat_cli::local::cli::main(args),
         Command::Status(args) => block_on("status", status(args)),
         Command::Breaker { action } => {
             let (command, args) = match action {

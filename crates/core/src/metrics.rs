@@ -244,6 +244,122 @@ impl MetricsSink for MemoryMetrics {
     }
 }
 
+/// One metric value as CloudWatch extracts it from an EMF line: what an
+/// alarm or a dashboard sees.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Datapoint {
+    pub namespace: String,
+    pub name: String,
+    /// The sum of the line's values (a number, or an array of up to
+    /// [`MAX_VALUES`] numbers).
+    pub value: f64,
+    /// How many values the line held.
+    pub count: usize,
+    /// The dimension set, in the directive's order.
+    pub dimensions: Vec<(String, String)>,
+    /// `_aws.Timestamp`, milliseconds since the epoch.
+    pub timestamp_ms: i64,
+}
+
+impl Datapoint {
+    /// Whether the dimension set is exactly `dimensions` (CloudWatch matches
+    /// a metric on its whole set, not on a subset).
+    pub fn has_dimensions(&self, dimensions: &[(&str, &str)]) -> bool {
+        self.dimensions.len() == dimensions.len()
+            && dimensions
+                .iter()
+                .all(|(k, v)| self.dimensions.iter().any(|(dk, dv)| dk == k && dv == v))
+    }
+}
+
+/// Why a line is not read as metrics.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EmfError {
+    #[error("not an EMF line: no _aws object")]
+    NotEmf,
+    #[error("_aws.Timestamp is not a whole number of milliseconds")]
+    Timestamp,
+    #[error("_aws.CloudWatchMetrics is not an array of directives")]
+    Directives,
+    #[error("metric {0} has no numeric value at the top level")]
+    Value(String),
+    #[error("dimension {0} is not a string at the top level")]
+    Dimension(String),
+}
+
+/// Read an EMF line as CloudWatch Logs does: every metric a directive names
+/// becomes one datapoint per dimension set, with the value (or the sum of
+/// the values) found under its name at the top level and the dimension
+/// values found under theirs. A line CloudWatch would reject is an error.
+pub fn extract(line: &Value) -> Result<Vec<Datapoint>, EmfError> {
+    let aws = line
+        .get("_aws")
+        .filter(|a| a.is_object())
+        .ok_or(EmfError::NotEmf)?;
+    let timestamp_ms = aws
+        .get("Timestamp")
+        .and_then(Value::as_i64)
+        .ok_or(EmfError::Timestamp)?;
+    let directives = aws
+        .get("CloudWatchMetrics")
+        .and_then(Value::as_array)
+        .ok_or(EmfError::Directives)?;
+    let mut out = Vec::new();
+    for directive in directives {
+        let namespace = directive
+            .get("Namespace")
+            .and_then(Value::as_str)
+            .ok_or(EmfError::Directives)?;
+        let sets = directive
+            .get("Dimensions")
+            .and_then(Value::as_array)
+            .ok_or(EmfError::Directives)?;
+        let metrics = directive
+            .get("Metrics")
+            .and_then(Value::as_array)
+            .ok_or(EmfError::Directives)?;
+        for metric in metrics {
+            let name = metric
+                .get("Name")
+                .and_then(Value::as_str)
+                .ok_or(EmfError::Directives)?;
+            let (value, count) = match line.get(name) {
+                Some(Value::Array(values)) if values.len() <= MAX_VALUES => values
+                    .iter()
+                    .map(|v| v.as_f64().ok_or_else(|| EmfError::Value(name.to_owned())))
+                    .try_fold((0.0, 0), |(sum, n), v| v.map(|v| (sum + v, n + 1)))?,
+                Some(v) => (
+                    v.as_f64().ok_or_else(|| EmfError::Value(name.to_owned()))?,
+                    1,
+                ),
+                None => return Err(EmfError::Value(name.to_owned())),
+            };
+            for set in sets {
+                let keys = set.as_array().ok_or(EmfError::Directives)?;
+                let dimensions = keys
+                    .iter()
+                    .map(|k| {
+                        let k = k.as_str().ok_or(EmfError::Directives)?;
+                        line.get(k)
+                            .and_then(Value::as_str)
+                            .map(|v| (k.to_owned(), v.to_owned()))
+                            .ok_or_else(|| EmfError::Dimension(k.to_owned()))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                out.push(Datapoint {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    value,
+                    count,
+                    dimensions,
+                    timestamp_ms,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,49 +368,57 @@ mod tests {
     /// series), dimension names and values.
     type Extracted = (String, f64, Vec<(String, String)>);
 
-    /// Read a line as CloudWatch does: every metric named in a directive
-    /// must be a number at the top level, every dimension a string there.
-    fn extract(line: &Value) -> Vec<Extracted> {
-        let aws = &line["_aws"];
-        assert!(aws["Timestamp"].is_i64());
-        let mut out = Vec::new();
-        for directive in aws["CloudWatchMetrics"].as_array().unwrap_or(&Vec::new()) {
+    /// Read a line as CloudWatch does ([`extract`]), after checking what
+    /// lifeboat promises on top: its namespace and high resolution.
+    fn extracted(line: &Value) -> Vec<Extracted> {
+        for directive in line["_aws"]["CloudWatchMetrics"]
+            .as_array()
+            .unwrap_or(&Vec::new())
+        {
             assert_eq!(directive["Namespace"], NAMESPACE);
-            let dimension_sets = directive["Dimensions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            assert!(dimension_sets.len() <= 30);
+            assert!(directive["Dimensions"].as_array().map_or(0, Vec::len) <= 30);
             for metric in directive["Metrics"].as_array().cloned().unwrap_or_default() {
-                let name = metric["Name"].as_str().unwrap_or_default().to_owned();
                 assert_eq!(metric["StorageResolution"], 1);
-                let value = match &line[&name] {
-                    Value::Array(values) => {
-                        assert!(values.len() <= MAX_VALUES);
-                        values.iter().filter_map(Value::as_f64).sum()
-                    }
-                    other => other.as_f64().unwrap_or(f64::NAN),
-                };
-                assert!(value.is_finite(), "{name} has no numeric value");
-                for set in &dimension_sets {
-                    let dims = set
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default()
-                        .iter()
-                        .map(|d| {
-                            let d = d.as_str().unwrap_or_default().to_owned();
-                            let v = line[&d]
-                                .as_str()
-                                .unwrap_or_else(|| panic!("dimension {d} is not a string"));
-                            (d.clone(), v.to_owned())
-                        })
-                        .collect();
-                    out.push((name.clone(), value, dims));
-                }
             }
         }
-        out
+        match extract(line) {
+            Ok(points) => points
+                .into_iter()
+                .map(|d| (d.name, d.value, d.dimensions))
+                .collect(),
+            Err(e) => panic!("CloudWatch would reject {line}: {e}"),
+        }
+    }
+
+    #[test]
+    fn lines_cloudwatch_would_reject_are_errors() {
+        let good = MetricSet::new()
+            .dimension("Operator", "nordic")
+            .values(names::CALL_DURATION, Unit::Milliseconds, &[1.0, 2.5])
+            .to_emf(DateTime::from_timestamp(1_796_104_800, 0).unwrap_or_default());
+        let points = extract(&good).unwrap_or_default();
+        assert_eq!(points.len(), 1);
+        assert_eq!((points[0].value, points[0].count), (3.5, 2));
+        assert!(points[0].has_dimensions(&[("Operator", "nordic")]));
+        assert!(!points[0].has_dimensions(&[]));
+        assert_eq!(points[0].timestamp_ms, 1_796_104_800_000);
+
+        assert_eq!(extract(&json!({"level": "INFO"})), Err(EmfError::NotEmf));
+        let mut no_dimension = good.clone();
+        no_dimension["Operator"] = json!(3);
+        assert_eq!(
+            extract(&no_dimension),
+            Err(EmfError::Dimension("Operator".into()))
+        );
+        let mut no_value = good.clone();
+        no_value[names::CALL_DURATION] = json!("fast");
+        assert_eq!(
+            extract(&no_value),
+            Err(EmfError::Value(names::CALL_DURATION.into()))
+        );
+        let mut no_time = good;
+        no_time["_aws"]["Timestamp"] = json!("now");
+        assert_eq!(extract(&no_time), Err(EmfError::Timestamp));
     }
 
     #[test]
@@ -307,7 +431,7 @@ mod tests {
             .metric("Broken", Unit::None, f64::NAN);
         let line = set.to_emf(at);
         assert_eq!(line["_aws"]["Timestamp"], 1_796_104_800_000_i64);
-        let metrics = extract(&line);
+        let metrics = extracted(&line);
         assert_eq!(
             metrics,
             vec![(

@@ -75,6 +75,7 @@ use lifeboat_operator::{LatencyModel, SimConfig, SimServer, SimStats};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::alarm::{AlarmConfig, AlarmRule, LocalAlarm};
 use crate::moto::resources::{self, Queue, QueueTarget, ResourceError};
 use crate::moto::{MotoError, MotoServer, REGION, find_moto_server};
 use crate::pump::{
@@ -129,6 +130,16 @@ pub mod template {
     pub const CALL_CONCURRENCY: u32 = 50;
     /// The `ErrorsAlarmName` and `AlarmOperators` defaults.
     pub const ALARM_OPERATORS: &str = "lifeboat-nordic-errors=nordic";
+    /// The `ErrorsAlarmName` default.
+    pub const ERRORS_ALARM_NAME: &str = "lifeboat-nordic-errors";
+    /// `RealConsumerErrorsAlarm`'s `Period` (seconds).
+    pub const ALARM_PERIOD_S: u64 = 10;
+    /// `RealConsumerErrorsAlarm`'s `EvaluationPeriods`.
+    pub const ALARM_EVALUATION_PERIODS: usize = 2;
+    /// `RealConsumerErrorsAlarm`'s `DatapointsToAlarm`.
+    pub const ALARM_DATAPOINTS: usize = 2;
+    /// `RealConsumerErrorsAlarm`'s threshold (`Mappings: ErrorsAlarm`).
+    pub const ALARM_THRESHOLD: f64 = 5.0;
     /// `BreakerStateChangedRule`'s event pattern.
     pub const OFFSALE_RULE_PATTERN: &str =
         r#"{"source": ["lifeboat"], "detail-type": ["Breaker State Changed"]}"#;
@@ -272,6 +283,11 @@ pub struct GatewayOptions {
     /// Also run search, cart and the off-sale listener (default: not; the
     /// gateway alone does not build or start them).
     pub customer: Option<CustomerOptions>,
+    /// The errors alarm's name (default `lifeboat-<operator>-errors`, the
+    /// template's default for nordic): evaluated by a [`LocalAlarm`] on the
+    /// functions' metrics and mapped to the operator in `ALARM_OPERATORS`.
+    /// `None`: no alarm, the breaker opens by the failure window alone.
+    pub alarm: Option<String>,
 }
 
 /// How to run the customer half: settings of search, cart and the off-sale
@@ -306,7 +322,6 @@ impl Default for CustomerOptions {
 impl GatewayOptions {
     pub fn new(operator: OperatorId) -> Self {
         Self {
-            operator,
             sim: SimConfig {
                 latency: LatencyModel::scaled(0.1),
                 ..SimConfig::default()
@@ -320,6 +335,8 @@ impl GatewayOptions {
             names: GatewayNames::default(),
             stream_tap: None,
             customer: None,
+            alarm: Some(format!("lifeboat-{operator}-errors")),
+            operator,
         }
     }
 }
@@ -390,6 +407,7 @@ pub struct LocalGateway {
     pump: StreamPump,
     drain: BusDrain,
     ticker: Ticker,
+    alarm: Option<LocalAlarm>,
     offsale: Option<QueuePump>,
     watch: Watch,
     operator: SimServer,
@@ -467,6 +485,16 @@ impl LocalGateway {
             }
             _ => None,
         };
+        let alarm = options.alarm.as_ref().map(|name| {
+            LocalAlarm::start(
+                invoker.clone(),
+                AlarmConfig::new(
+                    AlarmRule::errors_alarm(name, options.operator.as_str()),
+                    watch.log_path(),
+                    CIRCUIT_SWITCH,
+                ),
+            )
+        });
         let ticker = Ticker::start(
             invoker,
             TickerConfig::new(
@@ -489,6 +517,7 @@ impl LocalGateway {
             pump,
             drain,
             ticker,
+            alarm,
             offsale,
             watch,
             operator,
@@ -707,12 +736,18 @@ impl LocalGateway {
         self.ticker.stats()
     }
 
+    /// The errors alarm, evaluated here (see [`GatewayOptions::alarm`]).
+    pub fn alarm(&self) -> Option<&LocalAlarm> {
+        self.alarm.as_ref()
+    }
+
     /// Whether the pump, the drain, the ticker and (with the customer half)
     /// the `OffsaleQueue` pump are all still running.
     pub fn harness_running(&self) -> bool {
         self.pump.is_running()
             && self.drain.is_running()
             && self.ticker.is_running()
+            && self.alarm.as_ref().is_none_or(LocalAlarm::is_running)
             && self.offsale.as_ref().is_none_or(QueuePump::is_running)
     }
 
@@ -723,6 +758,7 @@ impl LocalGateway {
             pump,
             drain,
             ticker,
+            alarm,
             offsale,
             watch,
             operator,
@@ -734,7 +770,12 @@ impl LocalGateway {
                 offsale.stop().await;
             }
         };
-        tokio::join!(pump.stop(), drain.stop(), ticker.stop(), offsale);
+        let alarm = async move {
+            if let Some(alarm) = alarm {
+                alarm.stop().await;
+            }
+        };
+        tokio::join!(pump.stop(), drain.stop(), ticker.stop(), alarm, offsale);
         watch.stop().await;
         operator.shutdown().await;
         moto.stop().await;
@@ -840,7 +881,14 @@ fn function_env(
         ("OPERATOR_ENDPOINTS", format!("{operator}={operator_url}")),
         ("OPERATORS", operator.to_owned()),
         ("OPERATOR_SETTINGS", options.operator_settings.clone()),
-        ("ALARM_OPERATORS", template::ALARM_OPERATORS.to_owned()),
+        (
+            "ALARM_OPERATORS",
+            options
+                .alarm
+                .as_ref()
+                .map(|name| format!("{name}={operator}"))
+                .unwrap_or_default(),
+        ),
         ("CALL_CONCURRENCY", template::CALL_CONCURRENCY.to_string()),
     ]
     .into_iter()
@@ -1292,12 +1340,12 @@ mod tests {
             entry("SaleSwitchTimeoutMs")
                 .contains(&format!("Default: {}", template::SALE_SWITCH_TIMEOUT_MS))
         );
+        assert!(
+            entry("BreakerCacheMs").contains(&format!("Default: {}", template::BREAKER_CACHE_MS))
+        );
         for function in ["SearchFunction", "CartFunction"] {
             assert!(
-                entry(function).contains(&format!(
-                    "BREAKER_CACHE_MS: \"{}\"",
-                    template::BREAKER_CACHE_MS
-                )),
+                entry(function).contains("BREAKER_CACHE_MS: !Ref BreakerCacheMs"),
                 "{function}"
             );
         }
@@ -1342,5 +1390,31 @@ mod tests {
         assert!(resource("RealConsumerFunction").contains("CallConcurrency"));
         assert!(TEMPLATE.contains(&format!("Default: {}", template::CALL_CONCURRENCY)));
         assert!(TEMPLATE.contains(&format!("Default: {}", template::ALARM_OPERATORS)));
+    }
+
+    #[test]
+    fn the_local_alarm_has_the_templates_rule() {
+        let alarm = resource("RealConsumerErrorsAlarm");
+        for line in [
+            "Namespace: Lifeboat".to_owned(),
+            "MetricName: FailedOperatorCalls".to_owned(),
+            "- Name: Operator".to_owned(),
+            "Statistic: Sum".to_owned(),
+            format!("Period: {}", template::ALARM_PERIOD_S),
+            format!("EvaluationPeriods: {}", template::ALARM_EVALUATION_PERIODS),
+            format!("DatapointsToAlarm: {}", template::ALARM_DATAPOINTS),
+            "ComparisonOperator: GreaterThanOrEqualToThreshold".to_owned(),
+            "TreatMissingData: notBreaching".to_owned(),
+        ] {
+            assert!(alarm.contains(&line), "RealConsumerErrorsAlarm has {line}");
+        }
+        assert!(TEMPLATE.contains(&format!(
+            "FailedOperatorCalls:\n      Threshold: \"{}\"",
+            template::ALARM_THRESHOLD
+        )));
+        assert!(TEMPLATE.contains(&format!("Default: {}", template::ERRORS_ALARM_NAME)));
+        assert!(
+            template::ALARM_OPERATORS.starts_with(&format!("{}=", template::ERRORS_ALARM_NAME))
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! lifeboat-local: the pieces that run the wired suite on one machine without
 //! AWS or Docker, shared by `lifeboat local` and the end-to-end tests.
 
+pub mod alarm;
 pub mod gateway;
 pub mod moto;
 pub mod net;

@@ -40,7 +40,7 @@ pub mod bus;
 pub mod filter;
 pub mod invoke;
 pub mod queue;
-mod task;
+pub(crate) mod task;
 pub mod ticker;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

@@ -1,0 +1,224 @@
+//! The `lifeboat local` command line: flags, subcommands and exit codes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use lifeboat_core::OperatorId;
+use lifeboat_local::alarm::AlarmState;
+use lifeboat_operator::OutageMode;
+
+use super::state::{self, LocalState};
+use super::{LocalConfig, run};
+use crate::progress::Progress;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct LocalArgs {
+    #[command(subcommand)]
+    pub action: Option<LocalAction>,
+    /// The operator the suite sells (its simulated API runs here too).
+    #[arg(long, default_value = "nordic")]
+    pub operator: OperatorId,
+    /// Take the operator down for this long (e.g. 60s, 2m).
+    #[arg(long, value_parser = parse_duration)]
+    pub outage: Option<Duration>,
+    /// When the outage begins, after start-up.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub outage_after: Duration,
+    /// How the operator fails: hang, refuse, server_error, slow or garbage.
+    #[arg(long, default_value = "hang", value_parser = parse_mode)]
+    pub mode: OutageMode,
+    /// Customer searches per second.
+    #[arg(long, default_value_t = 2.0, value_parser = parse_rate)]
+    pub rate: f64,
+    /// End the run once the breaker has closed, the stream is back on the
+    /// real consumer and the operator is on sale again (needs --outage).
+    #[arg(long, requires = "outage")]
+    pub exit_after_recovery: bool,
+    /// `OPERATOR_SETTINGS` of every function [default: a 20 s recent cache
+    /// and a 15 s first open period; "" for the template's defaults].
+    #[arg(long)]
+    pub settings: Option<String>,
+    /// Instances per function under cargo lambda watch.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub concurrency: u32,
+    /// Where the running suite's endpoints are written [default:
+    /// target/lifeboat-local/local.json in the workspace].
+    #[arg(long)]
+    pub state_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LocalAction {
+    /// Set the errors alarm's state by hand on the running suite
+    /// (SetAlarmState): the circuit switch gets what the alarm sends.
+    Alarm {
+        /// The alarm's name (`lifeboat local` prints it).
+        name: String,
+        /// ALARM, OK or INSUFFICIENT_DATA.
+        state: AlarmState,
+        /// The state reason.
+        #[arg(long, default_value = "Set by lifeboat local alarm")]
+        reason: String,
+        #[arg(long)]
+        state_file: Option<PathBuf>,
+    },
+    /// Print shell exports that point the AWS SDKs, the AWS CLI and
+    /// `lifeboat status` at the running suite: eval "$(lifeboat local env)".
+    Env {
+        #[arg(long)]
+        state_file: Option<PathBuf>,
+    },
+}
+
+/// `60s`, `2m`, `1h`, `500ms`, or a number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 60s, 2m, 500ms)"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: use ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if (0.1..=50.0).contains(&r) => Ok(r),
+        _ => Err(format!("{text:?}: searches per second from 0.1 to 50")),
+    }
+}
+
+fn parse_mode(s: &str) -> Result<OutageMode, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
+        format!("unknown outage mode {s:?}: use hang, refuse, server_error, slow or garbage")
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("lifeboat local: could not start the runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+/// Run `lifeboat local …`.
+pub fn main(args: LocalArgs) -> ExitCode {
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    match args.action {
+        Some(LocalAction::Alarm {
+            name,
+            state,
+            reason,
+            state_file,
+        }) => {
+            let path = state_file.unwrap_or_else(state::default_path);
+            let sent = LocalState::read(&path)
+                .map(|s| async move { s.force_alarm(&name, state, &reason).await });
+            match sent {
+                Ok(future) => match runtime.block_on(future) {
+                    Ok(t) => {
+                        println!(
+                            "alarm set to {} (sent to the circuit switch{})",
+                            t.current.value,
+                            if t.current.value == AlarmState::Alarm {
+                                " as the rule's event and the alarm action"
+                            } else {
+                                " as the rule's event"
+                            }
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("lifeboat local alarm: {e}");
+                        ExitCode::FAILURE
+                    }
+                },
+                Err(e) => {
+                    eprintln!("lifeboat local alarm: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Some(LocalAction::Env { state_file }) => {
+            let path = state_file.unwrap_or_else(state::default_path);
+            match LocalState::read(&path) {
+                Ok(s) => {
+                    print!("{}", s.env_script());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("lifeboat local env: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        None => {
+            let mut config = LocalConfig::new(args.operator);
+            config.outage = args.outage;
+            config.outage_after = args.outage_after;
+            config.mode = args.mode;
+            config.rate = args.rate;
+            config.exit_after_recovery = args.exit_after_recovery;
+            config.concurrency = args.concurrency;
+            if let Some(settings) = args.settings {
+                config.operator_settings = settings;
+            }
+            if let Some(path) = args.state_file {
+                config.state_file = path;
+            }
+            let progress = Progress::for_terminal();
+            match runtime.block_on(run(config, &progress)) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("lifeboat local: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+        assert!(
+            parse_duration("5 days")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(parse_rate("0").is_err());
+        assert_eq!(parse_rate("2.5"), Ok(2.5));
+    }
+}

@@ -1,0 +1,557 @@
+//! `lifeboat local`: the whole wired suite on this machine, without Docker
+//! or an AWS account, with customers on it and, if asked, an outage.
+//!
+//! It starts (through [`LocalGateway`], the same code the end-to-end tests
+//! run on) moto_server with what template.yaml declares, the six functions
+//! under `cargo lambda watch`, the simulated operator, the Requests stream
+//! pump (honouring the mapping's function, `Enabled` and filter), the
+//! EventBridge → SQS drains, the schedule and the errors alarm evaluated on
+//! the functions' EMF metrics. Then customers search (and some buy) over
+//! HTTP, and every change worth seeing is printed as it happens: the alarm,
+//! the breaker, where the stream points, the sale status, and the customers'
+//! answers every 10 s.
+//!
+//! `--outage 60s` takes the operator down (`--mode`, default hang) after
+//! `--outage-after` and brings it back when the time is up;
+//! `--exit-after-recovery` ends the run once the breaker has closed, the
+//! stream points at the real consumer and the operator is on sale again.
+//! Ctrl-C stops everything it started.
+
+pub mod cli;
+pub mod state;
+pub mod traffic;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use lifeboat_core::OperatorId;
+use lifeboat_core::breaker::BreakerState;
+use lifeboat_core::events::SaleStatus;
+use lifeboat_core::ports::BreakerStore;
+use lifeboat_core::sale::SaleStatusStore;
+use lifeboat_local::gateway::{
+    CustomerOptions, FALLBACK_CONSUMER, GatewayError, GatewayOptions, LocalGateway, REAL_CONSUMER,
+};
+use lifeboat_operator::OutageMode;
+
+use crate::progress::Progress;
+use state::LocalState;
+use traffic::{Traffic, TrafficConfig, TrafficCounts};
+
+/// `OPERATOR_SETTINGS` of `lifeboat local` unless given: the template's
+/// defaults with a 20 s recent cache and 15 s first open period, so a
+/// minute's outage shows every state (the template's 5 min cache would
+/// answer every question asked before the outage as fresh).
+pub const LOCAL_SETTINGS: &str =
+    r#"{"default":{"breaker":{"open_base":15000,"open_max":60000},"cache":{"recent":20000}}}"#;
+
+/// How to run the local suite.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    pub operator: OperatorId,
+    /// Searches per second.
+    pub rate: f64,
+    pub outage: Option<Duration>,
+    pub outage_after: Duration,
+    pub mode: OutageMode,
+    pub exit_after_recovery: bool,
+    /// Give up waiting for recovery this long after the outage ends.
+    pub recovery_limit: Duration,
+    pub state_file: PathBuf,
+    pub operator_settings: String,
+    /// Instances per function under `cargo lambda watch`.
+    pub concurrency: u32,
+    /// The schedule's period (the template's rule runs every minute).
+    pub tick_every: Duration,
+    /// How often the breaker, the mapping and the sale status are read.
+    pub poll_every: Duration,
+    pub seed: u64,
+}
+
+impl LocalConfig {
+    pub fn new(operator: OperatorId) -> Self {
+        Self {
+            operator,
+            rate: 2.0,
+            outage: None,
+            outage_after: Duration::from_secs(15),
+            mode: OutageMode::Hang,
+            exit_after_recovery: false,
+            recovery_limit: Duration::from_secs(300),
+            state_file: state::default_path(),
+            operator_settings: LOCAL_SETTINGS.to_owned(),
+            concurrency: 8,
+            tick_every: Duration::from_secs(1),
+            poll_every: Duration::from_millis(250),
+            seed: 7,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("the suite did not start: {0}")]
+    Start(#[source] GatewayError),
+    #[error("{0}")]
+    State(#[from] state::StateError),
+    #[error("the operator's mode could not be set: {0}")]
+    Operator(#[source] GatewayError),
+    #[error("no recovery within {limit:?} of the outage's end: {missing}")]
+    NoRecovery { limit: Duration, missing: String },
+}
+
+/// When things happened, from the start of the run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Milestones {
+    pub ready: Option<Duration>,
+    pub outage_began: Option<Duration>,
+    pub outage_ended: Option<Duration>,
+    /// The alarm's first transition to ALARM.
+    pub alarm: Option<Duration>,
+    /// The breaker first seen open, and why.
+    pub opened: Option<Duration>,
+    pub open_reason: Option<String>,
+    /// The mapping first seen on the fallback consumer.
+    pub mapping_fallback: Option<Duration>,
+    pub off_sale: Option<Duration>,
+    /// After the outage: closed, mapping on the real consumer, on sale.
+    pub closed: Option<Duration>,
+    pub mapping_real: Option<Duration>,
+    pub on_sale: Option<Duration>,
+}
+
+impl Milestones {
+    fn recovered(&self) -> bool {
+        self.closed.is_some() && self.mapping_real.is_some() && self.on_sale.is_some()
+    }
+
+    fn missing(&self) -> String {
+        let mut missing = Vec::new();
+        if self.opened.is_none() {
+            missing.push("the breaker never opened");
+        }
+        if self.closed.is_none() {
+            missing.push("not closed");
+        }
+        if self.mapping_real.is_none() {
+            missing.push("the stream is not back on the real consumer");
+        }
+        if self.on_sale.is_none() {
+            missing.push("not back on sale");
+        }
+        missing.join(", ")
+    }
+}
+
+/// What a run saw.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalReport {
+    pub milestones: Milestones,
+    pub traffic: TrafficCounts,
+    /// Alarm transitions sent to the switch.
+    pub alarm_transitions: usize,
+    /// Ended by Ctrl-C.
+    pub interrupted: bool,
+}
+
+/// What the observer last saw.
+#[derive(Debug, Default)]
+struct Seen {
+    breaker: Option<(BreakerState, u64)>,
+    mapping: Option<String>,
+    sale: Option<SaleStatus>,
+    alarm_transitions: usize,
+    read_errors: u64,
+}
+
+fn at(d: Duration) -> String {
+    format!("{:>6.1}s", d.as_secs_f64())
+}
+
+fn after(later: Option<Duration>, earlier: Option<Duration>) -> String {
+    match (later, earlier) {
+        (Some(l), Some(e)) => format!("{:.1} s", l.saturating_sub(e).as_secs_f64()),
+        _ => "-".to_owned(),
+    }
+}
+
+/// Run the suite until Ctrl-C (or recovery with `exit_after_recovery`).
+pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport, LocalError> {
+    let started = Instant::now();
+    progress.step(
+        "starting moto_server, the simulated operator and six functions under cargo lambda watch (a first run builds them)",
+    );
+    let mut options = GatewayOptions::new(config.operator.clone());
+    options.customer = Some(CustomerOptions::default());
+    options.operator_settings = config.operator_settings.clone();
+    options.concurrency = config.concurrency;
+    options.tick_every = config.tick_every;
+    let start = LocalGateway::start(options);
+    let gateway = tokio::select! {
+        gateway = start => Arc::new(gateway.map_err(LocalError::Start)?),
+        _ = tokio::signal::ctrl_c() => {
+            progress.finish();
+            progress.line("interrupted while starting; everything started is stopped");
+            return Ok(LocalReport { interrupted: true, ..LocalReport::default() });
+        }
+    };
+    let state = LocalState::of(&gateway, &config.operator);
+    state.write(&config.state_file)?;
+    let startup = gateway.startup_times();
+    let mut report = LocalReport::default();
+    report.milestones.ready = Some(started.elapsed());
+    print_endpoints(progress, &state, &config, startup.total);
+
+    let traffic = Traffic::start(
+        Arc::clone(&gateway),
+        TrafficConfig {
+            operator: config.operator.to_string(),
+            rate: config.rate,
+            cart_share: 0.1,
+            max_in_flight: 32,
+            seed: config.seed,
+        },
+    );
+    let outcome = tokio::select! {
+        outcome = watch_run(&gateway, &config, &traffic, progress, started, &mut report) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            report.interrupted = true;
+            progress.line(format!("{} interrupted (Ctrl-C)", at(started.elapsed())));
+            Ok(())
+        }
+    };
+    progress.step("stopping the customers, the functions, the operator and moto_server");
+    report.traffic = traffic.stop().await;
+    if let Some(alarm) = gateway.alarm() {
+        report.alarm_transitions = alarm.stats().transitions.len();
+    }
+    if let Ok(gateway) = Arc::try_unwrap(gateway) {
+        gateway.stop().await;
+    }
+    // Only this run's file: another run may have started since.
+    if LocalState::read(&config.state_file).is_ok_and(|s| s.pid == state.pid) {
+        let _ = std::fs::remove_file(&config.state_file);
+    }
+    progress.finish();
+    print_summary(progress, &report);
+    outcome.map(|()| report)
+}
+
+fn print_endpoints(progress: &Progress, state: &LocalState, config: &LocalConfig, took: Duration) {
+    let operator = &state.operator;
+    progress.line(format!("lifeboat local: up in {:.1} s", took.as_secs_f64()));
+    progress.line(format!(
+        "  search    GET  {}sailings?operator={operator}&from=HEL&to=TLL&date=YYYY-MM-DD&passengers=2",
+        state.search_url
+    ));
+    progress.line(format!("            GET  {}price?…", state.search_url));
+    progress.line(format!(
+        "  cart      POST {}carts  (then /carts/{{id}}/…)",
+        state.cart_url
+    ));
+    progress.line(format!(
+        "  operator  {} (POST /_control/mode {{\"mode\": \"hang\"}} to break it)",
+        state.operator_url
+    ));
+    progress.line(format!("  AWS APIs  {} (moto)", state.moto_endpoint));
+    progress.line(format!(
+        "  Invoke    {} (cargo lambda watch)",
+        state.invoke_endpoint
+    ));
+    for alarm in &state.alarms {
+        progress.line(format!(
+            "  alarm     {} on FailedOperatorCalls of {} (evaluated here from the functions' EMF lines)",
+            alarm.name, alarm.operator
+        ));
+    }
+    progress.line(format!(
+        "  operate   eval \"$(lifeboat local env)\"; lifeboat status   ·   lifeboat local alarm {} ALARM",
+        state.alarms.first().map_or("NAME", |a| a.name.as_str())
+    ));
+    progress.line(format!(
+        "  customers {:.1} searches/s, 1 in 10 goes on to a cart; state file {}",
+        config.rate,
+        config.state_file.display()
+    ));
+    match config.outage {
+        Some(outage) => progress.line(format!(
+            "  outage    {} for {:.0} s, {:.0} s from now",
+            config.mode.as_str(),
+            outage.as_secs_f64(),
+            config.outage_after.as_secs_f64()
+        )),
+        None => progress.line("  outage    none scripted (--outage 60s); Ctrl-C stops everything"),
+    }
+}
+
+/// The run after start-up: the outage script and the observer.
+async fn watch_run(
+    gateway: &LocalGateway,
+    config: &LocalConfig,
+    traffic: &Traffic,
+    progress: &Progress,
+    started: Instant,
+    report: &mut LocalReport,
+) -> Result<(), LocalError> {
+    let ready = started.elapsed();
+    let started_wall = Utc::now() - ready;
+    let outage_at = config.outage.map(|_| ready + config.outage_after);
+    let outage_end = config.outage.map(|o| ready + config.outage_after + o);
+    let mut seen = Seen::default();
+    let mut last_traffic = (started.elapsed(), TrafficCounts::default());
+    let operator = &config.operator;
+    loop {
+        let now = started.elapsed();
+        let m = &mut report.milestones;
+        if let Some(begin) = outage_at
+            && now >= begin
+            && m.outage_began.is_none()
+        {
+            gateway
+                .set_operator_mode(Some(config.mode.as_str()))
+                .await
+                .map_err(LocalError::Operator)?;
+            m.outage_began = Some(started.elapsed());
+            progress.line(format!(
+                "{} operator {operator}: {} (outage begins)",
+                at(started.elapsed()),
+                config.mode.as_str()
+            ));
+        }
+        if let Some(end) = outage_end
+            && now >= end
+            && m.outage_ended.is_none()
+        {
+            gateway
+                .set_operator_mode(None)
+                .await
+                .map_err(LocalError::Operator)?;
+            m.outage_ended = Some(started.elapsed());
+            progress.line(format!(
+                "{} operator {operator}: healthy (outage ends)",
+                at(started.elapsed())
+            ));
+        }
+        observe(
+            gateway,
+            operator,
+            progress,
+            started,
+            started_wall,
+            &mut seen,
+            m,
+        )
+        .await;
+        if now.saturating_sub(last_traffic.0) >= Duration::from_secs(10) {
+            let counts = traffic.counts();
+            progress.line(format!(
+                "{} customers, last 10 s: {}",
+                at(now),
+                counts.since(&last_traffic.1).summary()
+            ));
+            last_traffic = (now, counts);
+        }
+        progress.status(status_line(&seen, m, now));
+        if config.exit_after_recovery
+            && let Some(end) = m.outage_ended
+        {
+            if m.opened.is_some() && m.recovered() {
+                return Ok(());
+            }
+            if now.saturating_sub(end) > config.recovery_limit {
+                return Err(LocalError::NoRecovery {
+                    limit: config.recovery_limit,
+                    missing: m.missing(),
+                });
+            }
+        }
+        tokio::time::sleep(config.poll_every).await;
+    }
+}
+
+fn status_line(seen: &Seen, m: &Milestones, now: Duration) -> String {
+    let breaker = seen.breaker.map_or("unknown".to_owned(), |(s, v)| {
+        format!("{} v{v}", s.as_str())
+    });
+    let sale = seen.sale.map_or("on_sale", sale_str);
+    let phase = match (m.outage_began, m.outage_ended) {
+        (Some(_), None) => "outage",
+        (Some(_), Some(_)) => "after the outage",
+        _ => "healthy",
+    };
+    format!(
+        "{phase} · breaker {breaker} · stream → {} · {sale} · {:.0} s",
+        seen.mapping.as_deref().unwrap_or("?"),
+        now.as_secs_f64()
+    )
+}
+
+/// Read the breaker, the mapping, the sale status and the alarm; print what
+/// changed and note the milestones.
+#[allow(clippy::too_many_arguments)]
+async fn observe(
+    gateway: &LocalGateway,
+    operator: &OperatorId,
+    progress: &Progress,
+    started: Instant,
+    started_wall: DateTime<Utc>,
+    seen: &mut Seen,
+    m: &mut Milestones,
+) {
+    let after_outage = m.outage_ended.is_some();
+    if let Some(alarm) = gateway.alarm() {
+        let stats = alarm.stats();
+        for sent in stats.transitions.iter().skip(seen.alarm_transitions) {
+            let t = &sent.transition;
+            // When the alarm changed, not when it was seen here: the switch
+            // may have opened the breaker before the delivery returned.
+            if t.current.value == lifeboat_local::alarm::AlarmState::Alarm && m.alarm.is_none() {
+                let since_start = (t.current.timestamp - started_wall)
+                    .to_std()
+                    .unwrap_or_default();
+                m.alarm = Some(since_start.min(started.elapsed()));
+            }
+            progress.line(format!(
+                "{} alarm {}: {} → {}{} ({})",
+                at(started.elapsed()),
+                alarm.rule().name,
+                t.previous.value,
+                t.current.value,
+                if sent.delivered {
+                    ""
+                } else {
+                    ", NOT delivered to the switch"
+                },
+                t.current.reason
+            ));
+        }
+        seen.alarm_transitions = stats.transitions.len();
+    }
+    match gateway.breaker_store().load(operator).await {
+        Ok(Some(b)) => {
+            if seen.breaker != Some((b.state, b.version)) {
+                let now = started.elapsed();
+                progress.line(format!(
+                    "{} breaker {operator}: {} → {} (v{}: {})",
+                    at(now),
+                    seen.breaker.map_or("closed", |(s, _)| s.as_str()),
+                    b.state.as_str(),
+                    b.version,
+                    b.reason
+                ));
+                if b.state == BreakerState::Open && m.opened.is_none() {
+                    m.opened = Some(now);
+                    m.open_reason = Some(b.reason.clone());
+                }
+                seen.breaker = Some((b.state, b.version));
+            }
+            if after_outage
+                && b.state == BreakerState::Closed
+                && m.closed.is_none()
+                && m.opened.is_some()
+            {
+                m.closed = Some(started.elapsed());
+            }
+        }
+        Ok(None) => {}
+        Err(e) => read_error(progress, seen, "breaker", &e.to_string()),
+    }
+    match gateway.mapping_function().await {
+        Ok(function) => {
+            if seen.mapping.as_deref() != Some(function.as_str()) {
+                let now = started.elapsed();
+                if seen.mapping.is_some() {
+                    progress.line(format!("{} Requests stream → {function}", at(now)));
+                }
+                if function == FALLBACK_CONSUMER && m.mapping_fallback.is_none() {
+                    m.mapping_fallback = Some(now);
+                }
+                seen.mapping = Some(function.clone());
+            }
+            if after_outage
+                && function == REAL_CONSUMER
+                && m.mapping_real.is_none()
+                && m.mapping_fallback.is_some()
+            {
+                m.mapping_real = Some(started.elapsed());
+            }
+        }
+        Err(e) => read_error(progress, seen, "mapping", &e.to_string()),
+    }
+    let sale = match gateway.sale_status_store() {
+        Ok(store) => store.load(operator).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match sale {
+        Ok(record) => {
+            let status = record.map_or(SaleStatus::OnSale, |r| r.applied_status);
+            if seen.sale != Some(status) {
+                let now = started.elapsed();
+                if seen.sale.is_some() || status != SaleStatus::OnSale {
+                    progress.line(format!("{} sale {operator}: {}", at(now), sale_str(status)));
+                }
+                if status == SaleStatus::OffSale && m.off_sale.is_none() {
+                    m.off_sale = Some(now);
+                }
+                seen.sale = Some(status);
+            }
+            if after_outage
+                && status == SaleStatus::OnSale
+                && m.on_sale.is_none()
+                && m.off_sale.is_some()
+            {
+                m.on_sale = Some(started.elapsed());
+            }
+        }
+        Err(e) => read_error(progress, seen, "sale status", &e),
+    }
+}
+
+fn sale_str(status: SaleStatus) -> &'static str {
+    match status {
+        SaleStatus::OnSale => "on_sale",
+        SaleStatus::OffSale => "off_sale",
+    }
+}
+
+fn read_error(progress: &Progress, seen: &mut Seen, what: &str, error: &str) {
+    seen.read_errors += 1;
+    // The first and then every 40th (10 s at the default pace).
+    if seen.read_errors % 40 == 1 {
+        progress.line(format!("cannot read the {what}: {error}"));
+    }
+}
+
+fn print_summary(progress: &Progress, report: &LocalReport) {
+    let m = &report.milestones;
+    progress.line("summary");
+    if m.outage_began.is_some() {
+        progress.line(format!(
+            "  outage → breaker open {} ({})",
+            after(m.opened, m.outage_began),
+            m.open_reason.as_deref().unwrap_or("never opened")
+        ));
+        progress.line(format!(
+            "  outage → alarm ALARM  {}",
+            after(m.alarm, m.outage_began)
+        ));
+        progress.line(format!(
+            "  open → stream on fallback-consumer {}",
+            after(m.mapping_fallback, m.opened)
+        ));
+        progress.line(format!("  open → off sale {}", after(m.off_sale, m.opened)));
+        progress.line(format!(
+            "  operator back → closed {}, stream on real-consumer {}, on sale {}",
+            after(m.closed, m.outage_ended),
+            after(m.mapping_real, m.outage_ended),
+            after(m.on_sale, m.outage_ended)
+        ));
+    }
+    progress.line(format!("  customers: {}", report.traffic.summary()));
+    progress.line(format!(
+        "  alarm transitions sent to the circuit switch: {}",
+        report.alarm_transitions
+    ));
+}

@@ -1,0 +1,159 @@
+//! `lifeboat local` end to end: the same `run` the command calls, on moto,
+//! the six functions under `cargo lambda watch` and the simulated operator,
+//! in real time.
+//!
+//! Build the functions first, as tools/test does (`CARGO_TARGET_DIR=target/lambda-watch
+//! cargo build --bin real-consumer --bin fallback-consumer --bin circuit-switch
+//! --bin search --bin cart --bin offsale-listener`), or the first start
+//! waits for that build.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lifeboat_cli::local::state::LocalState;
+use lifeboat_cli::local::{LOCAL_SETTINGS, LocalConfig, LocalReport, run};
+use lifeboat_cli::progress::Progress;
+use lifeboat_core::OperatorId;
+use lifeboat_local::alarm::AlarmState;
+
+/// Start-up may have to build the functions if they were not built first.
+const LIMIT: Duration = Duration::from_secs(900);
+
+fn config(name: &str) -> LocalConfig {
+    let mut config = LocalConfig::new(OperatorId::new("nordic").unwrap());
+    config.outage = Some(Duration::from_secs(20));
+    config.outage_after = Duration::from_secs(8);
+    config.exit_after_recovery = true;
+    config.recovery_limit = Duration::from_secs(120);
+    config.state_file = state_file(name);
+    config
+}
+
+fn state_file(name: &str) -> PathBuf {
+    std::env::temp_dir()
+        .join(format!("lifeboat-local-test-{}", std::process::id()))
+        .join(format!("{name}.json"))
+}
+
+fn secs(d: Option<Duration>) -> f64 {
+    d.map_or(f64::NAN, |d| d.as_secs_f64())
+}
+
+fn print(lines: &[String], report: &LocalReport) {
+    for line in lines {
+        eprintln!("{line}");
+    }
+    eprintln!("{report:?}");
+}
+
+fn has(lines: &[String], text: &str) -> bool {
+    lines.iter().any(|l| l.contains(text))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lifeboat_local_rides_out_an_outage() {
+    let config = config("outage");
+    let path = config.state_file.clone();
+    let (progress, lines) = Progress::memory();
+    let report = tokio::time::timeout(LIMIT, run(config, &progress))
+        .await
+        .expect("the run ends")
+        .expect("the suite recovers");
+    let lines = lines.lock().unwrap().clone();
+    print(&lines, &report);
+
+    let m = &report.milestones;
+    let detection = secs(m.opened) - secs(m.outage_began);
+    // The design's 10 s target is held by tests/gateway_e2e.rs under heavier
+    // load; here fewer questions miss the cache, so fewer calls time out.
+    assert!(
+        detection <= 15.0,
+        "open within 15 s of the outage: {detection}"
+    );
+    assert!(secs(m.mapping_fallback) - secs(m.opened) <= 5.0);
+    assert!(secs(m.off_sale) - secs(m.opened) <= 5.0);
+    assert!(m.closed.is_some() && m.mapping_real.is_some() && m.on_sale.is_some());
+    for text in [
+        "lifeboat local: up in",
+        "operator nordic: hang (outage begins)",
+        "breaker nordic: closed → open",
+        "Requests stream → fallback-consumer",
+        "sale nordic: off_sale",
+        "operator nordic: healthy (outage ends)",
+        "Requests stream → real-consumer",
+        "sale nordic: on_sale",
+        "outage → breaker open",
+    ] {
+        assert!(has(&lines, text), "printed {text:?}");
+    }
+    let t = &report.traffic;
+    assert!(t.searches >= 40, "{t:?}");
+    assert!(t.last_good > 0, "answers from the last good data: {t:?}");
+    assert_eq!(t.errors, 0, "no search failed outright: {t:?}");
+    assert!(!path.exists(), "the state file is removed at the end");
+}
+
+/// With our own detector made blind, the errors alarm (evaluated on the
+/// functions' EMF lines) opens the breaker; `lifeboat local alarm` reaches
+/// the same switch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
+    let mut config = config("alarm");
+    config.outage = Some(Duration::from_secs(30));
+    config.operator_settings = LOCAL_SETTINGS.replace(
+        r#""breaker""#,
+        r#""window":{"min_calls":100000,"consecutive_timeouts":100000},"breaker""#,
+    );
+    let path = config.state_file.clone();
+    let (progress, lines) = Progress::memory();
+    let run = tokio::spawn(async move { run(config, &progress).await });
+
+    // While the suite runs, before the outage: the alarm's state by hand
+    // reaches the switch (OK while closed changes nothing).
+    let state = tokio::time::timeout(LIMIT, async {
+        loop {
+            if let Ok(state) = LocalState::read(&path) {
+                return state;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the suite starts");
+    let forced = state
+        .force_alarm("lifeboat-nordic-errors", AlarmState::Ok, "a drill")
+        .await
+        .expect("the switch takes the alarm's event");
+    assert_eq!(forced.current.value, AlarmState::Ok);
+    assert!(
+        state
+            .force_alarm("lifeboat-baltic-errors", AlarmState::Alarm, "x")
+            .await
+            .is_err()
+    );
+
+    let report = tokio::time::timeout(LIMIT, run)
+        .await
+        .expect("the run ends")
+        .expect("the run task")
+        .expect("the suite recovers");
+    let lines = lines.lock().unwrap().clone();
+    print(&lines, &report);
+    let m = &report.milestones;
+    let reason = m.open_reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("lifeboat-nordic-errors"),
+        "opened by the alarm: {reason}"
+    );
+    assert!(m.alarm.is_some() && m.alarm <= m.opened, "{m:?}");
+    let detection = secs(m.opened) - secs(m.outage_began);
+    // The first timeouts (3 s), two whole 10 s periods after a partial one,
+    // and the 2 s grace.
+    assert!(
+        detection <= 40.0,
+        "two 10 s periods and the grace: {detection}"
+    );
+    assert!(has(&lines, "alarm lifeboat-nordic-errors: OK → ALARM"));
+    assert!(report.alarm_transitions >= 2, "{report:?}");
+}
