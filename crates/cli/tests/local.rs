@@ -20,6 +20,10 @@ use lifeboat_local::alarm::AlarmState;
 /// Start-up may have to build the functions if they were not built first.
 const LIMIT: Duration = Duration::from_secs(900);
 
+/// One suite at a time: two at once on a small machine would make each
+/// other's timings (detection, recovery) meaningless.
+static ONE_SUITE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn config(name: &str) -> LocalConfig {
     let mut config = LocalConfig::new(OperatorId::new("nordic").unwrap());
     config.outage = Some(Duration::from_secs(20));
@@ -53,6 +57,7 @@ fn has(lines: &[String], text: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lifeboat_local_rides_out_an_outage() {
+    let _suite = ONE_SUITE.lock().await;
     let config = config("outage");
     let path = config.state_file.clone();
     let (progress, lines) = Progress::memory();
@@ -99,6 +104,7 @@ async fn lifeboat_local_rides_out_an_outage() {
 /// the same switch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
+    let _suite = ONE_SUITE.lock().await;
     let mut config = config("alarm");
     config.outage = Some(Duration::from_secs(30));
     config.operator_settings = LOCAL_SETTINGS.replace(
@@ -107,7 +113,7 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
     );
     let path = config.state_file.clone();
     let (progress, lines) = Progress::memory();
-    let run = tokio::spawn(async move { run(config, &progress).await });
+    let mut run = tokio::spawn(async move { run(config, &progress).await });
 
     // While the suite runs, before the outage: the alarm's state by hand
     // reaches the switch (OK while closed changes nothing).
@@ -115,6 +121,10 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
         loop {
             if let Ok(state) = LocalState::read(&path) {
                 return state;
+            }
+            if run.is_finished() {
+                let ended = (&mut run).await;
+                panic!("the run ended before the suite was up: {ended:?}");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

@@ -838,9 +838,13 @@ pub fn moto_launcher() -> Result<PathBuf, GatewayError> {
         quoted(&python.display().to_string()),
         quoted(MOTO_WITHOUT_STREAM_DELIVERY)
     );
+    // Unique per call: two suites started at once in one process (two tests
+    // of one binary) must not rename each other's temporary file away.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let temp = dir.join(format!(
-        "moto-server-without-stream-delivery.{}.tmp",
-        std::process::id()
+        "moto-server-without-stream-delivery.{}.{}.tmp",
+        std::process::id(),
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir)
         .and_then(|()| std::fs::write(&temp, script))

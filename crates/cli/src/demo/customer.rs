@@ -17,8 +17,8 @@ use super::{Phase, Script};
 
 pub(crate) const OPERATOR: &str = "nordic";
 
-/// The routes customers search.
-const ROUTES: [(&str, &str); 8] = [
+/// The routes customers search (also `lifeboat local`'s customers).
+pub(crate) const ROUTES: [(&str, &str); 8] = [
     ("HEL", "TLL"),
     ("TLL", "HEL"),
     ("HEL", "STO"),

@@ -11,7 +11,7 @@
 //! to payment. Every figure of the report is counted from what the handlers
 //! answered and what the stores hold, never taken from the script.
 
-mod customer;
+pub(crate) mod customer;
 pub mod report;
 mod suite;
 

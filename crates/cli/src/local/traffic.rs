@@ -12,17 +12,8 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-/// The routes customers search.
-const ROUTES: [(&str, &str); 8] = [
-    ("HEL", "TLL"),
-    ("TLL", "HEL"),
-    ("HEL", "STO"),
-    ("STO", "HEL"),
-    ("TKU", "STO"),
-    ("STO", "RIX"),
-    ("RIX", "STO"),
-    ("HEL", "MHQ"),
-];
+use crate::demo::customer::ROUTES;
+
 /// Travel dates: from tomorrow, this many days. With 8 routes and 1 or 2
 /// passengers that is 48 questions, so most are asked again while their
 /// last answer is still cached, as on a busy marketplace.
