@@ -53,9 +53,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use lifeboat_core::OperatorId;
 use lifeboat_local::gateway::{
-    CART, CIRCUIT_SWITCH, CustomerOptions, FALLBACK_CONSUMER, GatewayNames, GatewayResources,
+    CART, CIRCUIT_SWITCH, CustomerOptions, FALLBACK_CONSUMER, GatewayNames, GatewayOptions,
     OFFSALE_LISTENER, REAL_CONSUMER, SEARCH, create_customer_resources, create_resources,
-    moto_launcher, template,
+    function_env, moto_launcher,
 };
 use lifeboat_local::moto::{MotoServer, REGION};
 use lifeboat_local::pump::{TickerConfig, schedule_event};
@@ -130,7 +130,11 @@ async fn main() -> Result<(), BoxError> {
     resources.customer = Some(create_customer_resources(&sdk, &names).await?);
     let operator = OperatorId::new("nordic")?;
     let sim = SimServer::start_with(operator.clone(), SimConfig::default(), 0).await?;
-    let env = function_env(&moto, &resources, operator.as_str(), &sim.base_url())?;
+    // Every function's environment exactly as `LocalGateway` gives it with
+    // the customer half and the template's settings.
+    let mut options = GatewayOptions::new(operator.clone());
+    options.customer = Some(CustomerOptions::default());
+    let env = function_env(&moto, &resources, &options, &sim.base_url());
 
     println!("under cargo lambda watch (dev binaries in target/lambda-watch), one instance each:");
     println!(
@@ -213,62 +217,6 @@ async fn main() -> Result<(), BoxError> {
     sim.shutdown().await;
     moto.stop().await;
     Ok(())
-}
-
-/// The environment of every function, as `LocalGateway` gives it with the
-/// customer half: AWS at moto, the resources, the operator, the template's
-/// settings.
-fn function_env(
-    moto: &MotoServer,
-    resources: &GatewayResources,
-    operator: &str,
-    operator_url: &str,
-) -> Result<Vec<(String, String)>, BoxError> {
-    let names = &resources.names;
-    let customer = resources
-        .customer
-        .as_ref()
-        .ok_or("the customer resources were not created")?;
-    let options = CustomerOptions::default();
-    Ok([
-        ("AWS_ENDPOINT_URL", moto.endpoint()),
-        ("AWS_REGION", REGION.to_owned()),
-        ("AWS_DEFAULT_REGION", REGION.to_owned()),
-        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
-        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
-        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
-        ("AWS_LAMBDA_LOG_LEVEL", "INFO".to_owned()),
-        ("REQUESTS_TABLE", names.requests_table.clone()),
-        ("BREAKER_TABLE", names.breaker_table.clone()),
-        ("CACHE_TABLE", names.cache_table.clone()),
-        ("EVENT_BUS_NAME", names.bus.clone()),
-        ("REQUESTS_MAPPING_UUID", resources.mapping_uuid.clone()),
-        ("REAL_CONSUMER_FUNCTION", REAL_CONSUMER.to_owned()),
-        ("FALLBACK_CONSUMER_FUNCTION", FALLBACK_CONSUMER.to_owned()),
-        ("OPERATOR_ENDPOINTS", format!("{operator}={operator_url}")),
-        ("OPERATORS", operator.to_owned()),
-        ("OPERATOR_SETTINGS", String::new()),
-        ("ALARM_OPERATORS", template::ALARM_OPERATORS.to_owned()),
-        ("CALL_CONCURRENCY", template::CALL_CONCURRENCY.to_string()),
-        ("CARTS_TABLE", names.carts_table.clone()),
-        ("SALE_STATUS_TABLE", names.sale_status_table.clone()),
-        ("SALE_STATUS_STORE", "dynamodb".to_owned()),
-        ("OFFSALE_QUEUE_URL", customer.offsale_queue.url.clone()),
-        ("SALE_SWITCH", "table".to_owned()),
-        ("CART_SETTINGS", options.cart_settings),
-        ("BREAKER_CACHE_MS", options.breaker_cache_ms.to_string()),
-        (
-            "SALE_RETRY_MAX_ATTEMPTS",
-            options.sale_retry_max_attempts.to_string(),
-        ),
-        (
-            "SALE_SWITCH_TIMEOUT_MS",
-            options.sale_switch_timeout_ms.to_string(),
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect())
 }
 
 /// The payload of a harmless invocation of `function`.

@@ -859,7 +859,7 @@ pub fn moto_launcher() -> Result<PathBuf, GatewayError> {
 
 /// The environment of every function: AWS at moto, the resources, the
 /// operator, and the settings.
-fn function_env(
+pub fn function_env(
     moto: &MotoServer,
     resources: &GatewayResources,
     options: &GatewayOptions,
