@@ -152,6 +152,10 @@ struct BreakerArgs {
     /// CIRCUIT_SWITCH_FUNCTION].
     #[arg(long)]
     function: Option<String>,
+    /// Send the Invoke here instead of Lambda's endpoint: `lifeboat local`
+    /// serves the functions apart from moto (`lifeboat local env` sets it).
+    #[arg(long, env = "LIFEBOAT_INVOKE_ENDPOINT_URL")]
+    invoke_endpoint: Option<String>,
     /// Print the switch's report as JSON, as it answered.
     #[arg(long)]
     json: bool,
@@ -248,8 +252,16 @@ async fn breaker_command(command: SwitchCommand, args: BreakerArgs) -> ExitCode 
             return ExitCode::FAILURE;
         }
     };
-    let clients = Clients::load().await;
-    match breaker::invoke(&clients.lambda, &function, &command).await {
+    let sdk = lifeboat_aws::clients::load_sdk_config().await;
+    let lambda = match args.invoke_endpoint.as_deref().map(str::trim) {
+        Some(endpoint) if !endpoint.is_empty() => aws_sdk_lambda::Client::from_conf(
+            aws_sdk_lambda::config::Builder::from(&sdk)
+                .endpoint_url(endpoint)
+                .build(),
+        ),
+        _ => aws_sdk_lambda::Client::new(&sdk),
+    };
+    match breaker::invoke(&lambda, &function, &command).await {
         Ok(invoked) => {
             if args.json {
                 match serde_json::to_string_pretty(&invoked.answer) {

@@ -167,3 +167,190 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
     assert!(has(&lines, "alarm lifeboat-nordic-errors: OK → ALARM"));
     assert!(report.alarm_transitions >= 2, "{report:?}");
 }
+
+/// `lifeboat <args>` with the environment `lifeboat local env` exports.
+fn lifeboat(state: &LocalState, args: &[&str]) -> (bool, String, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lifeboat"));
+    command.args(args);
+    for line in state.env_script().lines() {
+        let (key, value) = line
+            .strip_prefix("export ")
+            .and_then(|l| l.split_once('='))
+            .unwrap();
+        let value = value
+            .strip_prefix('\'')
+            .and_then(|v| v.strip_suffix('\''))
+            .unwrap_or(value)
+            .replace(r"'\''", "'");
+        command.env(key, value);
+    }
+    let out = command.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A moto_server and a `cargo lambda watch` that run before `lifeboat
+/// local` and after it: the first run creates the resources and writes the
+/// functions' environment for the watch (started here the way the README
+/// says, with `--env-file`), `lifeboat breaker` and `lifeboat status` work
+/// on it with the environment `lifeboat local env` prints, a second run
+/// finds everything in place, and a run whose environment would differ is
+/// refused while the watch runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lifeboat_local_uses_a_running_moto_and_watch() {
+    use lifeboat_local::gateway::{Attach, AttachWatch};
+    use lifeboat_local::moto::MotoServer;
+    use lifeboat_local::net::free_port;
+    use lifeboat_local::watch::Watch;
+
+    let _suite = ONE_SUITE.lock().await;
+    let moto = MotoServer::start().await.unwrap();
+    let watch_port = free_port().unwrap();
+    let env_file = state_file("attach").with_file_name("attach-functions.env");
+    let _ = std::fs::remove_file(&env_file);
+    let mut config = config("attach");
+    config.outage = None;
+    config.exit_after_recovery = false;
+    config.run_for = Some(Duration::from_secs(20));
+    config.attach = Attach {
+        moto: Some(moto.moto_endpoint()),
+        watch: Some(AttachWatch {
+            endpoint: format!("http://127.0.0.1:{watch_port}"),
+            log: None,
+            env_file: env_file.clone(),
+            wait: LIMIT,
+        }),
+        aws_port: free_port().unwrap(),
+        operator_port: free_port().unwrap(),
+    };
+    let path = config.state_file.clone();
+    let (progress, lines) = Progress::memory();
+    let first = config.clone();
+    let mut running = tokio::spawn(async move { run(first, &progress).await });
+
+    // The run waits for the watch; it is started from the file it wrote.
+    let watch = tokio::time::timeout(LIMIT, async {
+        while !env_file.exists() {
+            assert!(!running.is_finished(), "the run waits for the watch");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Watch::for_workspace()
+            .port(watch_port)
+            .env_file(&env_file)
+            .concurrency(4)
+            .start()
+            .await
+            .unwrap()
+    })
+    .await
+    .expect("the environment is written");
+    let state = tokio::time::timeout(LIMIT, async {
+        loop {
+            if let Ok(state) = LocalState::read(&path) {
+                return state;
+            }
+            if running.is_finished() {
+                let ended = (&mut running).await;
+                panic!("the run ended before the suite was up: {ended:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the suite starts");
+    assert_eq!(
+        state.invoke_endpoint,
+        format!("http://127.0.0.1:{watch_port}")
+    );
+
+    // The operator commands on the local suite.
+    let (ok, out, err) = lifeboat(
+        &state,
+        &[
+            "breaker",
+            "force-open",
+            "--operator",
+            "nordic",
+            "--reason",
+            "drill on the local suite",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("forced_open"), "{out}");
+    let (ok, out, err) = lifeboat(&state, &["status", "--json"]);
+    assert!(ok, "{out}{err}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["stream"]["target"], "fallback", "{status}");
+    assert_eq!(
+        status["operators"][0]["breaker"]["state"], "forced_open",
+        "{status}"
+    );
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !has(&lines.lock().unwrap(), "drill on the local suite") {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the run prints the command's reason");
+    let (ok, out, err) = lifeboat(
+        &state,
+        &[
+            "breaker",
+            "release",
+            "--operator",
+            "nordic",
+            "--reason",
+            "drill over",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+
+    let report = tokio::time::timeout(LIMIT, running)
+        .await
+        .expect("the run ends")
+        .expect("the run task")
+        .expect("the run");
+    let lines = lines.lock().unwrap().clone();
+    print(&lines, &report);
+    assert!(has(&lines, "(moto, already running)"));
+    assert!(has(&lines, "(cargo lambda watch, already running)"));
+    assert!(has(&lines, "alarm     not evaluated"));
+
+    // Both servers outlive the run; a second one finds everything in place
+    // and evaluates the alarm from the watch's log.
+    assert!(
+        lifeboat_local::net::wait_for_port(watch_port, Duration::ZERO)
+            .await
+            .is_ok()
+    );
+    let mut second = config.clone();
+    second.run_for = Some(Duration::from_secs(3));
+    if let Some(w) = second.attach.watch.as_mut() {
+        w.log = watch.log_path().map(ToOwned::to_owned);
+        w.wait = Duration::from_secs(5);
+    }
+    let (progress, lines) = Progress::memory();
+    let report = tokio::time::timeout(LIMIT, run(second.clone(), &progress))
+        .await
+        .expect("the second run ends")
+        .expect("the second run attaches at once");
+    let lines = lines.lock().unwrap().clone();
+    print(&lines, &report);
+    assert!(has(&lines, "alarm     lifeboat-nordic-errors"));
+
+    // Another operator port would give the functions another environment.
+    let mut third = second;
+    third.attach.operator_port = free_port().unwrap();
+    let (progress, _) = Progress::memory();
+    let e = run(third, &progress).await.unwrap_err();
+    assert!(
+        e.to_string().contains("OPERATOR_ENDPOINTS") && e.to_string().contains("restart it"),
+        "{e}"
+    );
+
+    watch.stop().await;
+    moto.stop().await;
+}

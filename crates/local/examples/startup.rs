@@ -156,10 +156,7 @@ async fn main() -> Result<(), BoxError> {
         for _ in 0..2 {
             let started = Instant::now();
             if let Err(e) = invoke_under_watch(&watch, &http, function).await {
-                watch_result = Err(format!(
-                    "{function}: {e}; log {}",
-                    watch.log_path().display()
-                ));
+                watch_result = Err(format!("{function}: {e}; log {}", watch.log_hint()));
                 break;
             }
             times.push(started.elapsed());

@@ -452,6 +452,18 @@ impl LogTail {
         }
     }
 
+    /// Follow `path` from its current end (from its start if it is not
+    /// there yet).
+    pub fn from_end(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        let offset = std::fs::metadata(&path).map_or(0, |m| m.len());
+        Self {
+            path,
+            offset,
+            partial: Vec::new(),
+        }
+    }
+
     /// The complete lines written since the last call (a file not there yet
     /// has none; a file that shrank is read again from its start).
     pub fn read_lines(&mut self) -> std::io::Result<Vec<String>> {
@@ -510,6 +522,9 @@ pub struct AlarmConfig {
     pub every: Duration,
     /// How long after a period ends it is evaluated.
     pub grace: Duration,
+    /// Read only what is written from now on: the log of a watch that ran
+    /// before holds metrics of earlier runs.
+    pub from_end: bool,
 }
 
 impl AlarmConfig {
@@ -520,6 +535,7 @@ impl AlarmConfig {
             function: function.into(),
             every: Duration::from_secs(1),
             grace: Duration::from_secs(2),
+            from_end: false,
         }
     }
 }
@@ -644,7 +660,11 @@ async fn run(
     shared: Arc<Mutex<Shared>>,
     mut stop: StopSignal,
 ) {
-    let mut tail = LogTail::new(&config.log);
+    let mut tail = if config.from_end {
+        LogTail::from_end(&config.log)
+    } else {
+        LogTail::new(&config.log)
+    };
     loop {
         let lines = tail.read_lines().unwrap_or_else(|e| {
             tracing::warn!(log = %config.log.display(), error = %e, "cannot read the functions' log");
@@ -861,6 +881,14 @@ mod tests {
             vec!["new"],
             "a shorter file starts again"
         );
+        std::fs::write(&path, "earlier run\n").unwrap();
+        let mut tail = LogTail::from_end(&path);
+        assert!(
+            tail.read_lines().unwrap().is_empty(),
+            "what was there is skipped"
+        );
+        std::fs::write(&path, "earlier run\nthis run\n").unwrap();
+        assert_eq!(tail.read_lines().unwrap(), vec!["this run"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

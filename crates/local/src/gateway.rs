@@ -58,6 +58,7 @@
 //! the function an API Gateway HTTP API (payload 2.0) event with the path
 //! and query as given.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -194,6 +195,18 @@ pub enum GatewayError {
     NoCustomer,
     #[error("LifeboatHttpApi has no route for {0:?}")]
     NoRoute(String),
+    #[error("the functions' environment has {key}, which cannot be written to an env file: {why}")]
+    EnvFile { key: String, why: String },
+    #[error("cannot write the functions' environment to {file}: {source}")]
+    EnvFileWrite {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the functions' environment changed ({keys}) while cargo lambda watch runs with the old one: \
+         restart it with --env-file {file} (keep --moto, --aws-port and --operator-port the same between runs to avoid this)"
+    )]
+    EnvChanged { file: PathBuf, keys: String },
     #[error("{method} {url}: {source}")]
     Api {
         method: String,
@@ -288,6 +301,44 @@ pub struct GatewayOptions {
     /// functions' metrics and mapped to the operator in `ALARM_OPERATORS`.
     /// `None`: no alarm, the breaker opens by the failure window alone.
     pub alarm: Option<String>,
+    /// Servers to use instead of starting them, and fixed ports.
+    pub attach: Attach,
+}
+
+/// Servers the suite uses instead of starting its own, and the ports of
+/// what it starts that the functions call. The default starts everything
+/// on free ports.
+///
+/// A watch that runs before the suite starts must have been given the
+/// functions' environment, so that environment must not change from one
+/// run to the next: with [`Attach::watch`], keep `moto`, `aws_port` and
+/// `operator_port` the same between runs. The resources the suite creates
+/// in an attached moto are left there when it stops, and the next run uses
+/// them again (the Requests stream's mapping keeps its UUID).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attach {
+    /// A moto_server already running (`http://127.0.0.1:5000`).
+    pub moto: Option<String>,
+    /// A `cargo lambda watch` of this workspace already running.
+    pub watch: Option<AttachWatch>,
+    /// The loopback port of the proxy in front of moto, the
+    /// `AWS_ENDPOINT_URL` of the functions (0: a free one).
+    pub aws_port: u16,
+    /// The simulated operator's loopback port (0: a free one).
+    pub operator_port: u16,
+}
+
+/// A running `cargo lambda watch` to invoke the functions on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachWatch {
+    /// Its Invoke API (`http://127.0.0.1:9000`).
+    pub endpoint: String,
+    /// Where its output goes, for the errors alarm; `None`: no alarm.
+    pub log: Option<PathBuf>,
+    /// Where the functions' environment is written, for its `--env-file`.
+    pub env_file: PathBuf,
+    /// How long to wait for it to listen.
+    pub wait: Duration,
 }
 
 /// How to run the customer half: settings of search, cart and the off-sale
@@ -336,6 +387,7 @@ impl GatewayOptions {
             stream_tap: None,
             customer: None,
             alarm: Some(format!("lifeboat-{operator}-errors")),
+            attach: Attach::default(),
             operator,
         }
     }
@@ -425,7 +477,11 @@ impl LocalGateway {
     /// Start everything; see the module docs.
     pub async fn start(options: GatewayOptions) -> Result<Self, GatewayError> {
         let started = Instant::now();
-        let moto = MotoServer::start_program(&moto_launcher()?).await?;
+        let attach = &options.attach;
+        let moto = match &attach.moto {
+            Some(endpoint) => MotoServer::attach(endpoint, attach.aws_port).await?,
+            None => MotoServer::start_program_with(&moto_launcher()?, attach.aws_port).await?,
+        };
         let sdk = moto.sdk_config().await;
         let mut resources = create_resources(&sdk, &options.names).await?;
         if options.customer.is_some() {
@@ -433,16 +489,25 @@ impl LocalGateway {
         }
         let moto_and_resources = started.elapsed();
 
-        let operator = SimServer::start_with(options.operator.clone(), options.sim.clone(), 0)
-            .await
-            .map_err(GatewayError::Operator)?;
+        let operator = SimServer::start_with(
+            options.operator.clone(),
+            options.sim.clone(),
+            attach.operator_port,
+        )
+        .await
+        .map_err(GatewayError::Operator)?;
         let env = function_env(&moto, &resources, &options, &operator.base_url());
         let watch_started = Instant::now();
-        let watch = Watch::for_workspace()
-            .envs(env.iter().cloned())
-            .concurrency(options.concurrency)
-            .start()
-            .await?;
+        let watch = match &attach.watch {
+            Some(running) => attach_watch(running, &env, options.invoke_timeout).await?,
+            None => {
+                Watch::for_workspace()
+                    .envs(env.iter().cloned())
+                    .concurrency(options.concurrency)
+                    .start()
+                    .await?
+            }
+        };
         let watch_time = watch_started.elapsed();
 
         let warm_started = Instant::now();
@@ -485,16 +550,19 @@ impl LocalGateway {
             }
             _ => None,
         };
-        let alarm = options.alarm.as_ref().map(|name| {
-            LocalAlarm::start(
-                invoker.clone(),
-                AlarmConfig::new(
+        let alarm = options
+            .alarm
+            .as_ref()
+            .zip(watch.log_path())
+            .map(|(name, log)| {
+                let mut config = AlarmConfig::new(
                     AlarmRule::errors_alarm(name, options.operator.as_str()),
-                    watch.log_path(),
+                    log,
                     CIRCUIT_SWITCH,
-                ),
-            )
-        });
+                );
+                config.from_end = watch.is_attached();
+                LocalAlarm::start(invoker.clone(), config)
+            });
         let ticker = Ticker::start(
             invoker,
             TickerConfig::new(
@@ -924,6 +992,84 @@ pub fn function_env(
     env
 }
 
+/// The functions' environment as a file for cargo-lambda's `--env-file`:
+/// `KEY='value'` lines, single-quoted so JSON settings and `$` stay as they
+/// are.
+pub fn env_file_text(env: &[(String, String)]) -> Result<String, GatewayError> {
+    let mut text = String::from(
+        "# The environment of lifeboat's functions under `lifeboat local`, for\n\
+         # cargo lambda watch --env-file. Written by lifeboat local; do not edit.\n",
+    );
+    for (key, value) in env {
+        if value.contains(['\'', '\n']) {
+            return Err(GatewayError::EnvFile {
+                key: key.clone(),
+                why: "a quote or a line break cannot be written to an env file".to_owned(),
+            });
+        }
+        text.push_str(&format!("{key}='{value}'\n"));
+    }
+    Ok(text)
+}
+
+/// Write the functions' environment for the running watch and attach to it.
+/// A watch already running while the environment changed would run the
+/// functions against the wrong resources: that is refused.
+async fn attach_watch(
+    running: &AttachWatch,
+    env: &[(String, String)],
+    invoke_timeout: Duration,
+) -> Result<Watch, GatewayError> {
+    let text = env_file_text(env)?;
+    let port = crate::net::loopback_port(&running.endpoint).map_err(WatchError::from)?;
+    let listening = tokio::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port))
+        .await
+        .is_ok();
+    let before = std::fs::read_to_string(&running.env_file).ok();
+    if listening && before.as_deref().is_some_and(|b| b != text) {
+        return Err(GatewayError::EnvChanged {
+            file: running.env_file.clone(),
+            keys: changed_keys(before.as_deref().unwrap_or_default(), &text),
+        });
+    }
+    if before.as_deref() != Some(text.as_str()) {
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = running.env_file.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(&running.env_file, &text)
+        };
+        write().map_err(|source| GatewayError::EnvFileWrite {
+            file: running.env_file.clone(),
+            source,
+        })?;
+    }
+    Ok(Watch::attach(
+        &running.endpoint,
+        running.log.clone(),
+        running.wait,
+        invoke_timeout,
+    )
+    .await?)
+}
+
+/// The keys whose lines differ between two env files.
+fn changed_keys(before: &str, after: &str) -> String {
+    let lines = |text: &str| -> BTreeMap<String, String> {
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let (before, after) = (lines(before), lines(after));
+    let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Invoke each function once with a harmless payload, so `cargo lambda
 /// watch` starts it (`cargo run`, a build if it is not built) now.
 async fn warm_up(watch: &Watch) -> Result<(), GatewayError> {
@@ -943,7 +1089,7 @@ async fn warm_up(watch: &Watch) -> Result<(), GatewayError> {
             .await
             .map_err(|source| GatewayError::WarmUp {
                 function,
-                log: watch.log_path().display().to_string(),
+                log: watch.log_hint(),
                 source,
             })?;
     }
@@ -954,7 +1100,7 @@ async fn warm_up(watch: &Watch) -> Result<(), GatewayError> {
 /// with an HTTP request to a path they do not serve (their own 404 problem
 /// proves the function answered), the off-sale listener with an empty batch.
 async fn warm_up_customer(watch: &Watch) -> Result<(), GatewayError> {
-    let log = || watch.log_path().display().to_string();
+    let log = || watch.log_hint();
     // As long as the first invocation of the gateway functions may take.
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -1099,12 +1245,16 @@ fn resource_error(what: impl Into<String>, e: impl std::fmt::Display) -> Resourc
 }
 
 /// The Requests stream's mapping with every setting of the template's
-/// `RequestsStreamMapping`. Returns its UUID.
+/// `RequestsStreamMapping` (or the one already on the stream, as a moto the
+/// suite attached to keeps it). Returns its UUID.
 pub async fn create_requests_mapping(
     lambda: &aws_sdk_lambda::Client,
     stream_arn: &str,
     failed_queue_arn: &str,
 ) -> Result<String, ResourceError> {
+    if let Some(uuid) = resources::existing_mapping(lambda, stream_arn).await? {
+        return Ok(uuid);
+    }
     let what = "CreateEventSourceMapping RequestsStreamMapping";
     let filter = aws_sdk_lambda::types::FilterCriteria::builder()
         .filters(Filter::builder().pattern(template::FILTER_PATTERN).build())
@@ -1394,6 +1544,30 @@ mod tests {
         assert!(resource("RealConsumerFunction").contains("CallConcurrency"));
         assert!(TEMPLATE.contains(&format!("Default: {}", template::CALL_CONCURRENCY)));
         assert!(TEMPLATE.contains(&format!("Default: {}", template::ALARM_OPERATORS)));
+    }
+
+    #[test]
+    fn the_env_file_is_what_cargo_lambda_reads_back() {
+        let env = vec![
+            ("BREAKER_TABLE".to_owned(), "Breaker".to_owned()),
+            (
+                "OPERATOR_SETTINGS".to_owned(),
+                r#"{"default":{"cache":{"recent":20000}}}"#.to_owned(),
+            ),
+        ];
+        let text = env_file_text(&env).unwrap();
+        assert!(text.starts_with("# "), "{text}");
+        assert!(text.contains("BREAKER_TABLE='Breaker'\n"));
+        assert!(text.contains(r#"OPERATOR_SETTINGS='{"default":{"cache":{"recent":20000}}}'"#));
+        let quoted = vec![("CART_SETTINGS".to_owned(), "it's".to_owned())];
+        let e = env_file_text(&quoted).unwrap_err();
+        assert!(e.to_string().contains("CART_SETTINGS"), "{e}");
+
+        let mut other = env.clone();
+        other[1].1 = "{}".to_owned();
+        other.push(("NEW".to_owned(), "1".to_owned()));
+        let changed = changed_keys(&text, &env_file_text(&other).unwrap());
+        assert_eq!(changed, "NEW, OPERATOR_SETTINGS");
     }
 
     #[test]

@@ -84,8 +84,12 @@ pub enum MotoError {
         detail: String,
         log: String,
     },
-    #[error("cannot start the proxy in front of moto_server: {0}")]
-    Proxy(#[source] std::io::Error),
+    #[error("cannot listen on 127.0.0.1:{port} for the proxy in front of moto_server: {source}")]
+    ProxyPort { port: u16, source: std::io::Error },
+    #[error("{0}")]
+    Endpoint(#[from] crate::net::EndpointError),
+    #[error("no moto_server answers at {endpoint}: {detail}")]
+    NotRunning { endpoint: String, detail: String },
 }
 
 /// The workspace this crate belongs to (`crates/local/../..`).
@@ -170,9 +174,15 @@ impl MotoServer {
     /// Start this moto_server executable. A port taken between choosing and
     /// binding it makes moto exit; that is retried on another port.
     pub async fn start_program(program: &Path) -> Result<Self, MotoError> {
+        Self::start_program_with(program, 0).await
+    }
+
+    /// [`start_program`](Self::start_program), with the serializing proxy
+    /// clients use on loopback `proxy_port` (0: a free one).
+    pub async fn start_program_with(program: &Path, proxy_port: u16) -> Result<Self, MotoError> {
         let mut last = None;
         for _ in 0..3 {
-            match Self::start_once(program).await {
+            match Self::start_once(program, proxy_port).await {
                 Err(e @ MotoError::Exited { .. }) => last = Some(e),
                 other => return other,
             }
@@ -180,7 +190,7 @@ impl MotoServer {
         Err(last.unwrap_or(MotoError::NotFound))
     }
 
-    async fn start_once(program: &Path) -> Result<Self, MotoError> {
+    async fn start_once(program: &Path, proxy_port: u16) -> Result<Self, MotoError> {
         let port = free_port().map_err(MotoError::Port)?;
         let log = log_path(port);
         let output = std::fs::create_dir_all(log.parent().unwrap_or(Path::new(".")))
@@ -210,11 +220,45 @@ impl MotoServer {
         };
         server.wait_ready().await?;
         server.proxy = Some(
-            SerialProxy::start(server.moto_endpoint())
+            SerialProxy::start(server.moto_endpoint(), proxy_port)
                 .await
-                .map_err(MotoError::Proxy)?,
+                .map_err(|source| MotoError::ProxyPort {
+                    port: proxy_port,
+                    source,
+                })?,
         );
         Ok(server)
+    }
+
+    /// Use the moto_server already running at `endpoint`
+    /// (`http://127.0.0.1:5000`), behind a serializing proxy on loopback
+    /// `proxy_port` (0: a free one). Nothing is started but the proxy, and
+    /// [`stop`](Self::stop) leaves the server running.
+    pub async fn attach(endpoint: &str, proxy_port: u16) -> Result<Self, MotoError> {
+        let endpoint = endpoint.trim_end_matches('/');
+        let port = crate::net::loopback_port(endpoint)?;
+        let mut server = MotoServer {
+            child: None,
+            port,
+            log: None,
+            proxy: None,
+        };
+        server.wait_ready().await?;
+        server.proxy = Some(
+            SerialProxy::start(server.moto_endpoint(), proxy_port)
+                .await
+                .map_err(|source| MotoError::ProxyPort {
+                    port: proxy_port,
+                    source,
+                })?,
+        );
+        Ok(server)
+    }
+
+    /// Whether this process started the server (and [`stop`](Self::stop)
+    /// stops it).
+    pub fn is_attached(&self) -> bool {
+        self.child.is_none()
     }
 
     /// Wait until moto listens and its API answers, or it exits.
@@ -225,19 +269,25 @@ impl MotoServer {
             detail,
             log: log_tail(log),
         };
-        let Some(child) = self.child.as_mut() else {
-            return Err(not_ready("not started".into(), None));
-        };
-        tokio::select! {
-            listening = wait_for_port(port, READY_LIMIT) => {
-                listening.map_err(|e| not_ready(e.to_string(), self.log.as_deref()))?;
-            }
-            status = child.wait() => {
-                return Err(match status {
-                    Ok(status) => MotoError::Exited { status, log: log_tail(self.log.as_deref()) },
-                    Err(e) => not_ready(e.to_string(), self.log.as_deref()),
-                });
-            }
+        match self.child.as_mut() {
+            Some(child) => tokio::select! {
+                listening = wait_for_port(port, READY_LIMIT) => {
+                    listening.map_err(|e| not_ready(e.to_string(), self.log.as_deref()))?;
+                }
+                status = child.wait() => {
+                    return Err(match status {
+                        Ok(status) => MotoError::Exited { status, log: log_tail(self.log.as_deref()) },
+                        Err(e) => not_ready(e.to_string(), self.log.as_deref()),
+                    });
+                }
+            },
+            // Attached: it runs already, or it is not there at all.
+            None => wait_for_port(port, Duration::from_secs(2))
+                .await
+                .map_err(|e| MotoError::NotRunning {
+                    endpoint: self.moto_endpoint(),
+                    detail: e.to_string(),
+                })?,
         }
         let http = reqwest::Client::builder()
             .no_proxy()
@@ -252,9 +302,13 @@ impl MotoServer {
                 Ok(response) => format!("GET {url} answered {}", response.status()),
                 Err(e) => format!("GET {url}: {e}"),
             };
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
+            let Some(child) = self.child.as_mut() else {
+                return Err(MotoError::NotRunning {
+                    endpoint: self.moto_endpoint(),
+                    detail,
+                });
+            };
+            if let Ok(Some(status)) = child.try_wait() {
                 return Err(MotoError::Exited {
                     status,
                     log: log_tail(self.log.as_deref()),

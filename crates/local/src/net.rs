@@ -27,3 +27,52 @@ pub async fn wait_for_port(port: u16, limit: Duration) -> std::io::Result<()> {
         }
     }
 }
+
+/// An endpoint of a server to attach to that is not on this machine's
+/// loopback.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{endpoint:?} is not a loopback endpoint: give http://127.0.0.1:PORT (or http://localhost:PORT) of a server on this machine"
+)]
+pub struct EndpointError {
+    pub endpoint: String,
+}
+
+/// The port of `http://127.0.0.1:PORT` (or `localhost`), the only endpoints
+/// the local suite attaches to: everything it starts listens on 127.0.0.1.
+pub fn loopback_port(endpoint: &str) -> Result<u16, EndpointError> {
+    let bad = || EndpointError {
+        endpoint: endpoint.to_owned(),
+    };
+    let url = reqwest::Url::parse(endpoint).map_err(|_| bad())?;
+    let loopback = matches!(url.host_str(), Some("127.0.0.1" | "localhost"));
+    let bare = matches!(url.path(), "" | "/") && url.query().is_none();
+    if url.scheme() != "http" || !loopback || !bare {
+        return Err(bad());
+    }
+    url.port().ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_http_endpoints_with_a_port_are_attached_to() {
+        assert_eq!(loopback_port("http://127.0.0.1:5000"), Ok(5000));
+        assert_eq!(loopback_port("http://localhost:9000/"), Ok(9000));
+        for bad in [
+            "http://10.0.0.2:5000",
+            "https://127.0.0.1:5000",
+            "http://127.0.0.1",
+            "127.0.0.1:5000",
+            "http://127.0.0.1:5000/moto-api",
+        ] {
+            let e = loopback_port(bad).unwrap_err();
+            assert!(
+                e.to_string().contains("not a loopback endpoint"),
+                "{bad}: {e}"
+            );
+        }
+    }
+}

@@ -163,6 +163,13 @@ pub enum WatchError {
     },
     #[error("cannot build the invoke client: {0}")]
     Client(#[source] reqwest::Error),
+    #[error("{0}")]
+    Endpoint(#[from] crate::net::EndpointError),
+    #[error("no cargo lambda watch listens at {endpoint}: {source}")]
+    NotRunning {
+        endpoint: String,
+        source: std::io::Error,
+    },
     #[error("invoking {function} failed: {source}")]
     Invoke {
         function: String,
@@ -232,9 +239,24 @@ pub struct WatchBuilder {
     concurrency: u32,
     listen_limit: Duration,
     invoke_timeout: Duration,
+    port: Option<u16>,
+    env_file: Option<PathBuf>,
 }
 
 impl WatchBuilder {
+    /// Serve the Invoke API on this loopback port instead of a free one.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
+    /// Give the functions the variables of this file too (cargo-lambda's
+    /// `--env-file`, KEY=VALUE lines).
+    pub fn env_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.env_file = Some(path.into());
+        self
+    }
+
     /// Where `cargo run` builds the functions (`CARGO_TARGET_DIR` of the
     /// watch process; default [`watch_target_dir`]). An explicit
     /// `CARGO_TARGET_DIR` given with [`env`](Self::env) wins.
@@ -313,7 +335,10 @@ impl WatchBuilder {
         program: &Program,
         http: reqwest::Client,
     ) -> Result<Watch, WatchError> {
-        let port = free_port().map_err(WatchError::Port)?;
+        let port = match self.port {
+            Some(port) => port,
+            None => free_port().map_err(WatchError::Port)?,
+        };
         let log = log_dir(&self.root).join(format!("watch-{port}.log"));
         let open_log = |path: &Path| {
             std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
@@ -342,6 +367,11 @@ impl WatchBuilder {
             .arg(port.to_string())
             .arg("--concurrency")
             .arg(self.concurrency.to_string())
+            .args(
+                self.env_file
+                    .iter()
+                    .flat_map(|file| [OsString::from("--env-file"), file.as_os_str().to_owned()]),
+            )
             .current_dir(&self.root)
             .env("CARGO_TARGET_DIR", &self.target_dir)
             .envs(&self.env)
@@ -369,15 +399,12 @@ impl WatchBuilder {
             child: Some(child),
             pid,
             port,
-            log,
+            log: Some(log.clone()),
             http,
         };
         if let Err(source) = listening {
             watch.kill_now();
-            return Err(WatchError::NotListening {
-                log: watch.log.clone(),
-                source,
-            });
+            return Err(WatchError::NotListening { log, source });
         }
         Ok(watch)
     }
@@ -389,7 +416,9 @@ pub struct Watch {
     child: Option<Child>,
     pid: Option<u32>,
     port: u16,
-    log: PathBuf,
+    /// Where its output goes: known when this process started it, or when
+    /// the one attached to was said to write there.
+    log: Option<PathBuf>,
     http: reqwest::Client,
 }
 
@@ -405,6 +434,8 @@ impl Watch {
             concurrency: 1,
             listen_limit: Duration::from_secs(30),
             invoke_timeout: Duration::from_secs(600),
+            port: None,
+            env_file: None,
         }
     }
 
@@ -438,9 +469,54 @@ impl Watch {
         )
     }
 
-    /// Where cargo-lambda's and the functions' output goes.
-    pub fn log_path(&self) -> &Path {
-        &self.log
+    /// Where cargo-lambda's and the functions' output goes, if known (a
+    /// watch this process did not start writes where its starter said).
+    pub fn log_path(&self) -> Option<&Path> {
+        self.log.as_deref()
+    }
+
+    /// Where to look for its output, for messages.
+    pub fn log_hint(&self) -> String {
+        self.log.as_ref().map_or_else(
+            || "wherever the running watch writes".to_owned(),
+            |p| p.display().to_string(),
+        )
+    }
+
+    /// Use the `cargo lambda watch` already serving at `endpoint`
+    /// (`http://127.0.0.1:9000`), waiting up to `wait` for it to listen;
+    /// `log` is where its output goes, if known. [`stop`](Self::stop) and
+    /// dropping leave it running.
+    pub async fn attach(
+        endpoint: &str,
+        log: Option<PathBuf>,
+        wait: Duration,
+        invoke_timeout: Duration,
+    ) -> Result<Self, WatchError> {
+        let port = crate::net::loopback_port(endpoint)?;
+        wait_for_port(port, wait)
+            .await
+            .map_err(|source| WatchError::NotRunning {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(invoke_timeout)
+            .build()
+            .map_err(WatchError::Client)?;
+        Ok(Self {
+            child: None,
+            pid: None,
+            port,
+            log,
+            http,
+        })
+    }
+
+    /// Whether this process started the watch (and stopping it stops it).
+    pub fn is_attached(&self) -> bool {
+        self.child.is_none()
     }
 
     /// Invoke a function synchronously and return its JSON answer.

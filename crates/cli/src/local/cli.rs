@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use lifeboat_core::OperatorId;
 use lifeboat_local::alarm::AlarmState;
+use lifeboat_local::gateway::{Attach, AttachWatch};
 use lifeboat_operator::OutageMode;
 
 use super::state::{self, LocalState};
@@ -48,7 +49,48 @@ pub struct LocalArgs {
     /// target/lifeboat-local/local.json in the workspace].
     #[arg(long)]
     pub state_file: Option<PathBuf>,
+    /// Use this running moto_server (http://127.0.0.1:PORT) instead of
+    /// starting one. The suite's resources are created in it if missing,
+    /// used again if there, and left there at the end.
+    #[arg(long, value_name = "URL")]
+    pub moto: Option<String>,
+    /// Use this running `cargo lambda watch` (http://127.0.0.1:PORT) of the
+    /// workspace, started with the functions' environment (its --env-file
+    /// is written by this command, see --env-file); waits up to
+    /// --watch-wait for it to listen. Needs --moto: the functions'
+    /// environment names the resources in it, so it must outlive a run.
+    #[arg(long, value_name = "URL", requires = "moto")]
+    pub watch: Option<String>,
+    /// Where the running watch's output goes, for the errors alarm (read
+    /// from its end); without it the alarm is not evaluated.
+    #[arg(long, requires = "watch", value_name = "FILE")]
+    pub watch_log: Option<PathBuf>,
+    /// How long to wait for the running watch to listen.
+    #[arg(long, default_value = "10m", requires = "watch", value_parser = parse_duration)]
+    pub watch_wait: Duration,
+    /// Where the functions' environment is written for the running watch
+    /// [default: functions.env beside the state file].
+    #[arg(long, requires = "watch", value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
+    /// The port of the proxy in front of moto that the functions call
+    /// [default: a free one; 9571 with --watch, whose functions keep it].
+    #[arg(long)]
+    pub aws_port: Option<u16>,
+    /// The simulated operator's port [default: a free one; 9572 with
+    /// --watch].
+    #[arg(long)]
+    pub operator_port: Option<u16>,
+    /// End the run this long after the suite is up (e.g. 5m) and stop what
+    /// it started.
+    #[arg(long, value_parser = parse_duration)]
+    pub run_for: Option<Duration>,
 }
+
+/// The proxy port the functions call when they run in a watch started
+/// beforehand: their environment must be the same on every run.
+pub const ATTACHED_AWS_PORT: u16 = 9571;
+/// The simulated operator's port in the same case.
+pub const ATTACHED_OPERATOR_PORT: u16 = 9572;
 
 #[derive(Debug, Subcommand)]
 pub enum LocalAction {
@@ -108,6 +150,32 @@ fn parse_mode(s: &str) -> Result<OutageMode, String> {
     serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
         format!("unknown outage mode {s:?}: use hang, refuse, server_error, slow or garbage")
     })
+}
+
+/// What to attach to, from the flags.
+#[allow(clippy::too_many_arguments)]
+fn attach(
+    moto: Option<String>,
+    watch: Option<String>,
+    watch_log: Option<PathBuf>,
+    watch_wait: Duration,
+    env_file: Option<PathBuf>,
+    aws_port: Option<u16>,
+    operator_port: Option<u16>,
+    state_file: &std::path::Path,
+) -> Attach {
+    let fixed = watch.is_some();
+    Attach {
+        moto,
+        watch: watch.map(|endpoint| AttachWatch {
+            endpoint,
+            log: watch_log,
+            env_file: env_file.unwrap_or_else(|| state::env_file_beside(state_file)),
+            wait: watch_wait,
+        }),
+        aws_port: aws_port.unwrap_or(if fixed { ATTACHED_AWS_PORT } else { 0 }),
+        operator_port: operator_port.unwrap_or(if fixed { ATTACHED_OPERATOR_PORT } else { 0 }),
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
@@ -182,12 +250,23 @@ pub fn main(args: LocalArgs) -> ExitCode {
             config.rate = args.rate;
             config.exit_after_recovery = args.exit_after_recovery;
             config.concurrency = args.concurrency;
+            config.run_for = args.run_for;
             if let Some(settings) = args.settings {
                 config.operator_settings = settings;
             }
             if let Some(path) = args.state_file {
                 config.state_file = path;
             }
+            config.attach = attach(
+                args.moto,
+                args.watch,
+                args.watch_log,
+                args.watch_wait,
+                args.env_file,
+                args.aws_port,
+                args.operator_port,
+                &config.state_file,
+            );
             let progress = Progress::for_terminal();
             match runtime.block_on(run(config, &progress)) {
                 Ok(_) => ExitCode::SUCCESS,
@@ -220,5 +299,55 @@ mod tests {
         );
         assert!(parse_rate("0").is_err());
         assert_eq!(parse_rate("2.5"), Ok(2.5));
+    }
+
+    #[test]
+    fn a_running_watch_gets_fixed_ports_and_the_env_file_beside_the_state() {
+        let state = std::path::Path::new("/tmp/suite/local.json");
+        let started = attach(None, None, None, Duration::ZERO, None, None, None, state);
+        assert_eq!(started, Attach::default(), "everything started, free ports");
+
+        let running = attach(
+            Some("http://127.0.0.1:5000".into()),
+            Some("http://127.0.0.1:9000".into()),
+            None,
+            Duration::from_secs(60),
+            None,
+            None,
+            Some(7000),
+            state,
+        );
+        assert_eq!(running.aws_port, ATTACHED_AWS_PORT);
+        assert_eq!(running.operator_port, 7000);
+        let watch = running.watch.unwrap();
+        assert_eq!(
+            watch.env_file,
+            std::path::Path::new("/tmp/suite/functions.env")
+        );
+        assert_eq!(watch.log, None);
+    }
+
+    #[test]
+    fn a_running_watch_needs_a_running_moto() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            local: LocalArgs,
+        }
+        let e = Cli::try_parse_from(["lifeboat", "--watch", "http://127.0.0.1:9000"])
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("--moto"), "{e}");
+        assert!(
+            Cli::try_parse_from([
+                "lifeboat",
+                "--watch",
+                "http://127.0.0.1:9000",
+                "--moto",
+                "http://127.0.0.1:5000"
+            ])
+            .is_ok()
+        );
     }
 }

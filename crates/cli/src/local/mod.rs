@@ -32,7 +32,8 @@ use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::BreakerStore;
 use lifeboat_core::sale::SaleStatusStore;
 use lifeboat_local::gateway::{
-    CustomerOptions, FALLBACK_CONSUMER, GatewayError, GatewayOptions, LocalGateway, REAL_CONSUMER,
+    Attach, CustomerOptions, FALLBACK_CONSUMER, GatewayError, GatewayOptions, LocalGateway,
+    REAL_CONSUMER,
 };
 use lifeboat_operator::OutageMode;
 
@@ -68,6 +69,10 @@ pub struct LocalConfig {
     /// How often the breaker, the mapping and the sale status are read.
     pub poll_every: Duration,
     pub seed: u64,
+    /// Running servers to use, and fixed ports.
+    pub attach: Attach,
+    /// End the run this long after the suite is up (Ctrl-C ends it before).
+    pub run_for: Option<Duration>,
 }
 
 impl LocalConfig {
@@ -86,6 +91,8 @@ impl LocalConfig {
             tick_every: Duration::from_secs(1),
             poll_every: Duration::from_millis(250),
             seed: 7,
+            attach: Attach::default(),
+            run_for: None,
         }
     }
 }
@@ -180,10 +187,9 @@ fn after(later: Option<Duration>, earlier: Option<Duration>) -> String {
 /// Run the suite until Ctrl-C (or recovery with `exit_after_recovery`).
 pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport, LocalError> {
     let started = Instant::now();
-    progress.step(
-        "starting moto_server, the simulated operator and six functions under cargo lambda watch (a first run builds them)",
-    );
+    progress.step(starting_step(&config.attach));
     let mut options = GatewayOptions::new(config.operator.clone());
+    options.attach = config.attach.clone();
     options.customer = Some(CustomerOptions::default());
     options.operator_settings = config.operator_settings.clone();
     options.concurrency = config.concurrency;
@@ -202,6 +208,7 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     let startup = gateway.startup_times();
     let mut report = LocalReport::default();
     report.milestones.ready = Some(started.elapsed());
+    let up = Instant::now();
     print_endpoints(progress, &state, &config, startup.total);
 
     let traffic = Traffic::start(
@@ -221,8 +228,15 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
             progress.line(format!("{} interrupted (Ctrl-C)", at(started.elapsed())));
             Ok(())
         }
+        () = time_up(config.run_for, up) => {
+            progress.line(format!("{} the run's time is up", at(started.elapsed())));
+            Ok(())
+        }
     };
-    progress.step("stopping the customers, the functions, the operator and moto_server");
+    progress.step(match (&config.attach.moto, &config.attach.watch) {
+        (None, None) => "stopping the customers, the functions, the operator and moto_server",
+        _ => "stopping the customers, the operator and what else this run started (what it attached to keeps running)",
+    });
     report.traffic = traffic.stop().await;
     if let Some(alarm) = gateway.alarm() {
         report.alarm_transitions = alarm.stats().transitions.len();
@@ -237,6 +251,39 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     progress.finish();
     print_summary(progress, &report);
     outcome.map(|()| report)
+}
+
+/// Resolves `run_for` after `up`; never without one.
+async fn time_up(run_for: Option<Duration>, up: Instant) {
+    match run_for {
+        Some(limit) => tokio::time::sleep_until((up + limit).into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What start-up does, and for a running watch how to start it.
+fn starting_step(attach: &Attach) -> String {
+    let moto = match &attach.moto {
+        Some(endpoint) => format!("using moto_server at {endpoint}"),
+        None => "starting moto_server".to_owned(),
+    };
+    match &attach.watch {
+        None => format!(
+            "{moto}, starting the simulated operator and six functions under cargo lambda watch (a first run builds them)"
+        ),
+        Some(watch) => {
+            let port = watch.endpoint.rsplit(':').next().unwrap_or("9000");
+            let port = port.trim_end_matches('/');
+            format!(
+                "{moto}, starting the simulated operator, waiting up to {:.0} s for cargo lambda watch at {} \
+                 (if it is not running, start it in the workspace: cargo lambda watch --invoke-address 127.0.0.1 \
+                 --invoke-port {port} --env-file {} > watch.log 2>&1, and pass --watch-log watch.log for the alarm)",
+                watch.wait.as_secs_f64(),
+                watch.endpoint,
+                watch.env_file.display(),
+            )
+        }
+    }
 }
 
 fn print_endpoints(progress: &Progress, state: &LocalState, config: &LocalConfig, took: Duration) {
@@ -255,11 +302,28 @@ fn print_endpoints(progress: &Progress, state: &LocalState, config: &LocalConfig
         "  operator  {} (POST /_control/mode {{\"mode\": \"hang\"}} to break it)",
         state.operator_url
     ));
-    progress.line(format!("  AWS APIs  {} (moto)", state.moto_endpoint));
+    let running = |attached: bool| if attached { ", already running" } else { "" };
     progress.line(format!(
-        "  Invoke    {} (cargo lambda watch)",
-        state.invoke_endpoint
+        "  AWS APIs  {} (moto{})",
+        state.moto_endpoint,
+        running(config.attach.moto.is_some())
     ));
+    progress.line(format!(
+        "  Invoke    {} (cargo lambda watch{})",
+        state.invoke_endpoint,
+        running(config.attach.watch.is_some())
+    ));
+    if let Some(watch) = &config.attach.watch {
+        progress.line(format!(
+            "  env file  {} (the running watch's --env-file)",
+            watch.env_file.display()
+        ));
+        if watch.log.is_none() {
+            progress.line(
+                "  alarm     not evaluated: pass --watch-log with the file the running watch writes to",
+            );
+        }
+    }
     for alarm in &state.alarms {
         progress.line(format!(
             "  alarm     {} on FailedOperatorCalls of {} (evaluated here from the functions' EMF lines)",

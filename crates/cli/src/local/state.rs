@@ -22,6 +22,12 @@ pub fn default_path() -> PathBuf {
         .join("local.json")
 }
 
+/// Where the functions' environment goes for a watch started by hand:
+/// `functions.env` beside the state file.
+pub fn env_file_beside(state_file: &Path) -> PathBuf {
+    state_file.with_file_name("functions.env")
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error(
@@ -147,7 +153,7 @@ impl LocalState {
             "export CIRCUIT_SWITCH_FUNCTION={CIRCUIT_SWITCH}\n"
         ));
         out.push_str(&format!(
-            "export LIFEBOAT_LOCAL_INVOKE_ENDPOINT={}\n",
+            "export LIFEBOAT_INVOKE_ENDPOINT_URL={}\n",
             shell_quoted(&self.invoke_endpoint)
         ));
         out
@@ -259,6 +265,7 @@ mod tests {
         let script = state().env_script();
         assert!(script.contains(r#"export OPERATOR_SETTINGS='{"default":{"note":"it'\''s"}}'"#));
         assert!(script.contains("export CIRCUIT_SWITCH_FUNCTION=circuit-switch"));
+        assert!(script.contains("export LIFEBOAT_INVOKE_ENDPOINT_URL='http://127.0.0.1:2'"));
     }
 
     #[tokio::test]

@@ -7,7 +7,10 @@
 //! two stream consumers with the event source mapping between them.
 //!
 //! Meant for moto (see the module above), where nothing but the API exists:
-//! the functions have no code that runs and the queue needs no policy. The
+//! the functions have no code that runs and the queue needs no policy. What
+//! already exists under a name (a moto that outlives `lifeboat local` runs)
+//! is used as it is: tables, bus, role, functions, queues, rules and the
+//! stream's mapping. The
 //! end-to-end harness and the adapter tests build on [`Stack::create`] or the
 //! single steps.
 
@@ -15,7 +18,7 @@ use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    StreamSpecification, StreamViewType, TimeToLiveSpecification,
+    StreamSpecification, StreamViewType, TableDescription, TimeToLiveSpecification,
 };
 use aws_sdk_eventbridge::types::Target;
 use aws_sdk_lambda::primitives::Blob;
@@ -99,6 +102,41 @@ async fn enable_ttl(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<()
     Ok(())
 }
 
+/// Create the table `name` with `request` (and TTL on `expires_at` if
+/// `ttl`), or describe it if it exists: a moto the suite attached to keeps
+/// its tables, and their items, from one run to the next.
+async fn create_or_describe(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    request: aws_sdk_dynamodb::operation::create_table::builders::CreateTableFluentBuilder,
+    ttl: bool,
+) -> Result<TableDescription, ResourceError> {
+    match request.send().await {
+        Ok(output) => {
+            if ttl {
+                enable_ttl(client, name).await?;
+            }
+            output.table_description.ok_or_else(|| {
+                ResourceError::new(format!("CreateTable {name}"), "no table description")
+            })
+        }
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_in_use_exception()) =>
+        {
+            client
+                .describe_table()
+                .table_name(name)
+                .send()
+                .await
+                .map_err(|e| ResourceError::from_sdk(format!("DescribeTable {name}"), e))?
+                .table
+                .ok_or_else(|| ResourceError::new(format!("DescribeTable {name}"), "no table"))
+        }
+        Err(e) => Err(ResourceError::from_sdk(format!("CreateTable {name}"), e)),
+    }
+}
+
 /// The Requests table: `request_id` (S) key, stream NEW_AND_OLD_IMAGES, TTL
 /// on `expires_at`, on demand.
 pub async fn create_requests_table(
@@ -110,24 +148,18 @@ pub async fn create_requests_table(
         .stream_view_type(StreamViewType::NewAndOldImages)
         .build()
         .map_err(|e| ResourceError::from_sdk("stream specification", e))?;
-    let output = client
+    let request = client
         .create_table()
         .table_name(name)
         .attribute_definitions(string_attribute("request_id")?)
         .key_schema(key("request_id", KeyType::Hash)?)
         .billing_mode(BillingMode::PayPerRequest)
-        .stream_specification(stream)
-        .send()
-        .await
-        .map_err(|e| ResourceError::from_sdk(format!("CreateTable {name}"), e))?;
-    let description = output
-        .table_description
-        .ok_or_else(|| ResourceError::new(format!("CreateTable {name}"), "no table description"))?;
+        .stream_specification(stream);
+    let description = create_or_describe(client, name, request, true).await?;
     let arn = description.table_arn.unwrap_or_default();
     let stream_arn = description
         .latest_stream_arn
         .ok_or_else(|| ResourceError::new(format!("CreateTable {name}"), "no stream ARN"))?;
-    enable_ttl(client, name).await?;
     Ok(RequestsTable {
         name: name.to_owned(),
         arn,
@@ -141,21 +173,17 @@ pub async fn create_breaker_table(
     client: &aws_sdk_dynamodb::Client,
     name: &str,
 ) -> Result<String, ResourceError> {
-    let output = client
+    let request = client
         .create_table()
         .table_name(name)
         .attribute_definitions(string_attribute("operator")?)
         .attribute_definitions(string_attribute("item")?)
         .key_schema(key("operator", KeyType::Hash)?)
         .key_schema(key("item", KeyType::Range)?)
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .map_err(|e| ResourceError::from_sdk(format!("CreateTable {name}"), e))?;
-    enable_ttl(client, name).await?;
-    Ok(output
-        .table_description
-        .and_then(|d| d.table_arn)
+        .billing_mode(BillingMode::PayPerRequest);
+    Ok(create_or_describe(client, name, request, true)
+        .await?
+        .table_arn
         .unwrap_or_default())
 }
 
@@ -167,21 +195,15 @@ async fn create_keyed_table(
     key_name: &str,
     ttl: bool,
 ) -> Result<String, ResourceError> {
-    let output = client
+    let request = client
         .create_table()
         .table_name(name)
         .attribute_definitions(string_attribute(key_name)?)
         .key_schema(key(key_name, KeyType::Hash)?)
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .map_err(|e| ResourceError::from_sdk(format!("CreateTable {name}"), e))?;
-    if ttl {
-        enable_ttl(client, name).await?;
-    }
-    Ok(output
-        .table_description
-        .and_then(|d| d.table_arn)
+        .billing_mode(BillingMode::PayPerRequest);
+    Ok(create_or_describe(client, name, request, ttl)
+        .await?
+        .table_arn
         .unwrap_or_default())
 }
 
@@ -274,18 +296,29 @@ pub fn redrive_policy(dead_letter_arn: &str, max_receive_count: u32) -> String {
     .to_string()
 }
 
-/// A custom event bus. Returns its ARN.
+/// A custom event bus (an existing one of that name is reused). Returns its
+/// ARN.
 pub async fn create_event_bus(
     client: &aws_sdk_eventbridge::Client,
     name: &str,
 ) -> Result<String, ResourceError> {
-    let output = client
-        .create_event_bus()
-        .name(name)
-        .send()
-        .await
-        .map_err(|e| ResourceError::from_sdk(format!("CreateEventBus {name}"), e))?;
-    Ok(output.event_bus_arn.unwrap_or_default())
+    match client.create_event_bus().name(name).send().await {
+        Ok(output) => Ok(output.event_bus_arn.unwrap_or_default()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_already_exists_exception()) =>
+        {
+            Ok(client
+                .describe_event_bus()
+                .name(name)
+                .send()
+                .await
+                .map_err(|e| ResourceError::from_sdk(format!("DescribeEventBus {name}"), e))?
+                .arn
+                .unwrap_or_default())
+        }
+        Err(e) => Err(ResourceError::from_sdk(format!("CreateEventBus {name}"), e)),
+    }
 }
 
 /// An SQS queue that receives a bus's events through a rule.
@@ -396,13 +429,14 @@ pub async fn create_lambda_role(
 }
 
 /// A function with no code that runs (runtime provided.al2023), standing in
-/// for a consumer so a mapping can point at it. Returns its ARN.
+/// for a consumer so a mapping can point at it (an existing one of that name
+/// is reused). Returns its ARN.
 pub async fn create_stub_function(
     lambda: &aws_sdk_lambda::Client,
     name: &str,
     role_arn: &str,
 ) -> Result<String, ResourceError> {
-    let output = lambda
+    let created = lambda
         .create_function()
         .function_name(name)
         .runtime(Runtime::Providedal2023)
@@ -414,11 +448,44 @@ pub async fn create_stub_function(
                 .build(),
         )
         .send()
+        .await;
+    let arn = match created {
+        Ok(output) => output.function_arn,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_conflict_exception()) =>
+        {
+            lambda
+                .get_function()
+                .function_name(name)
+                .send()
+                .await
+                .map_err(|e| ResourceError::from_sdk(format!("GetFunction {name}"), e))?
+                .configuration
+                .and_then(|c| c.function_arn)
+        }
+        Err(e) => return Err(ResourceError::from_sdk(format!("CreateFunction {name}"), e)),
+    };
+    arn.ok_or_else(|| ResourceError::new(format!("CreateFunction {name}"), "no function ARN"))
+}
+
+/// The UUID of a mapping already reading `stream_arn`, if there is one: a
+/// moto the suite attached to keeps its mapping (and where it points) from
+/// one run to the next.
+pub async fn existing_mapping(
+    lambda: &aws_sdk_lambda::Client,
+    stream_arn: &str,
+) -> Result<Option<String>, ResourceError> {
+    Ok(lambda
+        .list_event_source_mappings()
+        .event_source_arn(stream_arn)
+        .send()
         .await
-        .map_err(|e| ResourceError::from_sdk(format!("CreateFunction {name}"), e))?;
-    output
-        .function_arn
-        .ok_or_else(|| ResourceError::new(format!("CreateFunction {name}"), "no function ARN"))
+        .map_err(|e| ResourceError::from_sdk("ListEventSourceMappings", e))?
+        .event_source_mappings
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|m| m.uuid))
 }
 
 /// The Requests stream's event source mapping, as in the template: from the

@@ -35,10 +35,10 @@ pub(super) struct SerialProxy {
 }
 
 impl SerialProxy {
-    /// Listen on a free loopback port and forward to `upstream`
+    /// Listen on loopback `port` (0: a free one) and forward to `upstream`
     /// (`http://127.0.0.1:PORT`).
-    pub(super) async fn start(upstream: String) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await?;
+    pub(super) async fn start(upstream: String, port: u16) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await?;
         let port = listener.local_addr()?.port();
         let http = reqwest::Client::builder()
             .no_proxy()
