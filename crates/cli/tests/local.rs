@@ -51,6 +51,28 @@ fn print(lines: &[String], report: &LocalReport) {
     eprintln!("{report:?}");
 }
 
+/// The state file of the suite `run` starts, once it is up; fails the test
+/// at once if the run ends first.
+async fn suite_up(
+    path: &std::path::Path,
+    run: &mut tokio::task::JoinHandle<Result<LocalReport, lifeboat_cli::local::LocalError>>,
+) -> LocalState {
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            if let Ok(state) = LocalState::read(path) {
+                return state;
+            }
+            if run.is_finished() {
+                let ended = run.await;
+                panic!("the run ended before the suite was up: {ended:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the suite starts")
+}
+
 fn has(lines: &[String], text: &str) -> bool {
     lines.iter().any(|l| l.contains(text))
 }
@@ -117,20 +139,7 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
 
     // While the suite runs, before the outage: the alarm's state by hand
     // reaches the switch (OK while closed changes nothing).
-    let state = tokio::time::timeout(LIMIT, async {
-        loop {
-            if let Ok(state) = LocalState::read(&path) {
-                return state;
-            }
-            if run.is_finished() {
-                let ended = (&mut run).await;
-                panic!("the run ended before the suite was up: {ended:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .expect("the suite starts");
+    let state = suite_up(&path, &mut run).await;
     let forced = state
         .force_alarm("lifeboat-nordic-errors", AlarmState::Ok, "a drill")
         .await
@@ -192,13 +201,15 @@ fn lifeboat(state: &LocalState, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// A moto_server and a `cargo lambda watch` that run before `lifeboat
-/// local` and after it: the first run creates the resources and writes the
-/// functions' environment for the watch (started here the way the README
-/// says, with `--env-file`), `lifeboat breaker` and `lifeboat status` work
-/// on it with the environment `lifeboat local env` prints, a second run
-/// finds everything in place, and a run whose environment would differ is
-/// refused while the watch runs.
+/// A moto_server (as `lifeboat local moto` runs it) and a `cargo lambda
+/// watch` that outlive `lifeboat local`: the first run creates the
+/// resources, writes the functions' environment and waits for the watch,
+/// started here with that `--env-file`; customers' requests reach the
+/// operator through the stream; `lifeboat breaker` and `lifeboat status`
+/// work on the suite with the environment `lifeboat local env` prints; a
+/// second run finds everything in place; a run whose environment would
+/// differ is refused while the watch runs; and a moto_server that empties
+/// its streams is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lifeboat_local_uses_a_running_moto_and_watch() {
     use lifeboat_local::gateway::{Attach, AttachWatch};
@@ -207,7 +218,8 @@ async fn lifeboat_local_uses_a_running_moto_and_watch() {
     use lifeboat_local::watch::Watch;
 
     let _suite = ONE_SUITE.lock().await;
-    let moto = MotoServer::start().await.unwrap();
+    let launcher = lifeboat_local::gateway::moto_launcher().unwrap();
+    let moto = MotoServer::start_program(&launcher).await.unwrap();
     let watch_port = free_port().unwrap();
     let env_file = state_file("attach").with_file_name("attach-functions.env");
     let _ = std::fs::remove_file(&env_file);
@@ -247,24 +259,27 @@ async fn lifeboat_local_uses_a_running_moto_and_watch() {
     })
     .await
     .expect("the environment is written");
-    let state = tokio::time::timeout(LIMIT, async {
+    let state = suite_up(&path, &mut running).await;
+    assert_eq!(
+        state.invoke_endpoint,
+        format!("http://127.0.0.1:{watch_port}")
+    );
+
+    // Requests go through the stream to the real consumer and the operator.
+    let stats = format!("{}/_control/stats", state.operator_url);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
         loop {
-            if let Ok(state) = LocalState::read(&path) {
-                return state;
-            }
-            if running.is_finished() {
-                let ended = (&mut running).await;
-                panic!("the run ended before the suite was up: {ended:?}");
+            let calls: serde_json::Value =
+                http.get(&stats).send().await.unwrap().json().await.unwrap();
+            if calls["total"].as_u64().unwrap_or(0) > 0 {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     })
     .await
-    .expect("the suite starts");
-    assert_eq!(
-        state.invoke_endpoint,
-        format!("http://127.0.0.1:{watch_port}")
-    );
+    .expect("the operator is called");
 
     // The operator commands on the local suite.
     let (ok, out, err) = lifeboat(
@@ -347,10 +362,22 @@ async fn lifeboat_local_uses_a_running_moto_and_watch() {
     let (progress, _) = Progress::memory();
     let e = run(third, &progress).await.unwrap_err();
     assert!(
-        e.to_string().contains("OPERATOR_ENDPOINTS") && e.to_string().contains("restart it"),
+        e.to_string().contains("(OPERATOR_ENDPOINTS)") && e.to_string().contains("stop it"),
         "{e}"
     );
 
     watch.stop().await;
     moto.stop().await;
+
+    // moto_server as installed delivers stream records itself and drops them.
+    let plain = MotoServer::start().await.unwrap();
+    let mut refused = config.clone();
+    refused.attach = Attach {
+        moto: Some(plain.moto_endpoint()),
+        ..Attach::default()
+    };
+    let (progress, _) = Progress::memory();
+    let e = run(refused, &progress).await.unwrap_err();
+    assert!(e.to_string().contains("lifeboat local moto"), "{e}");
+    plain.stop().await;
 }

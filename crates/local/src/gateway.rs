@@ -203,10 +203,19 @@ pub enum GatewayError {
         source: std::io::Error,
     },
     #[error(
-        "the functions' environment changed ({keys}) while cargo lambda watch runs with the old one: \
-         restart it with --env-file {file} (keep --moto, --aws-port and --operator-port the same between runs to avoid this)"
+        "cargo lambda watch at {endpoint} runs with another environment than this run's ({keys}): \
+         stop it, run this again (it writes {file} and waits), then start the watch with --env-file {file}; \
+         keep --moto, --aws-port, --operator-port and --settings the same between runs to avoid this"
     )]
-    EnvChanged { file: PathBuf, keys: String },
+    EnvChanged {
+        file: PathBuf,
+        endpoint: String,
+        keys: String,
+    },
+    #[error("the attached moto_server cannot serve the suite: {detail}")]
+    StreamProbe { detail: String },
+    #[error("cannot empty {queue} of what an earlier run left: {detail}")]
+    Purge { queue: String, detail: String },
     #[error("{method} {url}: {source}")]
     Api {
         method: String,
@@ -486,6 +495,10 @@ impl LocalGateway {
         let mut resources = create_resources(&sdk, &options.names).await?;
         if options.customer.is_some() {
             resources.customer = Some(create_customer_resources(&sdk, &options.names).await?);
+        }
+        if moto.is_attached() {
+            check_stream_keeps_records(&sdk, &resources).await?;
+            purge_queues(&sdk, &resources).await?;
         }
         let moto_and_resources = started.elapsed();
 
@@ -992,19 +1005,125 @@ pub fn function_env(
     env
 }
 
+/// moto as `moto_server` runs it delivers a table's stream records to the
+/// mapping's function itself and then empties the stream (see
+/// [`MOTO_WITHOUT_STREAM_DELIVERY`]): nothing would reach the pump. A moto
+/// the suite attaches to must be the launcher's (`lifeboat local moto`);
+/// this writes a probe item and reads it back from the stream.
+async fn check_stream_keeps_records(
+    sdk: &SdkConfig,
+    resources: &GatewayResources,
+) -> Result<(), GatewayError> {
+    let what = |detail: String| GatewayError::StreamProbe { detail };
+    let streams = aws_sdk_dynamodbstreams::Client::new(sdk);
+    let shards = streams
+        .describe_stream()
+        .stream_arn(&resources.stream_arn)
+        .send()
+        .await
+        .map_err(|e| what(aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string()))?
+        .stream_description
+        .and_then(|d| d.shards)
+        .unwrap_or_default();
+    let mut iterators = Vec::new();
+    for shard in shards.iter().filter_map(|s| s.shard_id()) {
+        let iterator = streams
+            .get_shard_iterator()
+            .stream_arn(&resources.stream_arn)
+            .shard_id(shard)
+            .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::Latest)
+            .send()
+            .await
+            .map_err(|e| what(aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string()))?
+            .shard_iterator;
+        iterators.extend(iterator);
+    }
+    let probe = format!("lifeboat-local-probe-{}", uuid::Uuid::new_v4());
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    let key = aws_sdk_dynamodb::types::AttributeValue::S(probe.clone());
+    dynamodb
+        .put_item()
+        .table_name(&resources.names.requests_table)
+        .item("request_id", key.clone())
+        .item(
+            "record_type",
+            aws_sdk_dynamodb::types::AttributeValue::S("probe".into()),
+        )
+        .send()
+        .await
+        .map_err(|e| what(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string()))?;
+    let mut found = false;
+    for iterator in iterators {
+        let records = streams
+            .get_records()
+            .shard_iterator(iterator)
+            .send()
+            .await
+            .map_err(|e| what(aws_sdk_dynamodbstreams::error::DisplayErrorContext(e).to_string()))?
+            .records
+            .unwrap_or_default();
+        found |= records.iter().any(|r| {
+            r.dynamodb()
+                .and_then(|d| d.keys())
+                .and_then(|k| k.get("request_id"))
+                .and_then(|v| v.as_s().ok())
+                == Some(&probe)
+        });
+    }
+    let _ = dynamodb
+        .delete_item()
+        .table_name(&resources.names.requests_table)
+        .key("request_id", key)
+        .send()
+        .await;
+    if found {
+        Ok(())
+    } else {
+        Err(what(
+            "a probe item written to the Requests table is not in its stream: this moto_server \
+             delivers stream records itself and drops them; start it with `lifeboat local moto`"
+                .to_owned(),
+        ))
+    }
+}
+
+/// Empty the queues the harness drains: what an earlier run left there (a
+/// Trip Requested, a sale change) belongs to that run.
+async fn purge_queues(sdk: &SdkConfig, resources: &GatewayResources) -> Result<(), GatewayError> {
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let mut queues = vec![resources.switch_queue.queue_url.clone()];
+    if let Some(customer) = &resources.customer {
+        queues.push(customer.offsale_queue.url.clone());
+    }
+    for url in queues {
+        sqs.purge_queue()
+            .queue_url(&url)
+            .send()
+            .await
+            .map_err(|e| GatewayError::Purge {
+                queue: url.clone(),
+                detail: aws_sdk_sqs::error::DisplayErrorContext(e).to_string(),
+            })?;
+    }
+    Ok(())
+}
+
 /// The functions' environment as a file for cargo-lambda's `--env-file`:
-/// `KEY='value'` lines, single-quoted so JSON settings and `$` stay as they
-/// are.
+/// `KEY='value'` lines. cargo-lambda's reader keeps what is between single
+/// quotes as it is (JSON settings, `$`) except `\n` and `\'`, so a value
+/// with a backslash, a quote or a line break is refused rather than
+/// changed on the way.
 pub fn env_file_text(env: &[(String, String)]) -> Result<String, GatewayError> {
     let mut text = String::from(
         "# The environment of lifeboat's functions under `lifeboat local`, for\n\
          # cargo lambda watch --env-file. Written by lifeboat local; do not edit.\n",
     );
     for (key, value) in env {
-        if value.contains(['\'', '\n']) {
+        if value.contains(['\'', '\n', '\\']) {
             return Err(GatewayError::EnvFile {
                 key: key.clone(),
-                why: "a quote or a line break cannot be written to an env file".to_owned(),
+                why: "a quote, a backslash or a line break would not reach the functions as it is"
+                    .to_owned(),
             });
         }
         text.push_str(&format!("{key}='{value}'\n"));
@@ -1013,7 +1132,7 @@ pub fn env_file_text(env: &[(String, String)]) -> Result<String, GatewayError> {
 }
 
 /// Write the functions' environment for the running watch and attach to it.
-/// A watch already running while the environment changed would run the
+/// A watch already running with another environment (or none) would run the
 /// functions against the wrong resources: that is refused.
 async fn attach_watch(
     running: &AttachWatch,
@@ -1025,19 +1144,25 @@ async fn attach_watch(
     let listening = tokio::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port))
         .await
         .is_ok();
-    let before = std::fs::read_to_string(&running.env_file).ok();
-    if listening && before.as_deref().is_some_and(|b| b != text) {
+    let before = std::fs::read_to_string(&running.env_file).unwrap_or_default();
+    let same = env_lines(&before) == env_lines(&text);
+    if listening && !same {
         return Err(GatewayError::EnvChanged {
             file: running.env_file.clone(),
-            keys: changed_keys(before.as_deref().unwrap_or_default(), &text),
+            endpoint: running.endpoint.clone(),
+            keys: changed_keys(&before, &text),
         });
     }
-    if before.as_deref() != Some(text.as_str()) {
+    if !same {
+        let temp = running
+            .env_file
+            .with_extension(format!("{}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
             if let Some(dir) = running.env_file.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            std::fs::write(&running.env_file, &text)
+            std::fs::write(&temp, &text)?;
+            std::fs::rename(&temp, &running.env_file)
         };
         write().map_err(|source| GatewayError::EnvFileWrite {
             file: running.env_file.clone(),
@@ -1053,15 +1178,21 @@ async fn attach_watch(
     .await?)
 }
 
+/// The KEY=value lines of an env file.
+fn env_lines(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+        .collect()
+}
+
 /// The keys whose lines differ between two env files.
 fn changed_keys(before: &str, after: &str) -> String {
-    let lines = |text: &str| -> BTreeMap<String, String> {
-        text.lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
-    };
-    let (before, after) = (lines(before), lines(after));
+    let (before, after) = (env_lines(before), env_lines(after));
+    if before.is_empty() {
+        return "no environment file was there".to_owned();
+    }
     let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     keys.into_iter()
         .filter(|k| before.get(*k) != after.get(*k))
@@ -1252,7 +1383,9 @@ pub async fn create_requests_mapping(
     stream_arn: &str,
     failed_queue_arn: &str,
 ) -> Result<String, ResourceError> {
-    if let Some(uuid) = resources::existing_mapping(lambda, stream_arn).await? {
+    if let Some(uuid) =
+        resources::existing_mapping(lambda, stream_arn, &[REAL_CONSUMER, FALLBACK_CONSUMER]).await?
+    {
         return Ok(uuid);
     }
     let what = "CreateEventSourceMapping RequestsStreamMapping";

@@ -212,22 +212,13 @@ impl MotoServer {
                 program: program.to_path_buf(),
                 source,
             })?;
-        let mut server = MotoServer {
+        let server = MotoServer {
             child: Some(child),
             port,
             log,
             proxy: None,
         };
-        server.wait_ready().await?;
-        server.proxy = Some(
-            SerialProxy::start(server.moto_endpoint(), proxy_port)
-                .await
-                .map_err(|source| MotoError::ProxyPort {
-                    port: proxy_port,
-                    source,
-                })?,
-        );
-        Ok(server)
+        server.ready_behind_proxy(proxy_port).await
     }
 
     /// Use the moto_server already running at `endpoint`
@@ -237,26 +228,32 @@ impl MotoServer {
     pub async fn attach(endpoint: &str, proxy_port: u16) -> Result<Self, MotoError> {
         let endpoint = endpoint.trim_end_matches('/');
         let port = crate::net::loopback_port(endpoint)?;
-        let mut server = MotoServer {
+        let server = MotoServer {
             child: None,
             port,
             log: None,
             proxy: None,
         };
-        server.wait_ready().await?;
-        server.proxy = Some(
-            SerialProxy::start(server.moto_endpoint(), proxy_port)
+        server.ready_behind_proxy(proxy_port).await
+    }
+
+    /// Once moto answers, put the serializing proxy in front of it on
+    /// loopback `proxy_port` (0: a free one).
+    async fn ready_behind_proxy(mut self, proxy_port: u16) -> Result<Self, MotoError> {
+        self.wait_ready().await?;
+        self.proxy = Some(
+            SerialProxy::start(self.moto_endpoint(), proxy_port)
                 .await
                 .map_err(|source| MotoError::ProxyPort {
                     port: proxy_port,
                     source,
                 })?,
         );
-        Ok(server)
+        Ok(self)
     }
 
-    /// Whether this process started the server (and [`stop`](Self::stop)
-    /// stops it).
+    /// Whether the server ran before this process attached to it
+    /// ([`stop`](Self::stop) and dropping leave it running).
     pub fn is_attached(&self) -> bool {
         self.child.is_none()
     }

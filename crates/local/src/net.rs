@@ -50,7 +50,7 @@ pub fn loopback_port(endpoint: &str) -> Result<u16, EndpointError> {
     if url.scheme() != "http" || !loopback || !bare {
         return Err(bad());
     }
-    url.port().ok_or_else(bad)
+    url.port_or_known_default().ok_or_else(bad)
 }
 
 #[cfg(test)]
@@ -61,10 +61,11 @@ mod tests {
     fn only_loopback_http_endpoints_with_a_port_are_attached_to() {
         assert_eq!(loopback_port("http://127.0.0.1:5000"), Ok(5000));
         assert_eq!(loopback_port("http://localhost:9000/"), Ok(9000));
+        assert_eq!(loopback_port("http://127.0.0.1"), Ok(80));
         for bad in [
             "http://10.0.0.2:5000",
             "https://127.0.0.1:5000",
-            "http://127.0.0.1",
+            "http://10.0.0.2",
             "127.0.0.1:5000",
             "http://127.0.0.1:5000/moto-api",
         ] {

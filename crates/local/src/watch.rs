@@ -142,7 +142,7 @@ pub fn workspace_root() -> PathBuf {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
-    #[error("no free loopback port for cargo lambda watch: {0}")]
+    #[error("no loopback port for cargo lambda watch: {0}")]
     Port(#[source] std::io::Error),
     #[error("cannot open the watch log {path}: {source}")]
     Log {
@@ -307,9 +307,9 @@ impl WatchBuilder {
         self
     }
 
-    /// Start `cargo lambda watch` and wait until it listens. A port taken
-    /// between choosing and binding it makes the process exit; that is
-    /// retried on another port.
+    /// Start `cargo lambda watch` and wait until it listens. A free port
+    /// taken between choosing and binding it makes the process exit; that
+    /// is retried on another port (a fixed [`port`](Self::port) is not).
     pub async fn start(self) -> Result<Watch, WatchError> {
         let program = self
             .program
@@ -320,6 +320,13 @@ impl WatchBuilder {
             .timeout(self.invoke_timeout)
             .build()
             .map_err(WatchError::Client)?;
+        if let Some(port) = self.port {
+            // A fixed port taken by something else would look like the
+            // watch listening: find out before starting.
+            std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
+                .map_err(WatchError::Port)?;
+            return self.start_once(&program, http).await;
+        }
         let mut last = None;
         for _ in 0..3 {
             match self.start_once(&program, http.clone()).await {
@@ -514,7 +521,8 @@ impl Watch {
         })
     }
 
-    /// Whether this process started the watch (and stopping it stops it).
+    /// Whether the watch ran before this process attached to it (stopping
+    /// and dropping leave it running).
     pub fn is_attached(&self) -> bool {
         self.child.is_none()
     }

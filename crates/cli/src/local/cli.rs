@@ -113,6 +113,13 @@ pub enum LocalAction {
         #[arg(long)]
         state_file: Option<PathBuf>,
     },
+    /// Run moto_server the way the suite needs it (stream records stay in
+    /// the stream for the pump) on 127.0.0.1:PORT, in the foreground, for
+    /// `lifeboat local --moto http://127.0.0.1:PORT`.
+    Moto {
+        #[arg(long, default_value_t = 5000)]
+        port: u16,
+    },
 }
 
 /// `60s`, `2m`, `1h`, `500ms`, or a number of seconds.
@@ -188,6 +195,32 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
+/// `lifeboat local moto`: become moto_server (as the suite's launcher runs
+/// it), so signals reach it directly.
+fn run_moto(port: u16) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+
+    let launcher = match lifeboat_local::gateway::moto_launcher() {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("lifeboat local moto: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "lifeboat local moto: moto_server on http://127.0.0.1:{port} (use it with --moto http://127.0.0.1:{port}; Ctrl-C stops it)"
+    );
+    let e = std::process::Command::new(&launcher)
+        .args(["-H", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .exec();
+    eprintln!(
+        "lifeboat local moto: cannot run {}: {e}",
+        launcher.display()
+    );
+    ExitCode::FAILURE
+}
+
 /// Run `lifeboat local …`.
 pub fn main(args: LocalArgs) -> ExitCode {
     let runtime = match runtime() {
@@ -229,6 +262,7 @@ pub fn main(args: LocalArgs) -> ExitCode {
                 }
             }
         }
+        Some(LocalAction::Moto { port }) => run_moto(port),
         Some(LocalAction::Env { state_file }) => {
             let path = state_file.unwrap_or_else(state::default_path);
             match LocalState::read(&path) {

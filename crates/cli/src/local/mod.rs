@@ -187,9 +187,11 @@ fn after(later: Option<Duration>, earlier: Option<Duration>) -> String {
 /// Run the suite until Ctrl-C (or recovery with `exit_after_recovery`).
 pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport, LocalError> {
     let started = Instant::now();
-    progress.step(starting_step(&config.attach));
+    LocalState::check_free(&config.state_file)?;
+    progress.step(starting_step(&config.attach, config.concurrency));
     let mut options = GatewayOptions::new(config.operator.clone());
     options.attach = config.attach.clone();
+    let alarm = options.alarm.clone();
     options.customer = Some(CustomerOptions::default());
     options.operator_settings = config.operator_settings.clone();
     options.concurrency = config.concurrency;
@@ -203,7 +205,7 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
             return Ok(LocalReport { interrupted: true, ..LocalReport::default() });
         }
     };
-    let state = LocalState::of(&gateway, &config.operator);
+    let state = LocalState::of(&gateway, &config.operator, alarm.as_deref());
     state.write(&config.state_file)?;
     let startup = gateway.startup_times();
     let mut report = LocalReport::default();
@@ -256,13 +258,16 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
 /// Resolves `run_for` after `up`; never without one.
 async fn time_up(run_for: Option<Duration>, up: Instant) {
     match run_for {
-        Some(limit) => tokio::time::sleep_until((up + limit).into()).await,
+        Some(limit) => match up.checked_add(limit) {
+            Some(end) => tokio::time::sleep_until(end.into()).await,
+            None => std::future::pending().await,
+        },
         None => std::future::pending().await,
     }
 }
 
 /// What start-up does, and for a running watch how to start it.
-fn starting_step(attach: &Attach) -> String {
+fn starting_step(attach: &Attach, concurrency: u32) -> String {
     let moto = match &attach.moto {
         Some(endpoint) => format!("using moto_server at {endpoint}"),
         None => "starting moto_server".to_owned(),
@@ -276,8 +281,9 @@ fn starting_step(attach: &Attach) -> String {
             let port = port.trim_end_matches('/');
             format!(
                 "{moto}, starting the simulated operator, waiting up to {:.0} s for cargo lambda watch at {} \
-                 (if it is not running, start it in the workspace: cargo lambda watch --invoke-address 127.0.0.1 \
-                 --invoke-port {port} --env-file {} > watch.log 2>&1, and pass --watch-log watch.log for the alarm)",
+                 (if it is not running, start it in the workspace once this run has written the env file: \
+                 cargo lambda watch --invoke-address 127.0.0.1 --invoke-port {port} --concurrency {concurrency} \
+                 --env-file {} > watch.log 2>&1, and pass --watch-log watch.log for the alarm)",
                 watch.wait.as_secs_f64(),
                 watch.endpoint,
                 watch.env_file.display(),

@@ -42,6 +42,10 @@ pub enum StateError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    #[error(
+        "another lifeboat local (pid {pid}) runs with the state file {path}: stop it, or pass --state-file"
+    )]
+    Running { path: PathBuf, pid: u32 },
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -85,13 +89,17 @@ pub struct LocalState {
 }
 
 impl LocalState {
-    /// The state of a started suite.
-    pub fn of(gateway: &LocalGateway, operator: &lifeboat_core::OperatorId) -> Self {
+    /// The state of a started suite whose errors alarm is `alarm` (the
+    /// switch takes its events even when the suite cannot evaluate it).
+    pub fn of(
+        gateway: &LocalGateway,
+        operator: &lifeboat_core::OperatorId,
+        alarm: Option<&str>,
+    ) -> Self {
         let operator = operator.to_string();
-        let alarms = gateway
-            .alarm()
-            .map(|alarm| {
-                let rule = alarm.rule();
+        let alarms = alarm
+            .map(|name| {
+                let rule = AlarmRule::errors_alarm(name, &operator);
                 vec![AlarmEntry {
                     name: rule.name.clone(),
                     operator: operator.clone(),
@@ -129,6 +137,23 @@ impl LocalState {
         std::fs::write(&temp, text)
             .and_then(|()| std::fs::rename(&temp, path))
             .map_err(err)
+    }
+
+    /// Refuse to start while another live process holds the state file at
+    /// `path` (a run that died leaves it; that one is ignored).
+    pub fn check_free(path: &Path) -> Result<(), StateError> {
+        match Self::read(path) {
+            Ok(other)
+                if other.pid != std::process::id()
+                    && Path::new(&format!("/proc/{}", other.pid)).exists() =>
+            {
+                Err(StateError::Running {
+                    path: path.to_path_buf(),
+                    pid: other.pid,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     pub fn read(path: &Path) -> Result<Self, StateError> {
@@ -266,6 +291,26 @@ mod tests {
         assert!(script.contains(r#"export OPERATOR_SETTINGS='{"default":{"note":"it'\''s"}}'"#));
         assert!(script.contains("export CIRCUIT_SWITCH_FUNCTION=circuit-switch"));
         assert!(script.contains("export LIFEBOAT_INVOKE_ENDPOINT_URL='http://127.0.0.1:2'"));
+    }
+
+    #[test]
+    fn a_state_file_of_a_live_process_is_not_taken_over() {
+        let dir = std::env::temp_dir().join(format!("lifeboat-state-live-{}", std::process::id()));
+        let path = dir.join("local.json");
+        assert!(LocalState::check_free(&path).is_ok(), "no file");
+        let mut s = state();
+        s.pid = std::process::id();
+        s.write(&path).unwrap();
+        assert!(LocalState::check_free(&path).is_ok(), "this process's own");
+        // pid 1 is always alive.
+        s.pid = 1;
+        s.write(&path).unwrap();
+        let e = LocalState::check_free(&path).unwrap_err();
+        assert!(e.to_string().contains("pid 1"), "{e}");
+        s.pid = u32::MAX;
+        s.write(&path).unwrap();
+        assert!(LocalState::check_free(&path).is_ok(), "a dead run's file");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]

@@ -9,8 +9,9 @@
 //! Meant for moto (see the module above), where nothing but the API exists:
 //! the functions have no code that runs and the queue needs no policy. What
 //! already exists under a name (a moto that outlives `lifeboat local` runs)
-//! is used as it is: tables, bus, role, functions, queues, rules and the
-//! stream's mapping. The
+//! is used as it is: tables, bus, role, functions, queues and rules (the
+//! gateway's Requests mapping too; [`create_stream_mapping`] always adds
+//! one). The
 //! end-to-end harness and the adapter tests build on [`Stack::create`] or the
 //! single steps.
 
@@ -157,9 +158,12 @@ pub async fn create_requests_table(
         .stream_specification(stream);
     let description = create_or_describe(client, name, request, true).await?;
     let arn = description.table_arn.unwrap_or_default();
-    let stream_arn = description
-        .latest_stream_arn
-        .ok_or_else(|| ResourceError::new(format!("CreateTable {name}"), "no stream ARN"))?;
+    let stream_arn = description.latest_stream_arn.ok_or_else(|| {
+        ResourceError::new(
+            format!("Requests table {name}"),
+            "it has no stream (a table of that name made by something else?)",
+        )
+    })?;
     Ok(RequestsTable {
         name: name.to_owned(),
         arn,
@@ -469,23 +473,35 @@ pub async fn create_stub_function(
     arn.ok_or_else(|| ResourceError::new(format!("CreateFunction {name}"), "no function ARN"))
 }
 
-/// The UUID of a mapping already reading `stream_arn`, if there is one: a
-/// moto the suite attached to keeps its mapping (and where it points) from
-/// one run to the next.
+/// The UUID of a mapping already reading `stream_arn` into one of
+/// `functions`, if there is one: a moto the suite attached to keeps its
+/// mapping (and where it points) from one run to the next. A mapping on the
+/// stream into anything else is an error.
 pub async fn existing_mapping(
     lambda: &aws_sdk_lambda::Client,
     stream_arn: &str,
+    functions: &[&str],
 ) -> Result<Option<String>, ResourceError> {
-    Ok(lambda
+    let mappings = lambda
         .list_event_source_mappings()
         .event_source_arn(stream_arn)
         .send()
         .await
         .map_err(|e| ResourceError::from_sdk("ListEventSourceMappings", e))?
         .event_source_mappings
-        .unwrap_or_default()
-        .into_iter()
-        .find_map(|m| m.uuid))
+        .unwrap_or_default();
+    let Some(mapping) = mappings.into_iter().next() else {
+        return Ok(None);
+    };
+    let function = mapping.function_arn.clone().unwrap_or_default();
+    let name = function.rsplit(':').next().unwrap_or_default();
+    if !functions.contains(&name) {
+        return Err(ResourceError::new(
+            "the Requests stream's mapping",
+            format!("the stream already has a mapping into {function:?}, not one of {functions:?}"),
+        ));
+    }
+    Ok(mapping.uuid)
 }
 
 /// The Requests stream's event source mapping, as in the template: from the
