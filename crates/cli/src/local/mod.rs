@@ -506,7 +506,13 @@ async fn observe(
                 progress.line(format!(
                     "{} breaker {operator}: {} → {} (v{}: {})",
                     at(now),
-                    seen.breaker.map_or("closed", |(s, _)| s.as_str()),
+                    // The state before: as seen here, else as the record
+                    // says (a moto that outlived an earlier run keeps it).
+                    seen.breaker
+                        .map(|(s, _)| s)
+                        .or(b.previous)
+                        .unwrap_or(BreakerState::Closed)
+                        .as_str(),
                     b.state.as_str(),
                     b.version,
                     b.reason
