@@ -355,6 +355,10 @@ async fn lifeboat_local_uses_a_running_moto_and_watch() {
     let lines = lines.lock().unwrap().clone();
     print(&lines, &report);
     assert!(has(&lines, "alarm     lifeboat-nordic-errors"));
+    assert!(
+        report.alarm_lines_read > 0,
+        "the alarm reads the watch's log: {report:?}"
+    );
 
     // Another operator port would give the functions another environment.
     let mut third = second;

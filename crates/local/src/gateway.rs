@@ -1434,6 +1434,58 @@ mod tests {
         &rest[..end]
     }
 
+    /// A moto that outlives a run: the second creation finds every resource
+    /// in place, the same mapping and stream, and puts back a lost TTL.
+    #[tokio::test]
+    async fn resources_already_in_moto_are_used_again() {
+        let moto = MotoServer::start_program(&moto_launcher().unwrap())
+            .await
+            .unwrap();
+        let sdk = moto.sdk_config().await;
+        let names = GatewayNames::prefixed("again-");
+        let first = create_resources(&sdk, &names).await.unwrap();
+        let customer = create_customer_resources(&sdk, &names).await.unwrap();
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        let spec = aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
+            .attribute_name(resources::TTL_ATTRIBUTE)
+            .enabled(false)
+            .build()
+            .unwrap();
+        dynamodb
+            .update_time_to_live()
+            .table_name(&names.cache_table)
+            .time_to_live_specification(spec)
+            .send()
+            .await
+            .unwrap();
+        let ttl_status = || async {
+            dynamodb
+                .describe_time_to_live()
+                .table_name(&names.cache_table)
+                .send()
+                .await
+                .unwrap()
+                .time_to_live_description
+                .and_then(|d| d.time_to_live_status)
+        };
+        assert_eq!(
+            ttl_status().await,
+            Some(aws_sdk_dynamodb::types::TimeToLiveStatus::Disabled)
+        );
+
+        let second = create_resources(&sdk, &names).await.unwrap();
+        assert_eq!(second, first);
+        assert_eq!(
+            create_customer_resources(&sdk, &names).await.unwrap(),
+            customer
+        );
+        assert_eq!(
+            ttl_status().await,
+            Some(aws_sdk_dynamodb::types::TimeToLiveStatus::Enabled)
+        );
+        moto.stop().await;
+    }
+
     /// With moto's own delivery attempt, every write emptied the stream.
     #[tokio::test]
     async fn the_stream_keeps_its_records_with_a_mapping_on_it() {

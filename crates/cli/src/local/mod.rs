@@ -159,6 +159,8 @@ pub struct LocalReport {
     pub traffic: TrafficCounts,
     /// Alarm transitions sent to the switch.
     pub alarm_transitions: usize,
+    /// Log lines the alarm read (0: it saw none of the functions' output).
+    pub alarm_lines_read: u64,
     /// Ended by Ctrl-C.
     pub interrupted: bool,
 }
@@ -241,7 +243,9 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     });
     report.traffic = traffic.stop().await;
     if let Some(alarm) = gateway.alarm() {
-        report.alarm_transitions = alarm.stats().transitions.len();
+        let stats = alarm.stats();
+        report.alarm_transitions = stats.transitions.len();
+        report.alarm_lines_read = stats.lines_read;
     }
     if let Ok(gateway) = Arc::try_unwrap(gateway) {
         gateway.stop().await;

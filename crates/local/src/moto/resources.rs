@@ -103,6 +103,26 @@ async fn enable_ttl(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<()
     Ok(())
 }
 
+/// Whether TTL is on (or being turned on) for `table`.
+async fn ttl_enabled(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<bool, ResourceError> {
+    use aws_sdk_dynamodb::types::TimeToLiveStatus;
+    let status = client
+        .describe_time_to_live()
+        .table_name(table)
+        .send()
+        .await
+        .map_err(|e| ResourceError::from_sdk(format!("DescribeTimeToLive {table}"), e))?
+        .time_to_live_description
+        .and_then(|d| d.time_to_live_status);
+    Ok(matches!(
+        status,
+        Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+    ))
+}
+
 /// Create the table `name` with `request` (and TTL on `expires_at` if
 /// `ttl`), or describe it if it exists: a moto the suite attached to keeps
 /// its tables, and their items, from one run to the next.
@@ -125,14 +145,19 @@ async fn create_or_describe(
             if e.as_service_error()
                 .is_some_and(|s| s.is_resource_in_use_exception()) =>
         {
-            client
+            let table = client
                 .describe_table()
                 .table_name(name)
                 .send()
                 .await
                 .map_err(|e| ResourceError::from_sdk(format!("DescribeTable {name}"), e))?
                 .table
-                .ok_or_else(|| ResourceError::new(format!("DescribeTable {name}"), "no table"))
+                .ok_or_else(|| ResourceError::new(format!("DescribeTable {name}"), "no table"))?;
+            if ttl && !ttl_enabled(client, name).await? {
+                // An earlier run stopped between creating it and its TTL.
+                enable_ttl(client, name).await?;
+            }
+            Ok(table)
         }
         Err(e) => Err(ResourceError::from_sdk(format!("CreateTable {name}"), e)),
     }
