@@ -897,8 +897,8 @@ fn moto_python(moto_server: &Path) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 
-/// A shell-quoted word.
-fn quoted(text: &str) -> String {
+/// A word the shell reads back as `text`.
+pub fn shell_quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
@@ -909,15 +909,12 @@ pub fn moto_launcher() -> Result<PathBuf, GatewayError> {
     use std::os::unix::fs::PermissionsExt;
 
     let python = moto_python(&find_moto_server()?);
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::watch::workspace_root().join("target"))
-        .join("lifeboat-local");
+    let dir = crate::watch::local_dir(&crate::watch::workspace_root());
     let path = dir.join("moto-server-without-stream-delivery");
     let script = format!(
         "#!/bin/sh\n# moto_server for lifeboat-local: see MOTO_WITHOUT_STREAM_DELIVERY in crates/local/src/gateway.rs\nexec {} -c {} \"$@\"\n",
-        quoted(&python.display().to_string()),
-        quoted(MOTO_WITHOUT_STREAM_DELIVERY)
+        shell_quoted(&python.display().to_string()),
+        shell_quoted(MOTO_WITHOUT_STREAM_DELIVERY)
     );
     // Unique per call: two suites started at once in one process (two tests
     // of one binary) must not rename each other's temporary file away.

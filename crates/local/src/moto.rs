@@ -50,6 +50,7 @@ use aws_sdk_dynamodb::config::Credentials;
 use tokio::process::{Child, Command};
 
 use crate::net::{free_port, wait_for_port};
+use crate::watch::{local_dir, workspace_root};
 use serial::SerialProxy;
 
 /// Environment variable naming the `moto_server` executable to run.
@@ -92,16 +93,6 @@ pub enum MotoError {
     NotRunning { endpoint: String, detail: String },
 }
 
-/// The workspace this crate belongs to (`crates/local/../..`).
-fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(manifest)
-        .to_path_buf()
-}
-
 /// `$LIFEBOAT_MOTO_SERVER`; else `.venv/bin/moto_server` in the first folder
 /// that has one, walking up from `$CARGO_MANIFEST_DIR`, the current folder and
 /// this crate's workspace, each up to its workspace root (the folder with
@@ -136,11 +127,7 @@ pub fn find_moto_server() -> Result<PathBuf, MotoError> {
 
 /// Where moto's output goes: `<target>/lifeboat-local/moto-PORT.log`.
 fn log_path(port: u16) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join("lifeboat-local")
-        .join(format!("moto-{port}.log"))
+    local_dir(&workspace_root()).join(format!("moto-{port}.log"))
 }
 
 /// The last lines of a log, for an error message.

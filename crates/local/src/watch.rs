@@ -346,7 +346,7 @@ impl WatchBuilder {
             Some(port) => port,
             None => free_port().map_err(WatchError::Port)?,
         };
-        let log = log_dir(&self.root).join(format!("watch-{port}.log"));
+        let log = local_dir(&self.root).join(format!("watch-{port}.log"));
         let open_log = |path: &Path| {
             std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))
                 .and_then(|()| std::fs::File::create(path))
@@ -611,7 +611,10 @@ impl Drop for Watch {
     }
 }
 
-fn log_dir(root: &Path) -> PathBuf {
+/// Where the local suite keeps its files (logs, the moto launcher, the
+/// state and env files): `$CARGO_TARGET_DIR/lifeboat-local`, else
+/// `<root>/target/lifeboat-local`.
+pub fn local_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"))

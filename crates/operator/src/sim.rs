@@ -51,6 +51,17 @@ pub enum OutageMode {
     Garbage,
 }
 
+impl std::str::FromStr for OutageMode {
+    type Err = String;
+
+    /// A mode by its name ([`OutageMode::as_str`]), as command lines take it.
+    fn from_str(name: &str) -> Result<Self, String> {
+        serde_json::from_value(serde_json::Value::String(name.to_owned())).map_err(|_| {
+            format!("unknown outage mode {name:?}: use hang, refuse, server_error, slow or garbage")
+        })
+    }
+}
+
 impl OutageMode {
     /// The mode's name, as in configuration and the control endpoint.
     pub fn as_str(self) -> &'static str {
@@ -470,6 +481,21 @@ mod tests {
     use lifeboat_core::request::CallClass;
 
     use super::*;
+
+    #[test]
+    fn modes_parse_by_their_names() {
+        for mode in [
+            OutageMode::Hang,
+            OutageMode::Refuse,
+            OutageMode::ServerError,
+            OutageMode::Slow,
+            OutageMode::Garbage,
+        ] {
+            assert_eq!(mode.as_str().parse::<OutageMode>(), Ok(mode));
+        }
+        let e = "flaky".parse::<OutageMode>().unwrap_err();
+        assert!(e.contains("unknown outage mode \"flaky\""), "{e}");
+    }
 
     fn t0() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2025-06-01T08:00:00Z")

@@ -29,7 +29,7 @@ pub struct LocalArgs {
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub outage_after: Duration,
     /// How the operator fails: hang, refuse, server_error, slow or garbage.
-    #[arg(long, default_value = "hang", value_parser = parse_mode)]
+    #[arg(long, default_value = "hang")]
     pub mode: OutageMode,
     /// Customer searches per second.
     #[arg(long, default_value_t = 2.0, value_parser = parse_rate)]
@@ -151,12 +151,6 @@ fn parse_rate(text: &str) -> Result<f64, String> {
         Ok(r) if (0.1..=50.0).contains(&r) => Ok(r),
         _ => Err(format!("{text:?}: searches per second from 0.1 to 50")),
     }
-}
-
-fn parse_mode(s: &str) -> Result<OutageMode, String> {
-    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
-        format!("unknown outage mode {s:?}: use hang, refuse, server_error, slow or garbage")
-    })
 }
 
 /// What to attach to, from the flags.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use lifeboat_local::alarm::{AlarmRule, AlarmState, AlarmTransition, StateRecord};
-use lifeboat_local::gateway::{CIRCUIT_SWITCH, LocalGateway};
+use lifeboat_local::gateway::{CIRCUIT_SWITCH, LocalGateway, shell_quoted};
 use lifeboat_local::pump::Invoker;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -15,11 +15,7 @@ use serde_json::json;
 /// The default state file: beside the suite's logs in the workspace's
 /// target directory.
 pub fn default_path() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| lifeboat_local::watch::workspace_root().join("target"))
-        .join("lifeboat-local")
-        .join("local.json")
+    lifeboat_local::watch::local_dir(&lifeboat_local::watch::workspace_root()).join("local.json")
 }
 
 /// Where the functions' environment goes for a watch started by hand:
@@ -235,11 +231,6 @@ impl LocalState {
         }
         Ok(transition)
     }
-}
-
-/// A word the shell reads back as `text`.
-fn shell_quoted(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 #[cfg(test)]
