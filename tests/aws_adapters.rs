@@ -854,3 +854,220 @@ async fn the_stream_mapping_is_repointed_and_back() {
         Err(RouterError::NotFound(_))
     ));
 }
+
+/// DynamoDB calls and the items they read (returned or, for scans and
+/// queries, examined), as DynamoDB would bill them.
+#[derive(Debug, Default)]
+struct ReadCounter {
+    calls: AtomicUsize,
+    items_read: AtomicUsize,
+}
+
+impl ReadCounter {
+    fn take(&self) -> (usize, usize) {
+        (
+            self.calls.swap(0, Ordering::SeqCst),
+            self.items_read.swap(0, Ordering::SeqCst),
+        )
+    }
+}
+
+#[derive(Debug)]
+struct CountReads(Arc<ReadCounter>);
+
+impl aws_sdk_dynamodb::config::Intercept for CountReads {
+    fn name(&self) -> &'static str {
+        "CountReads"
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::AfterDeserializationInterceptorContextRef<
+            '_,
+        >,
+        _runtime_components: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        use aws_sdk_dynamodb::operation::{
+            batch_get_item::BatchGetItemOutput, get_item::GetItemOutput, query::QueryOutput,
+            scan::ScanOutput,
+        };
+        self.0.calls.fetch_add(1, Ordering::SeqCst);
+        let Ok(output) = context.output_or_error() else {
+            return Ok(());
+        };
+        let read = if let Some(o) = output.downcast_ref::<GetItemOutput>() {
+            usize::from(o.item.is_some())
+        } else if let Some(o) = output.downcast_ref::<BatchGetItemOutput>() {
+            o.responses
+                .as_ref()
+                .map_or(0, |r| r.values().map(Vec::len).sum())
+        } else if let Some(o) = output.downcast_ref::<QueryOutput>() {
+            usize::try_from(o.scanned_count).unwrap_or(0)
+        } else if let Some(o) = output.downcast_ref::<ScanOutput>() {
+            usize::try_from(o.scanned_count).unwrap_or(0)
+        } else {
+            0
+        };
+        self.0.items_read.fetch_add(read, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Bucket and change items in the Breaker table for the scale test; the
+/// whole figure the marketplace claim is about is 100,000
+/// (`LIFEBOAT_SCALE_ITEMS` overrides it).
+fn scale_items() -> usize {
+    std::env::var("LIFEBOAT_SCALE_ITEMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+}
+
+#[tokio::test]
+async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
+    use circuit_switch::CircuitSwitch;
+    use circuit_switch::input::AlarmMap;
+    use lifeboat_core::ManualClock;
+    use lifeboat_core::memory::{MemoryEventBus, MemoryStreamRouter};
+    use lifeboat_core::metrics::MemoryMetrics;
+    use lifeboat_core::settings::Settings;
+
+    const OPERATORS: usize = 200;
+    let (_moto, config) = moto().await;
+    let table = "breakers-scale";
+    let plain = breaker_table(&config, table).await;
+    let operators: Vec<OperatorId> = (0..OPERATORS).map(|i| op(&format!("op-{i:03}"))).collect();
+    let now = t(1_796_000_000);
+
+    // Every operator's breaker, closed.
+    let store = DynamoBreakerStore::new(plain.clone(), table);
+    for operator in &operators {
+        store
+            .save(&BreakerRecord::initial(operator.clone(), now), None)
+            .await
+            .unwrap();
+    }
+    // The bulk beside them: window buckets of the last few minutes for every
+    // operator, and change items.
+    let items = scale_items();
+    let mut written = 0;
+    let mut batch = Vec::new();
+    let started = std::time::Instant::now();
+    while written < items {
+        let i = written;
+        let operator = &operators[i % OPERATORS];
+        let age = i64::try_from(i / OPERATORS).unwrap();
+        let key = if i % 100 == 99 {
+            lifeboat_aws::breaker::change_key(u64::try_from(1_000 + i).unwrap())
+        } else {
+            lifeboat_aws::window::bucket_key((now.timestamp() - age) * 1000)
+        };
+        let item = std::collections::HashMap::from([
+            (
+                "operator".to_owned(),
+                AttributeValue::S(operator.to_string()),
+            ),
+            ("item".to_owned(), AttributeValue::S(key)),
+            ("calls".to_owned(), AttributeValue::N("10".into())),
+            ("successes".to_owned(), AttributeValue::N("10".into())),
+            ("failures".to_owned(), AttributeValue::N("0".into())),
+            ("timeouts".to_owned(), AttributeValue::N("0".into())),
+            ("slow".to_owned(), AttributeValue::N("0".into())),
+        ]);
+        batch.push(
+            aws_sdk_dynamodb::types::WriteRequest::builder()
+                .put_request(
+                    aws_sdk_dynamodb::types::PutRequest::builder()
+                        .set_item(Some(item))
+                        .build()
+                        .unwrap(),
+                )
+                .build(),
+        );
+        written += 1;
+        if batch.len() == 25 || written == items {
+            let out = plain
+                .batch_write_item()
+                .request_items(table, std::mem::take(&mut batch))
+                .send()
+                .await
+                .unwrap();
+            assert!(
+                out.unprocessed_items.unwrap_or_default().is_empty(),
+                "moto left items unprocessed"
+            );
+        }
+    }
+    eprintln!(
+        "scale: {OPERATORS} breakers and {items} bucket and change items written in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let counter = Arc::new(ReadCounter::default());
+    let counted = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&config)
+            .interceptor(CountReads(counter.clone()))
+            .build(),
+    );
+    let clock = ManualClock::new(now);
+    let switch = CircuitSwitch {
+        breakers: Arc::new(DynamoBreakerStore::new(counted.clone(), table)),
+        events: Arc::new(MemoryEventBus::new()),
+        router: Arc::new(MemoryStreamRouter::new()),
+        clock: Arc::new(clock.clone()),
+        settings: Settings::default(),
+        alarms: AlarmMap::default(),
+        operators: operators.clone(),
+        repoint_backoff: std::time::Duration::ZERO,
+        metrics: Arc::new(MemoryMetrics::new()),
+    };
+
+    // A trip: one breaker read and written, the failure window's last two
+    // minutes for its first failure, every configured breaker for the stream.
+    let trip = serde_json::json!({
+        "detail-type": "Trip Requested", "source": "lifeboat",
+        "detail": {"schema_version": 1, "operator": "op-007", "observed_version": 0,
+                   "reason": {"kind": "window", "verdict": {"rule": "consecutive_timeouts", "count": 5}},
+                   "at": "2026-12-01T00:00:00Z"}
+    });
+    let report = switch.handle(&trip).await.unwrap();
+    assert!(report.decisions[0].changed);
+    let (trip_calls, trip_items) = counter.take();
+
+    // A tick after the open period: one batched read for the tick, the
+    // reopened breaker read and written, one batched read to reconcile.
+    clock.advance(std::time::Duration::from_secs(601));
+    let report = switch
+        .handle(&serde_json::json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}))
+        .await
+        .unwrap();
+    assert_eq!(report.decisions.len(), OPERATORS);
+    assert_eq!(report.decisions.iter().filter(|d| d.changed).count(), 1);
+    let (tick_calls, tick_items) = counter.take();
+
+    // What the old tick's scan of the table read, for comparison.
+    let listed = DynamoBreakerStore::new(counted, table)
+        .list()
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), OPERATORS);
+    let (scan_calls, scan_items) = counter.take();
+
+    eprintln!(
+        "scale: {OPERATORS} operators, {items} other items: trip {trip_calls} calls / {trip_items} items read; \
+         tick {tick_calls} calls / {tick_items} items read ({} per operator); \
+         a scan for every breaker {scan_calls} calls / {scan_items} items",
+        tick_items as f64 / OPERATORS as f64
+    );
+    // A few items per configured operator, whatever else the table holds.
+    assert!(tick_items <= 3 * OPERATORS, "tick read {tick_items} items");
+    assert!(tick_calls <= 10, "tick made {tick_calls} calls");
+    // The trip: the configured breakers once or twice, and at most the
+    // failure window's two minutes of one operator's buckets.
+    assert!(
+        trip_items <= 2 * OPERATORS + 121 + 2,
+        "trip read {trip_items} items"
+    );
+    assert!(scan_items >= items, "the scan passes every item");
+}

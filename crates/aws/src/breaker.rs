@@ -54,7 +54,9 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, Put, ReturnValue, TransactWriteItem,
+};
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::breaker::{BreakerRecord, BreakerState};
 use lifeboat_core::operator::OperatorId;
@@ -74,6 +76,13 @@ pub const CHANGE_PREFIX: &str = "change#";
 
 /// How long a state-change item is kept before the table's TTL removes it.
 pub const CHANGE_TTL: TimeDelta = TimeDelta::days(90);
+
+/// Keys per BatchGetItem call: DynamoDB's limit.
+const BATCH_GET_KEYS: usize = 100;
+/// Calls per chunk of keys before unprocessed keys are an error.
+const BATCH_GET_ATTEMPTS: u32 = 5;
+/// Pause before asking again for unprocessed keys, times the attempt.
+const BATCH_GET_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How far before a trip the failure window's buckets are read for the first
 /// failure. Covers the failure window (10 s by default) and the errors
@@ -495,9 +504,67 @@ impl BreakerStore for DynamoBreakerStore {
         output.item.map(breaker_from_item).transpose()
     }
 
+    async fn load_many(&self, operators: &[OperatorId]) -> Result<Vec<BreakerRecord>, StoreError> {
+        // BatchGetItem by key: the buckets and change items beside the
+        // breakers are never read, however many there are. DynamoDB takes up
+        // to 100 keys per call, refuses a repeated key, and may hand back
+        // keys it did not get to (UnprocessedKeys): those are asked again.
+        let mut unique: Vec<&OperatorId> = operators.iter().collect();
+        unique.sort();
+        unique.dedup();
+        let mut records = Vec::with_capacity(unique.len());
+        for chunk in unique.chunks(BATCH_GET_KEYS) {
+            let mut keys: Vec<HashMap<String, AttributeValue>> =
+                chunk.iter().map(|o| Self::key(o)).collect();
+            let mut attempt = 0;
+            while !keys.is_empty() {
+                attempt += 1;
+                if attempt > BATCH_GET_ATTEMPTS {
+                    return Err(StoreError::Unavailable(format!(
+                        "BatchGetItem {}: {} breakers still unprocessed after {BATCH_GET_ATTEMPTS} attempts",
+                        self.table,
+                        keys.len()
+                    )));
+                }
+                if attempt > 1 {
+                    tokio::time::sleep(BATCH_GET_BACKOFF * (attempt - 1)).await;
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut keys)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| {
+                        StoreError::Corrupt(format!(
+                            "breaker read of {} not built: {e}",
+                            self.table
+                        ))
+                    })?;
+                let output = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| self.unavailable("BatchGetItem", &e))?;
+                let mut responses = output.responses.unwrap_or_default();
+                for item in responses.remove(&self.table).unwrap_or_default() {
+                    records.push(breaker_from_item(item)?);
+                }
+                keys = output
+                    .unprocessed_keys
+                    .unwrap_or_default()
+                    .remove(&self.table)
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+            }
+        }
+        records.sort_by(|a, b| a.operator.cmp(&b.operator));
+        Ok(records)
+    }
+
     async fn list(&self) -> Result<Vec<BreakerRecord>, StoreError> {
-        // One breaker item per operator beside its buckets: a filtered scan is
-        // small. Paginated all the same.
+        // A scan that passes every bucket and change item of the table: for
+        // `lifeboat status` without --operator, never on a function's path.
         let mut records = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {

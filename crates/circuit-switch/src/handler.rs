@@ -21,9 +21,15 @@
 //! One Requests stream may serve several operators. It feeds the fallback
 //! consumer only while every operator it serves is open; otherwise it feeds the
 //! real consumer, which fails requests for open operators fast by itself.
+//!
+//! The switch reads only the breakers of the operators in `OPERATORS`, by key
+//! (one batched read per tick and per reconcile), and refuses inputs for any
+//! other operator: nothing it does grows with what else the Breaker table
+//! holds.
 
 pub mod input;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +52,9 @@ use crate::input::{AlarmMap, InputError, SwitchInput};
 const WRITE_ATTEMPTS: u32 = 5;
 /// Attempts at re-pointing a mapping that is busy updating.
 const REPOINT_ATTEMPTS: u32 = 4;
+/// Re-points in one reconcile while breakers keep moving under it; the next
+/// invocation (at the latest the tick) carries on from there.
+const REPOINT_ROUNDS: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SwitchError {
@@ -57,6 +66,8 @@ pub enum SwitchError {
     Contended(OperatorId),
     #[error("stream mapping: {0}")]
     Router(#[from] RouterError),
+    #[error("operator {0} is not one of this gateway's OPERATORS")]
+    UnknownOperator(OperatorId),
 }
 
 impl From<SwitchError> for Diagnostic {
@@ -67,6 +78,7 @@ impl From<SwitchError> for Diagnostic {
             SwitchError::Store(_) => "StoreError",
             SwitchError::Contended(_) => "Contended",
             SwitchError::Router(_) => "RouterError",
+            SwitchError::UnknownOperator(_) => "UnknownOperator",
         };
         Diagnostic {
             error_type: error_type.into(),
@@ -86,6 +98,10 @@ pub enum StartupError {
     Settings(#[from] lifeboat_core::settings::SettingsError),
     #[error("OPERATORS: {0}")]
     Operators(#[from] lifeboat_core::operator::InvalidOperatorId),
+    #[error("OPERATORS names no operator: the switch has no breaker to keep")]
+    NoOperators,
+    #[error("ALARM_OPERATORS names {0}, which is not in OPERATORS")]
+    AlarmForUnknownOperator(OperatorId),
 }
 
 /// Everything the switch needs, built once per Lambda instance.
@@ -96,8 +112,8 @@ pub struct CircuitSwitch {
     pub clock: Arc<dyn Clock>,
     pub settings: Settings,
     pub alarms: AlarmMap,
-    /// The operators this gateway's stream serves. Empty: every operator with
-    /// a stored breaker.
+    /// The operators this gateway's stream serves: the only breakers the
+    /// switch reads, ticks and moves.
     pub operators: Vec<OperatorId>,
     /// Pause between attempts at re-pointing a busy mapping.
     pub repoint_backoff: Duration,
@@ -130,7 +146,7 @@ impl CircuitSwitch {
     /// Build the switch on AWS from `BREAKER_TABLE`, `EVENT_BUS_NAME`,
     /// `REQUESTS_MAPPING_UUID`, `REAL_CONSUMER_FUNCTION`,
     /// `FALLBACK_CONSUMER_FUNCTION`, and the optional `ALARM_OPERATORS`
-    /// (`alarm-name=operator,…`), `OPERATORS` (`nordic,baltic`) and
+    /// (`alarm-name=operator,…`), `OPERATORS` (`nordic,baltic`, required) and
     /// `OPERATOR_SETTINGS`.
     pub fn from_env(
         env: &lifeboat_aws::Env,
@@ -144,13 +160,20 @@ impl CircuitSwitch {
             .filter(|o| !o.is_empty())
             .map(OperatorId::new)
             .collect::<Result<Vec<_>, _>>()?;
+        if operators.is_empty() {
+            return Err(StartupError::NoOperators);
+        }
+        let alarms = AlarmMap::parse(env.optional("ALARM_OPERATORS")?.unwrap_or(""))?;
+        if let Some(stray) = alarms.operators().find(|o| !operators.contains(o)) {
+            return Err(StartupError::AlarmForUnknownOperator(stray.clone()));
+        }
         Ok(Self {
             breakers: Arc::new(clients.breaker_store(env)?),
             events: Arc::new(clients.publisher(env)?),
             router: Arc::new(clients.stream_router(env)?),
             clock: Arc::new(lifeboat_core::SystemClock),
             settings: Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?,
-            alarms: AlarmMap::parse(env.optional("ALARM_OPERATORS")?.unwrap_or(""))?,
+            alarms,
             operators,
             repoint_backoff: Duration::from_millis(500),
             metrics: Arc::new(StdoutMetrics),
@@ -163,19 +186,35 @@ impl CircuitSwitch {
         let mut report = SwitchReport::default();
         match parsed {
             SwitchInput::One { operator, input } => {
-                report.decisions.push(self.apply(&operator, &input).await?);
+                if !self.operators.contains(&operator) {
+                    tracing::warn!(operator = %operator, "input for an operator not in OPERATORS refused");
+                    return Err(SwitchError::UnknownOperator(operator));
+                }
+                report
+                    .decisions
+                    .push(self.apply(&operator, &input, None).await?);
             }
             SwitchInput::Tick => {
-                for operator in self.known_operators().await? {
+                // One batched read of every configured breaker by key; only
+                // a breaker the tick moves is read again to write it.
+                let mut stored: HashMap<OperatorId, BreakerRecord> = self
+                    .breakers
+                    .load_many(&self.operators)
+                    .await?
+                    .into_iter()
+                    .map(|r| (r.operator.clone(), r))
+                    .collect();
+                for operator in &self.operators {
+                    let read = stored.remove(operator);
                     report
                         .decisions
-                        .push(self.apply(&operator, &Input::Tick).await?);
+                        .push(self.apply(operator, &Input::Tick, Some(read)).await?);
                 }
             }
         }
         self.reconcile(&mut report).await?;
-        // The state after every invocation (the minute tick included), so
-        // the metric draws each operator's state as a continuous line.
+        // The state after every invocation (the tick included), so the
+        // metric draws each operator's state as a continuous line.
         let sets: Vec<MetricSet> = report
             .decisions
             .iter()
@@ -194,26 +233,21 @@ impl CircuitSwitch {
         Ok(report)
     }
 
-    /// Configured operators plus every operator with a stored breaker.
-    async fn known_operators(&self) -> Result<Vec<OperatorId>, SwitchError> {
-        let mut operators = self.operators.clone();
-        for record in self.breakers.list().await? {
-            if !operators.contains(&record.operator) {
-                operators.push(record.operator);
-            }
-        }
-        Ok(operators)
-    }
-
-    /// Decide and persist one input for one operator.
+    /// Decide and persist one input for one operator. `read` is the stored
+    /// breaker when the caller has just read it (`Some(None)`: none stored);
+    /// otherwise it is read here.
     async fn apply(
         &self,
         operator: &OperatorId,
         input: &Input,
+        mut read: Option<Option<BreakerRecord>>,
     ) -> Result<OperatorDecision, SwitchError> {
         let cfg = self.settings.for_operator(operator).breaker;
         for _ in 0..WRITE_ATTEMPTS {
-            let stored = self.breakers.load(operator).await?;
+            let stored = match read.take() {
+                Some(stored) => stored,
+                None => self.breakers.load(operator).await?,
+            };
             let expected = stored.as_ref().map(|r| r.version);
             let now = self.clock.now();
             // A breaker never stored has been closed since forever, so any alarm
@@ -262,34 +296,65 @@ impl CircuitSwitch {
         Err(SwitchError::Contended(operator.clone()))
     }
 
-    /// Point the stream where the stored states say, and publish every state
-    /// change not yet announced.
-    async fn reconcile(&self, report: &mut SwitchReport) -> Result<(), SwitchError> {
-        let records = self.breakers.list().await?;
-        let served: Vec<&BreakerRecord> = records
-            .iter()
-            .filter(|r| self.operators.is_empty() || self.operators.contains(&r.operator))
-            .collect();
-        let all_open = !served.is_empty()
-            && served
-                .iter()
-                .all(|r| r.state.target() == ConsumerTarget::Fallback)
-            && (self.operators.is_empty() || self.operators.len() == served.len());
-        let target = if all_open {
+    /// Where the stream must point for these stored breakers: the fallback
+    /// consumer only while every operator it serves is open.
+    fn target_for(&self, records: &[BreakerRecord]) -> ConsumerTarget {
+        let all_open = !self.operators.is_empty()
+            && self.operators.iter().all(|o| {
+                records
+                    .iter()
+                    .any(|r| &r.operator == o && r.state.target() == ConsumerTarget::Fallback)
+            });
+        if all_open {
             ConsumerTarget::Fallback
         } else {
             ConsumerTarget::Real
-        };
+        }
+    }
+
+    /// Point the stream where the stored states say, and publish every state
+    /// change not yet announced.
+    ///
+    /// Another invocation may change a breaker between our read and our
+    /// re-point, and its own re-point may land before ours: the mapping would
+    /// then follow our stale read. So after each re-point the breakers are
+    /// read again, and the stream re-pointed until a read taken after the
+    /// last re-point agrees with where it points. Whoever re-points last has
+    /// then checked it against states at least as new as every write before
+    /// it, and any later write is followed by its writer's own reconcile.
+    async fn reconcile(&self, report: &mut SwitchReport) -> Result<(), SwitchError> {
+        let mut records = self.breakers.load_many(&self.operators).await?;
+        let mut target = self.target_for(&records);
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            if self.point(target).await? == Repoint::Changed {
+                report.stream_repointed = true;
+                records = self.breakers.load_many(&self.operators).await?;
+                let now_wanted = self.target_for(&records);
+                if now_wanted != target && rounds < REPOINT_ROUNDS {
+                    tracing::warn!(pointed = %target, wanted = %now_wanted, "a breaker moved while the stream was re-pointed; pointing again");
+                    target = now_wanted;
+                    continue;
+                }
+            }
+            break;
+        }
+        report.stream_target = Some(target);
+        self.announce(&records, report).await
+    }
+
+    /// Re-point the stream at `target`, trying again while the mapping is busy.
+    async fn point(&self, target: ConsumerTarget) -> Result<Repoint, SwitchError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
             match self.router.point_at(target).await {
                 Ok(Repoint::Changed) => {
                     tracing::warn!(target = %target, "stream re-pointed");
-                    report.stream_repointed = true;
-                    break;
+                    return Ok(Repoint::Changed);
                 }
-                Ok(Repoint::AlreadyThere) => break,
+                Ok(Repoint::AlreadyThere) => return Ok(Repoint::AlreadyThere),
                 Err(RouterError::Busy(why)) if attempt < REPOINT_ATTEMPTS => {
                     tracing::info!(why = %why, attempt, "stream mapping busy; trying again");
                     tokio::time::sleep(self.repoint_backoff * attempt).await;
@@ -297,8 +362,15 @@ impl CircuitSwitch {
                 Err(e) => return Err(e.into()),
             }
         }
-        report.stream_target = Some(target);
+    }
 
+    /// Publish the state changes of `records` not announced yet, and mark
+    /// those the bus took.
+    async fn announce(
+        &self,
+        records: &[BreakerRecord],
+        report: &mut SwitchReport,
+    ) -> Result<(), SwitchError> {
         let unannounced: Vec<&BreakerRecord> = records
             .iter()
             .filter(|r| r.announced_version < r.version)
@@ -600,6 +672,102 @@ mod tests {
         assert_eq!(changed, 1);
         assert_eq!(state(&w).await.version, 1);
         assert_eq!(state_changes(&w.events).len(), 1);
+    }
+
+    /// A stream router on which another switch invocation runs to the end
+    /// just before the first re-point to `slow_target` lands: the
+    /// interleaving of two switches on AWS, where `UpdateEventSourceMapping`
+    /// calls land in any order.
+    struct OvertakenRouter {
+        inner: Arc<MemoryStreamRouter>,
+        slow_target: ConsumerTarget,
+        overtaker: std::sync::Mutex<Option<(Arc<CircuitSwitch>, Value)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl StreamRouter for OvertakenRouter {
+        async fn current(&self) -> Result<ConsumerTarget, RouterError> {
+            self.inner.current().await
+        }
+
+        async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError> {
+            let overtaker = if target == self.slow_target {
+                self.overtaker.lock().unwrap().take()
+            } else {
+                None
+            };
+            if let Some((switch, payload)) = overtaker {
+                switch.handle(&payload).await.unwrap();
+            }
+            self.inner.point_at(target).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_re_point_from_a_stale_read_is_put_right() {
+        // Switch B (on the plain router) forces the breaker closed and points
+        // the stream at the real consumer while switch A, which read the
+        // breaker open, is still re-pointing at the fallback; A's re-point
+        // lands last.
+        let w = world();
+        let overtaking = CircuitSwitch {
+            breakers: w.breakers.clone(),
+            events: w.events.clone(),
+            router: w.router.clone(),
+            clock: Arc::new(w.clock.clone()),
+            settings: Settings::default(),
+            alarms: AlarmMap::default(),
+            operators: vec![nordic()],
+            repoint_backoff: Duration::ZERO,
+            metrics: w.metrics.clone(),
+        };
+        let slow = CircuitSwitch {
+            router: Arc::new(OvertakenRouter {
+                inner: w.router.clone(),
+                slow_target: ConsumerTarget::Fallback,
+                overtaker: std::sync::Mutex::new(Some((
+                    Arc::new(overtaking),
+                    json!({"command": "force-closed", "operator": "nordic", "reason": "operator says it is fine"}),
+                ))),
+            }),
+            breakers: w.breakers.clone(),
+            events: w.events.clone(),
+            clock: Arc::new(w.clock.clone()),
+            settings: Settings::default(),
+            alarms: AlarmMap::default(),
+            operators: vec![nordic()],
+            repoint_backoff: Duration::ZERO,
+            metrics: w.metrics.clone(),
+        };
+        let report = slow.handle(&trip(0)).await.unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::ForcedClosed);
+        assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
+        assert_eq!(report.stream_target, Some(ConsumerTarget::Real));
+        // The newest state was announced once (the record holds only the
+        // newest; the opening it replaced before anyone announced it is in
+        // the store's history, not on the bus).
+        assert_eq!(
+            state_changes(&w.events),
+            vec![(BreakerState::Open, BreakerState::ForcedClosed, 2)]
+        );
+    }
+
+    #[tokio::test]
+    async fn inputs_for_operators_not_served_are_refused() {
+        let w = world();
+        let mut forged = trip(0);
+        forged["detail"]["operator"] = json!("zzz");
+        let err = w.switch.handle(&forged).await.unwrap_err();
+        assert!(matches!(err, SwitchError::UnknownOperator(_)), "{err}");
+        assert_eq!(Diagnostic::from(err).error_type, "UnknownOperator");
+        let command = json!({"command": "force-open", "operator": "zzz", "reason": "test"});
+        assert!(w.switch.handle(&command).await.is_err());
+        // Nothing was stored for it, and the tick never sees it.
+        let zzz = OperatorId::new("zzz").unwrap();
+        assert_eq!(w.breakers.load(&zzz).await.unwrap(), None);
+        let report = w.switch.handle(&tick()).await.unwrap();
+        assert_eq!(report.decisions.len(), 1);
+        assert_eq!(report.decisions[0].operator, nordic());
     }
 
     #[tokio::test]

@@ -65,6 +65,11 @@ impl AlarmMap {
     pub fn operator_for(&self, alarm: &str) -> Option<&OperatorId> {
         self.0.get(alarm)
     }
+
+    /// The operators the alarms speak for.
+    pub fn operators(&self) -> impl Iterator<Item = &OperatorId> {
+        self.0.values()
+    }
 }
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {

@@ -265,7 +265,7 @@ impl Switch {
             clock: Arc::new(clock.clone()),
             settings: Settings::default(),
             alarms: AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap(),
-            operators: Vec::new(),
+            operators: vec![OperatorId::new("nordic").unwrap()],
             repoint_backoff: Duration::from_millis(1),
             metrics: Arc::new(MemoryMetrics::new()),
         };

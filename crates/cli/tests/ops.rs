@@ -55,7 +55,7 @@ impl Suite {
             clock: Arc::new(clock.clone()),
             settings: Settings::default(),
             alarms: AlarmMap::default(),
-            operators: Vec::new(),
+            operators: vec![OperatorId::new("nordic").unwrap()],
             repoint_backoff: Duration::from_millis(1),
             metrics: Arc::new(MemoryMetrics::new()),
         };

@@ -155,6 +155,14 @@ impl BreakerStore for MemoryBreakerStore {
         Ok(lock(&self.records).get(operator).cloned())
     }
 
+    async fn load_many(&self, operators: &[OperatorId]) -> Result<Vec<BreakerRecord>, StoreError> {
+        let records = lock(&self.records);
+        Ok(operators
+            .iter()
+            .filter_map(|o| records.get(o).cloned())
+            .collect())
+    }
+
     async fn list(&self) -> Result<Vec<BreakerRecord>, StoreError> {
         Ok(lock(&self.records).values().cloned().collect())
     }

@@ -71,7 +71,13 @@ pub trait BreakerStore: Send + Sync {
     /// Strongly consistent read of one operator's breaker.
     async fn load(&self, operator: &OperatorId) -> Result<Option<BreakerRecord>, StoreError>;
 
-    /// Every stored breaker.
+    /// Strongly consistent reads of the breakers of `operators`, by key: a
+    /// few items per operator whatever else the store holds. Operators
+    /// without a stored breaker are left out; the order is the store's.
+    async fn load_many(&self, operators: &[OperatorId]) -> Result<Vec<BreakerRecord>, StoreError>;
+
+    /// Every stored breaker. On DynamoDB a scan of the whole table: for an
+    /// operator's command, never for a function's invocation.
     async fn list(&self) -> Result<Vec<BreakerRecord>, StoreError>;
 
     /// Write `record` if the stored version is `expected_version` (`None`: no
