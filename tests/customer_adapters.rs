@@ -28,8 +28,8 @@ use lifeboat_core::events::{BreakerStateChanged, SCHEMA_VERSION, SaleStatus};
 use lifeboat_core::operator::{Operation, OperatorId};
 use lifeboat_core::ports::StoreError;
 use lifeboat_core::sale::{
-    MessageHandle, Redelivery, RedeliveryError, SaleChange, SaleRecord, SaleStatusStore, Step,
-    WritePolicy,
+    MessageHandle, OnSaleAt, Redelivery, RedeliveryError, SaleChange, SaleRecord, SaleStatusStore,
+    Step, WritePolicy,
 };
 use lifeboat_local::moto::MotoServer;
 use lifeboat_local::moto::resources;
@@ -298,7 +298,7 @@ async fn sale_records_are_saved_on_their_revision_with_pending_writes_and_leases
 
     // The listener's first step at a change: a pending write and its lease.
     let policy = WritePolicy::default();
-    let change = SaleChange::from(&breaker_change(3, BreakerState::Open));
+    let change = SaleChange::of(&breaker_change(3, BreakerState::Open), OnSaleAt::default());
     let plan = SaleRecord::new(nordic.clone()).plan(&change, t(0), &policy);
     assert_eq!(plan.step, Step::Attempt { attempt: 1 });
     let claimed = plan.save.unwrap();

@@ -139,7 +139,9 @@ pub enum CallClass {
     Connect,
     /// The operator answered 5xx.
     ServerError { status: u16 },
-    /// The operator answered 4xx: our request was wrong, the operator is up.
+    /// The operator answered 4xx. Most say our request was wrong and the
+    /// operator is up; those its settings name (408 and 429 by default) say
+    /// it is not coping ([`FailureStatuses`]).
     ClientError { status: u16 },
     /// 2xx, but the payload was not what the operator's API promises.
     BadPayload,
@@ -152,12 +154,72 @@ pub enum Health {
     SlowSuccess,
     Timeout,
     Failure,
-    /// Says nothing about the operator's health (our own bad request).
+    /// Says nothing about the operator's health (our own bad request): not
+    /// counted by the failure window, and never a half-open trial's success.
     Neutral,
 }
 
+/// The 4xx statuses that count as the operator failing (a failure for the
+/// window, a failed half-open trial) rather than as our bad request. 408
+/// (request timeout) and 429 (too many requests) by default: an operator
+/// that sheds load or cannot finish in time is in trouble, and one answering
+/// them throughout an incident must not pass a half-open round. Per operator
+/// in `OPERATOR_SETTINGS` as a list (`"failure_statuses": [408, 429, 403]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureStatuses(u128);
+
+impl FailureStatuses {
+    /// The statuses `400..=499` that can be named.
+    pub const RANGE: std::ops::RangeInclusive<u16> = 400..=499;
+
+    /// The set of `statuses`; `Err` names the first outside [`Self::RANGE`].
+    pub fn new(statuses: impl IntoIterator<Item = u16>) -> Result<Self, u16> {
+        let mut bits = 0u128;
+        for status in statuses {
+            if !Self::RANGE.contains(&status) {
+                return Err(status);
+            }
+            bits |= 1u128 << (status - 400);
+        }
+        Ok(Self(bits))
+    }
+
+    pub fn contains(&self, status: u16) -> bool {
+        Self::RANGE.contains(&status) && self.0 & (1u128 << (status - 400)) != 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
+        Self::RANGE.filter(|s| self.contains(*s))
+    }
+}
+
+impl Default for FailureStatuses {
+    fn default() -> Self {
+        Self((1u128 << (408 - 400)) | (1u128 << (429 - 400)))
+    }
+}
+
+impl Serialize for FailureStatuses {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for FailureStatuses {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let statuses = Vec::<u16>::deserialize(deserializer)?;
+        Self::new(statuses).map_err(|bad| {
+            serde::de::Error::custom(format!(
+                "failure status {bad} is not a 4xx status (5xx, timeouts and refused connections always count as failures)"
+            ))
+        })
+    }
+}
+
 impl CallClass {
-    pub fn health(&self) -> Health {
+    /// What the call says about the operator's health, with `failing` the
+    /// 4xx statuses that count as failures.
+    pub fn health(&self, failing: &FailureStatuses) -> Health {
         match self {
             CallClass::Ok => Health::Success,
             CallClass::Slow => Health::SlowSuccess,
@@ -165,6 +227,7 @@ impl CallClass {
             CallClass::Connect | CallClass::ServerError { .. } | CallClass::BadPayload => {
                 Health::Failure
             }
+            CallClass::ClientError { status } if failing.contains(*status) => Health::Failure,
             CallClass::ClientError { .. } => Health::Neutral,
         }
     }
@@ -206,9 +269,9 @@ impl CallResult {
     /// The request outcome this call leads to.
     pub fn into_outcome(self, at: DateTime<Utc>, by: &str) -> Outcome {
         let call_ms = Some(u64::try_from(self.elapsed.as_millis()).unwrap_or(u64::MAX));
-        let kind = match (self.class.health(), self.body) {
-            (Health::Success | Health::SlowSuccess, Some(body)) => OutcomeKind::Answered { body },
-            (Health::Timeout, _) => OutcomeKind::Failed {
+        let kind = match (&self.class, self.body) {
+            (CallClass::Ok | CallClass::Slow, Some(body)) => OutcomeKind::Answered { body },
+            (CallClass::Timeout, _) => OutcomeKind::Failed {
                 reason: FailureReason::Timeout,
                 detail: self.detail,
             },
@@ -229,6 +292,32 @@ impl CallResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rate_limits_and_request_timeouts_are_failures_other_4xx_neutral() {
+        let default = FailureStatuses::default();
+        let class = |status| CallClass::ClientError { status };
+        assert_eq!(class(429).health(&default), Health::Failure);
+        assert_eq!(class(408).health(&default), Health::Failure);
+        assert_eq!(class(404).health(&default), Health::Neutral);
+        assert_eq!(class(403).health(&default), Health::Neutral);
+        let strict = FailureStatuses::new([403, 429]).unwrap();
+        assert_eq!(class(403).health(&strict), Health::Failure);
+        assert_eq!(class(408).health(&strict), Health::Neutral);
+        assert_eq!(
+            CallClass::ServerError { status: 503 }.health(&FailureStatuses::new([]).unwrap()),
+            Health::Failure
+        );
+        // Settings JSON round trip, and a clear refusal of a non-4xx.
+        let json = serde_json::to_string(&default).unwrap();
+        assert_eq!(json, "[408,429]");
+        let back: FailureStatuses = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, default);
+        let err = serde_json::from_str::<FailureStatuses>("[500]").unwrap_err();
+        assert!(err.to_string().contains("500 is not a 4xx"), "{err}");
+        assert!(serde_json::from_str::<FailureStatuses>("[399]").is_err());
+        assert!(!default.contains(600));
+    }
 
     fn at(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(s, 0).unwrap_or_default()

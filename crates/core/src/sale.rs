@@ -83,6 +83,41 @@ pub fn until(now: DateTime<Utc>, at: DateTime<Utc>) -> Duration {
     (at - now).to_std().unwrap_or(Duration::ZERO)
 }
 
+/// When an operator goes back on sale after an incident.
+///
+/// * [`OnSaleAt::Closed`] (the default): only once the breaker closes. A
+///   half-open round keeps the operator off sale, so a long outage costs one
+///   off-sale and one on-sale write however many rounds fail, and customers
+///   are not sold what the next failed round takes away seconds later.
+/// * [`OnSaleAt::HalfOpen`]: as soon as the breaker tests recovery; each
+///   failed round takes it off sale again (two writes per round).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnSaleAt {
+    #[default]
+    Closed,
+    HalfOpen,
+}
+
+impl OnSaleAt {
+    /// `closed` or `half_open`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "closed" => Some(Self::Closed),
+            "half_open" => Some(Self::HalfOpen),
+            _ => None,
+        }
+    }
+
+    /// The sale status the breaker state `state` asks for.
+    pub fn status(self, state: BreakerState) -> SaleStatus {
+        match (self, state) {
+            (OnSaleAt::Closed, BreakerState::HalfOpen) => SaleStatus::OffSale,
+            _ => SaleStatus::for_breaker(state),
+        }
+    }
+}
+
 /// A breaker change, as the sale switch sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaleChange {
@@ -94,12 +129,13 @@ pub struct SaleChange {
     pub breaker: BreakerState,
 }
 
-impl From<&BreakerStateChanged> for SaleChange {
-    fn from(e: &BreakerStateChanged) -> Self {
+impl SaleChange {
+    /// The change `e` asks for when operators go back on sale at `on_sale_at`.
+    pub fn of(e: &BreakerStateChanged, on_sale_at: OnSaleAt) -> Self {
         Self {
             operator: e.operator.clone(),
             version: e.version,
-            status: SaleStatus::for_breaker(e.to),
+            status: on_sale_at.status(e.to),
             breaker: e.to,
         }
     }
@@ -193,6 +229,9 @@ impl WritePolicy {
 pub enum Settled {
     /// The switch holds this version's status.
     Applied,
+    /// The switch already held this version's status: recorded as applied
+    /// without a write.
+    AlreadyHeld,
     /// Older than the applied version: ignored.
     Outdated { applied: u64 },
     /// A newer version is wanted: this one is never written.
@@ -323,6 +362,25 @@ impl SaleRecord {
         };
         let begun = self.pending.as_ref() != Some(&pending);
         next.pending = Some(pending.clone());
+
+        // The switch already holds what this version wants (we wrote it
+        // there) and no write is in flight that could change it: the version
+        // is applied without a write (a half-open round while the operator
+        // stays off sale, a release to closed while on sale).
+        let write_in_flight = self.lease.as_ref().is_some_and(|l| l.until > now);
+        if pending.status == self.applied_status
+            && self.applied_at.is_some()
+            && pending.gave_up_at.is_none()
+            && !write_in_flight
+        {
+            next.pending = None;
+            next.lease = None;
+            next.applied_version = pending.version;
+            return Plan {
+                save: Some(next.bumped()),
+                step: Step::Done(Settled::AlreadyHeld),
+            };
+        }
 
         if pending.gave_up_at.is_some() {
             return if pending.fault_published {

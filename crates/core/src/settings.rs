@@ -20,6 +20,7 @@ use crate::breaker::BreakerConfig;
 use crate::budget::Budgets;
 use crate::cache::CachePolicy;
 use crate::operator::OperatorId;
+use crate::request::FailureStatuses;
 use crate::window::WindowConfig;
 
 /// Everything tunable about one operator.
@@ -32,6 +33,9 @@ pub struct OperatorSettings {
     /// How old a cached answer may be to skip the operator, and to show as
     /// the last good answer.
     pub cache: CachePolicy,
+    /// 4xx statuses that count as the operator failing (408 and 429 by
+    /// default); every other 4xx is neutral.
+    pub failure_statuses: FailureStatuses,
 }
 
 /// Settings of every operator.

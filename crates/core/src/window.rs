@@ -9,7 +9,12 @@
 //! * slow calls: the share of calls slower than the budget's `slow_after`, with
 //!   the same minimum;
 //! * consecutive timeouts: timeouts since the last success, counted back from
-//!   the newest bucket to the newest bucket that holds a success.
+//!   the newest bucket to the newest bucket that holds a success;
+//! * consecutive failures: failures of any kind (refused, 5xx, 429, timeouts)
+//!   since the last success, counted the same way over a longer lookback
+//!   (`streak_length`, a minute by default), so an operator too quiet for the
+//!   rate rule's minimum still trips: five failed calls in a row within a
+//!   minute, whatever its traffic.
 //!
 //! The defaults open a hanging operator about one budget (3 s) after the outage
 //! starts and a refusing one within a few seconds, and keep normal noise (a few
@@ -97,6 +102,12 @@ pub struct WindowConfig {
     pub slow_rate: f64,
     /// Trip after this many timeouts with no success in between.
     pub consecutive_timeouts: u32,
+    /// Trip after this many failures of any kind (timeouts included) with
+    /// no success in between, within `streak_length`. 0 turns it off.
+    pub consecutive_failures: u32,
+    /// How far back `consecutive_failures` looks (at least `length`).
+    #[serde(with = "crate::budget::millis")]
+    pub streak_length: Duration,
 }
 
 impl Default for WindowConfig {
@@ -108,6 +119,8 @@ impl Default for WindowConfig {
             failure_rate: 0.5,
             slow_rate: 0.8,
             consecutive_timeouts: 5,
+            consecutive_failures: 5,
+            streak_length: Duration::from_secs(60),
         }
     }
 }
@@ -119,6 +132,7 @@ pub enum WindowVerdict {
     FailureRate { rate: f64, calls: u32 },
     SlowCalls { rate: f64, calls: u32 },
     ConsecutiveTimeouts { count: u32 },
+    ConsecutiveFailures { count: u32 },
 }
 
 impl std::fmt::Display for WindowVerdict {
@@ -133,6 +147,9 @@ impl std::fmt::Display for WindowVerdict {
             WindowVerdict::ConsecutiveTimeouts { count } => {
                 write!(f, "{count} consecutive timeouts")
             }
+            WindowVerdict::ConsecutiveFailures { count } => {
+                write!(f, "{count} consecutive failed calls")
+            }
         }
     }
 }
@@ -146,30 +163,65 @@ impl WindowConfig {
 
     /// The oldest bucket start still inside the window at `now`.
     pub fn oldest_bucket(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        let length = TimeDelta::from_std(self.length).unwrap_or(TimeDelta::seconds(10));
+        self.oldest_within(self.length, now)
+    }
+
+    /// The oldest bucket start any rule reads at `now`: the buckets to load.
+    pub fn oldest_read(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        self.oldest_within(self.length.max(self.streak_length), now)
+    }
+
+    fn oldest_within(&self, length: Duration, now: DateTime<Utc>) -> DateTime<Utc> {
+        let length = TimeDelta::from_std(length).unwrap_or(TimeDelta::seconds(10));
         self.bucket_start(now - length) + TimeDelta::from_std(self.bucket).unwrap_or_default()
+    }
+
+    /// Failures of any kind since the newest bucket that holds a success,
+    /// newest first, in buckets from `oldest` (sorted newest first).
+    fn streak(
+        buckets: &[&Bucket],
+        oldest: DateTime<Utc>,
+        count: impl Fn(&CallCounts) -> u32,
+    ) -> u32 {
+        let mut streak = 0u32;
+        for bucket in buckets.iter().take_while(|b| b.start >= oldest) {
+            if bucket.counts.successes > 0 {
+                break;
+            }
+            streak = streak.saturating_add(count(&bucket.counts));
+        }
+        streak
     }
 
     /// Decide from the buckets (any order, any age) whether to ask for a trip.
     pub fn evaluate(&self, buckets: &[Bucket], now: DateTime<Utc>) -> Option<WindowVerdict> {
         let oldest = self.oldest_bucket(now);
-        let mut recent: Vec<&Bucket> = buckets
+        let mut read: Vec<&Bucket> = buckets
             .iter()
-            .filter(|b| b.start >= oldest && b.start <= now)
+            .filter(|b| b.start >= self.oldest_read(now) && b.start <= now)
             .collect();
-        recent.sort_by_key(|b| std::cmp::Reverse(b.start));
+        read.sort_by_key(|b| std::cmp::Reverse(b.start));
 
         // Consecutive timeouts: newest first, until a bucket holds a success.
-        let mut streak = 0u32;
-        for bucket in &recent {
-            if bucket.counts.successes > 0 {
-                break;
-            }
-            streak += bucket.counts.timeouts;
-        }
+        let streak = Self::streak(&read, oldest, |c| c.timeouts);
         if self.consecutive_timeouts > 0 && streak >= self.consecutive_timeouts {
             return Some(WindowVerdict::ConsecutiveTimeouts { count: streak });
         }
+        if let Some(verdict) = self.rates(&read, oldest) {
+            return Some(verdict);
+        }
+        // Consecutive failures of any kind, over the longer lookback: the
+        // rule a quiet operator trips on.
+        let streak = Self::streak(&read, self.oldest_read(now), |c| c.failures + c.timeouts);
+        if self.consecutive_failures > 0 && streak >= self.consecutive_failures {
+            return Some(WindowVerdict::ConsecutiveFailures { count: streak });
+        }
+        None
+    }
+
+    /// The failure-rate and slow-call rules over the buckets from `oldest`.
+    fn rates(&self, read: &[&Bucket], oldest: DateTime<Utc>) -> Option<WindowVerdict> {
+        let recent: Vec<&&Bucket> = read.iter().filter(|b| b.start >= oldest).collect();
 
         let mut total = CallCounts::default();
         for bucket in &recent {
@@ -237,7 +289,11 @@ mod tests {
 
     #[test]
     fn failure_rate_needs_the_minimum_number_of_calls() {
-        let cfg = WindowConfig::default();
+        // (Failures in a row alone would trip on the streak rule.)
+        let cfg = WindowConfig {
+            consecutive_failures: 0,
+            ..WindowConfig::default()
+        };
         let few = [bucket(0, |c| many(c, Health::Failure, 9))];
         assert_eq!(cfg.evaluate(&few, at(500)), None);
         let enough = [bucket(0, |c| many(c, Health::Failure, 10))];
@@ -268,11 +324,48 @@ mod tests {
     }
 
     #[test]
+    fn a_quiet_operators_failures_in_a_row_trip_within_the_streak() {
+        // One fast failure every 12 s: never ten calls in the window, never
+        // two in one bucket; the fifth in a row within a minute trips.
+        let cfg = WindowConfig::default();
+        let buckets: Vec<Bucket> = (0..5)
+            .map(|i| bucket(i * 12, |c| many(c, Health::Failure, 1)))
+            .collect();
+        assert_eq!(cfg.evaluate(&buckets[..4], at(36_500)), None);
+        assert_eq!(
+            cfg.evaluate(&buckets, at(48_500)),
+            Some(WindowVerdict::ConsecutiveFailures { count: 5 })
+        );
+        // A success in between starts the count again.
+        let mut with_success = buckets.clone();
+        with_success.push(bucket(30, |c| many(c, Health::Success, 1)));
+        assert_eq!(cfg.evaluate(&with_success, at(48_500)), None);
+        // Failures older than the streak's minute do not count.
+        assert_eq!(cfg.evaluate(&buckets, at(60_500)), None);
+        // Off when set to 0.
+        let off = WindowConfig {
+            consecutive_failures: 0,
+            ..cfg
+        };
+        assert_eq!(off.evaluate(&buckets, at(48_500)), None);
+        // The buckets to read reach back the whole streak.
+        assert_eq!(cfg.oldest_read(at(60_500)), at(1_000));
+    }
+
+    #[test]
     fn old_buckets_fall_out_of_the_window() {
         let cfg = WindowConfig::default();
         let buckets = [bucket(0, |c| many(c, Health::Failure, 50))];
-        assert!(cfg.evaluate(&buckets, at(9_999)).is_some());
-        assert_eq!(cfg.evaluate(&buckets, at(10_000)), None);
+        assert!(matches!(
+            cfg.evaluate(&buckets, at(9_999)),
+            Some(WindowVerdict::FailureRate { .. })
+        ));
+        // Out of the rate's 10 s; still failures in a row for a minute.
+        assert_eq!(
+            cfg.evaluate(&buckets, at(10_000)),
+            Some(WindowVerdict::ConsecutiveFailures { count: 50 })
+        );
+        assert_eq!(cfg.evaluate(&buckets, at(60_000)), None);
     }
 
     #[test]

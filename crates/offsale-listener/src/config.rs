@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lifeboat_aws::Env;
 use lifeboat_core::retry::RetrySchedule;
-use lifeboat_core::sale::WritePolicy;
+use lifeboat_core::sale::{OnSaleAt, WritePolicy};
 
 use crate::http::{HttpSwitchConfig, HttpSwitchError};
 
@@ -25,6 +25,9 @@ pub const SALE_SWITCH_TIMEOUT_MS: &str = "SALE_SWITCH_TIMEOUT_MS";
 pub const SALE_RETRY_MAX_ATTEMPTS: &str = "SALE_RETRY_MAX_ATTEMPTS";
 /// Where sale records live: `dynamodb` (default) or `memory` (local runs).
 pub const SALE_STATUS_STORE: &str = "SALE_STATUS_STORE";
+/// When an operator goes back on sale: `closed` (default, once per incident)
+/// or `half_open` (at every half-open round).
+pub const SALE_ON_SALE_AT: &str = "SALE_ON_SALE_AT";
 
 /// With `dynamodb`: the SaleStatus table's name (required) and the queue's URL.
 pub use lifeboat_aws::clients::{OFFSALE_QUEUE_URL, SALE_STATUS_TABLE};
@@ -82,6 +85,7 @@ pub struct ListenerConfig {
     pub switch: SwitchTarget,
     pub policy: WritePolicy,
     pub store: StoreChoice,
+    pub on_sale_at: OnSaleAt,
 }
 
 /// A variable that may be unset or empty.
@@ -160,8 +164,17 @@ impl ListenerConfig {
                 });
             }
         };
+        let on_sale_at = match optional(env, SALE_ON_SALE_AT)? {
+            None => OnSaleAt::default(),
+            Some(v) => OnSaleAt::parse(v).ok_or_else(|| ConfigError::Invalid {
+                name: SALE_ON_SALE_AT,
+                value: v.to_owned(),
+                expected: "closed or half_open",
+            })?,
+        };
         Ok(Self {
             switch,
+            on_sale_at,
             policy: WritePolicy::new(
                 RetrySchedule {
                     max_attempts,
@@ -191,6 +204,23 @@ mod tests {
         assert_eq!(config.policy.attempt_timeout, Duration::from_secs(5));
         assert_eq!(config.policy.lease, Duration::from_secs(15));
         assert_eq!(config.store, StoreChoice::Memory);
+        assert_eq!(config.on_sale_at, OnSaleAt::Closed);
+    }
+
+    #[test]
+    fn on_sale_at_half_open_is_the_seed_behaviour_on_request() {
+        let config = ListenerConfig::from_env(&env(&[
+            (SALE_STATUS_STORE, "memory"),
+            (SALE_ON_SALE_AT, "half_open"),
+        ]))
+        .unwrap();
+        assert_eq!(config.on_sale_at, OnSaleAt::HalfOpen);
+        let err = ListenerConfig::from_env(&env(&[
+            (SALE_STATUS_STORE, "memory"),
+            (SALE_ON_SALE_AT, "halfopen"),
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("closed or half_open"), "{err}");
     }
 
     #[test]

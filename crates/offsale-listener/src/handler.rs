@@ -8,9 +8,11 @@
 //! queue and from there to this function. Each message body is the
 //! EventBridge event as the rule delivers it
 //! (`{"source": "lifeboat", "detail-type": "Breaker State Changed", "detail": {…}}`).
-//! `open` and `forced_open` ask for off sale; `half_open`, `closed` and
-//! `forced_closed` for on sale
-//! ([`SaleStatus::for_breaker`](lifeboat_core::events::SaleStatus::for_breaker)). With a healthy
+//! `open` and `forced_open` ask for off sale; `closed` and `forced_closed` for
+//! on sale; `half_open` keeps the operator off sale by default and puts it on
+//! sale with `SALE_ON_SALE_AT=half_open`
+//! ([`OnSaleAt`](lifeboat_core::sale::OnSaleAt)). A change that asks for what
+//! the switch already holds is recorded without a write. With a healthy
 //! switch the write happens in the invocation that receives the event, within
 //! milliseconds of the event's arrival.
 //!
@@ -117,8 +119,8 @@ use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
 use lifeboat_core::ports::{EventPublisher, PublishError, StoreError};
 use lifeboat_core::request::FailureReason;
 use lifeboat_core::sale::{
-    MemoryQueue, MemorySaleStatusStore, MessageHandle, QueueTimeoutRedelivery, Redelivery,
-    SaleChange, SaleRecord, SaleStatusStore, SaleSwitch, SaleSwitchError, Settled,
+    MemoryQueue, MemorySaleStatusStore, MessageHandle, OnSaleAt, QueueTimeoutRedelivery,
+    Redelivery, SaleChange, SaleRecord, SaleStatusStore, SaleSwitch, SaleSwitchError, Settled,
     StatusTableSwitch, Step, Wait, WritePolicy, status_str, until,
 };
 use lifeboat_core::{BreakerState, Clock, OperatorId};
@@ -187,6 +189,8 @@ pub struct OffsaleListener {
     pub events: Arc<dyn EventPublisher>,
     pub clock: Arc<dyn Clock>,
     pub policy: WritePolicy,
+    /// When an operator goes back on sale (`SALE_ON_SALE_AT`).
+    pub on_sale_at: OnSaleAt,
     /// Sale changes and faults, as EMF lines.
     pub metrics: Arc<dyn MetricsSink>,
 }
@@ -265,7 +269,7 @@ impl Poison {
 }
 
 /// Read one SQS record: a state change, or poison.
-fn read(record: &Value) -> Result<Delivery, Poison> {
+fn read(record: &Value, on_sale_at: OnSaleAt) -> Result<Delivery, Poison> {
     let raw_id = record
         .get("messageId")
         .and_then(Value::as_str)
@@ -313,7 +317,7 @@ fn read(record: &Value) -> Result<Delivery, Poison> {
                 receipt_handle,
             },
             message_id,
-            change: SaleChange::from(&e),
+            change: SaleChange::of(&e, on_sale_at),
             from: e.from,
         }),
         Ok(other) => Err(poison(
@@ -398,6 +402,7 @@ impl OffsaleListener {
             events,
             clock,
             policy: config.policy,
+            on_sale_at: config.on_sale_at,
             metrics: Arc::new(StdoutMetrics),
         })
     }
@@ -411,7 +416,7 @@ impl OffsaleListener {
         let mut by_operator: BTreeMap<OperatorId, Vec<Delivery>> = BTreeMap::new();
         let mut poison = Vec::new();
         for record in records {
-            match read(record) {
+            match read(record, self.on_sale_at) {
                 Ok(d) => by_operator
                     .entry(d.change.operator.clone())
                     .or_default()
@@ -851,6 +856,7 @@ mod tests {
                 events: self.events.clone(),
                 clock: self.clock.clone(),
                 policy: self.policy,
+                on_sale_at: OnSaleAt::HalfOpen,
                 metrics: self.metrics.clone(),
             }
         }
@@ -945,6 +951,61 @@ mod tests {
             (1, SaleStatus::OffSale)
         );
         assert_eq!((record.pending, record.lease), (None, None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn by_default_an_incident_costs_one_off_sale_and_one_on_sale_write() {
+        // Three failed half-open rounds, then a closing one.
+        let w = World::paused(8);
+        let listener = OffsaleListener {
+            on_sale_at: OnSaleAt::Closed,
+            ..w.listener()
+        };
+        let rounds = [
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+            BreakerState::Closed,
+        ];
+        for (i, to) in rounds.into_iter().enumerate() {
+            let version = u64::try_from(i).unwrap() + 1;
+            w.send(version, to);
+            let report = w.deliver(&listener).await.unwrap();
+            assert!(report.response.batch_item_failures.is_empty());
+            // The operator is off sale until the breaker closes.
+            let expected = if to == BreakerState::Closed {
+                SaleStatus::OnSale
+            } else {
+                SaleStatus::OffSale
+            };
+            assert_eq!(
+                w.switch.status(&nordic()),
+                expected,
+                "after v{version} {to}"
+            );
+            assert_eq!(w.record().await.applied_version, version);
+        }
+        assert_eq!(
+            w.writes(),
+            vec![
+                (0, 1, SwitchOutcome::Accepted),
+                (0, 7, SwitchOutcome::Accepted)
+            ]
+        );
+        // The same incident on sale at half-open (the seed behaviour): a
+        // write per change, but for closing after a half-open round that had
+        // already put the operator on sale.
+        let w = World::paused(8);
+        let listener = w.listener();
+        for (i, to) in rounds.into_iter().enumerate() {
+            w.send(u64::try_from(i).unwrap() + 1, to);
+            w.deliver(&listener).await.unwrap();
+        }
+        assert_eq!(w.writes().len(), rounds.len() - 1);
+        assert_eq!(w.record().await.applied_version, 7);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1348,6 +1409,7 @@ mod tests {
             ),
             policy: w.policy,
             store: StoreChoice::Memory,
+            on_sale_at: OnSaleAt::HalfOpen,
         };
         let listener = OffsaleListener::with_ports(
             &config,

@@ -399,7 +399,12 @@ impl RealConsumer {
             budget,
         };
         let result = self.operator.call(&call).await;
-        let health = result.class.health();
+        let health = result.class.health(
+            &self
+                .settings
+                .for_operator(&request.operator)
+                .failure_statuses,
+        );
         tracing::debug!(
             operator = %request.operator, operation = %request.operation, request_id = %request.request_id,
             class = result.class.name(), elapsed_ms = result.elapsed.as_millis() as u64, "operator call"
@@ -412,10 +417,14 @@ impl RealConsumer {
             while_open: view_open,
         });
         if done.trial.is_some() {
-            done.trial = Some(matches!(
-                health,
-                Health::Success | Health::SlowSuccess | Health::Neutral
-            ));
+            // A neutral answer (a 4xx the operator's settings do not name)
+            // says nothing of its health: the trial is neither passed nor
+            // failed, and the round waits for the other slots.
+            done.trial = match health {
+                Health::Success | Health::SlowSuccess => Some(true),
+                Health::Timeout | Health::Failure => Some(false),
+                Health::Neutral => None,
+            };
         }
         let outcome = result.into_outcome(self.clock.now(), NAME);
         if let lifeboat_core::request::OutcomeKind::Answered { body } = &outcome.kind {
@@ -494,7 +503,7 @@ impl RealConsumer {
         if record.state != BreakerState::Closed {
             return None;
         }
-        let buckets = match self.window.since(operator, cfg.oldest_bucket(now)).await {
+        let buckets = match self.window.since(operator, cfg.oldest_read(now)).await {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(operator = %operator, error = %e, "window unreadable");

@@ -12,7 +12,7 @@ use lifeboat_core::events::{LifeboatEvent, SaleStatus};
 use lifeboat_core::memory::MemoryCartStore;
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{
-    MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, SwitchOutcome, WritePolicy,
+    MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, OnSaleAt, SwitchOutcome, WritePolicy,
 };
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{Clock, OperatorId};
@@ -101,6 +101,7 @@ impl Suite {
             events: gateway.bus.clone(),
             clock: clock.clone(),
             policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2)),
+            on_sale_at: OnSaleAt::default(),
             metrics: gateway.metrics.clone(),
         };
         let shop = Arc::new(Shop {
