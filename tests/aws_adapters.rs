@@ -1021,6 +1021,8 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
         operators: operators.clone(),
         repoint_backoff: std::time::Duration::ZERO,
         metrics: Arc::new(MemoryMetrics::new()),
+        timers: None,
+        prober: None,
     };
 
     // A trip: one breaker read and written, the failure window's last two

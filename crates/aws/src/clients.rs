@@ -237,6 +237,15 @@ impl Clients {
     }
 
     /// The bus named by `EVENT_BUS_NAME`.
+    /// The circuit switch's timers on the queue at `queue_url`.
+    pub fn breaker_timers(&self, queue_url: &str) -> crate::sqs::SqsBreakerTimers {
+        crate::sqs::SqsBreakerTimers::new(
+            self.sqs.clone(),
+            queue_url,
+            std::sync::Arc::new(lifeboat_core::SystemClock),
+        )
+    }
+
     pub fn publisher(&self, env: &Env) -> Result<EventBridgePublisher, ConfigError> {
         Ok(EventBridgePublisher::new(
             self.eventbridge.clone(),

@@ -45,5 +45,5 @@ pub use requests::{
 };
 pub use router::LambdaStreamRouter;
 pub use sale::DynamoSaleStatusStore;
-pub use sqs::SqsRedelivery;
+pub use sqs::{SqsBreakerTimers, SqsRedelivery};
 pub use window::DynamoWindowStore;

@@ -11,11 +11,16 @@
 //! delay is rounded up, so a message never comes back before its attempt is
 //! due, and longer delays are cut to 12 hours (the listener's record still says
 //! when the attempt is due; a message back early is put back without one).
+//!
+//! The circuit switch's timers ([`SqsBreakerTimers`]) are delayed messages on
+//! the breaker timer queue.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::error::ProvideErrorMetadata;
+use lifeboat_core::ports::{BreakerTimers, TimerError};
+use lifeboat_core::probe::BreakerTimer;
 use lifeboat_core::sale::{MessageHandle, Redelivery, RedeliveryError};
 
 use crate::error::describe;
@@ -191,5 +196,74 @@ mod tests {
                 );
             }
         }
+    }
+}
+
+/// The longest delay SQS gives a message, in seconds (15 minutes).
+pub const MAX_DELAY_S: i64 = 900;
+
+/// [`BreakerTimers`] on an SQS queue: each timer is a message delayed until
+/// it is due (`DelaySeconds`, whole seconds rounded up). The queue's event
+/// source mapping hands it to the circuit switch. A timer further out than
+/// SQS's 15 minutes arrives early; the switch finds it early and sets it
+/// again.
+#[derive(Clone)]
+pub struct SqsBreakerTimers {
+    client: aws_sdk_sqs::Client,
+    queue_url: String,
+    clock: std::sync::Arc<dyn lifeboat_core::Clock>,
+}
+
+impl SqsBreakerTimers {
+    pub fn new(
+        client: aws_sdk_sqs::Client,
+        queue_url: impl Into<String>,
+        clock: std::sync::Arc<dyn lifeboat_core::Clock>,
+    ) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+            clock,
+        }
+    }
+}
+
+/// The `DelaySeconds` that delivers a message at `due` when sent at `now`.
+pub fn delay_seconds(
+    now: chrono::DateTime<chrono::Utc>,
+    due: chrono::DateTime<chrono::Utc>,
+) -> i32 {
+    let millis = (due - now).num_milliseconds().max(0);
+    let secs = (millis + 999) / 1000;
+    i32::try_from(secs.min(MAX_DELAY_S)).unwrap_or(0)
+}
+
+#[async_trait]
+impl BreakerTimers for SqsBreakerTimers {
+    async fn set(&self, timer: &BreakerTimer) -> Result<(), TimerError> {
+        let body = serde_json::to_string(timer).map_err(|e| TimerError(e.to_string()))?;
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .delay_seconds(delay_seconds(self.clock.now(), timer.due))
+            .send()
+            .await
+            .map_err(|e| TimerError(describe(&format!("SendMessage {}", self.queue_url), &e)))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod timer_tests {
+    use super::*;
+
+    #[test]
+    fn delays_round_up_to_whole_seconds_within_sqs_limits() {
+        let t = |ms: i64| chrono::DateTime::from_timestamp_millis(1_796_000_000_000 + ms).unwrap();
+        assert_eq!(delay_seconds(t(0), t(10_000)), 10);
+        assert_eq!(delay_seconds(t(0), t(10_001)), 11);
+        assert_eq!(delay_seconds(t(5_000), t(0)), 0);
+        assert_eq!(delay_seconds(t(0), t(3_600_000)), 900);
     }
 }

@@ -33,20 +33,28 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_lambda_events::event::sqs::SqsBatchResponse;
 use chrono::DateTime;
 use lambda_runtime::Diagnostic;
+use lifeboat_core::breaker::TripReason;
 use lifeboat_core::breaker::{Decision, Input, decide};
 use lifeboat_core::events::{BreakerStateChanged, LifeboatEvent, SCHEMA_VERSION};
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names};
 use lifeboat_core::ports::{
-    BreakerStore, EventPublisher, Repoint, RouterError, StoreError, StreamRouter,
+    BreakerStore, BreakerTimers, EventPublisher, OperatorApi, Repoint, RouterError, StoreError,
+    StreamRouter,
 };
+use lifeboat_core::probe::{BreakerTimer, next_wake};
+use lifeboat_core::request::Health;
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, ConsumerTarget, OperatorId};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::input::{AlarmMap, InputError, SwitchInput};
+
+/// The queue whose delayed messages wake the switch (`BreakerTimerQueue`).
+pub const BREAKER_TIMER_QUEUE_URL: &str = "BREAKER_TIMER_QUEUE_URL";
 
 /// Attempts at a conditional write before giving up on a contended breaker.
 const WRITE_ATTEMPTS: u32 = 5;
@@ -102,6 +110,8 @@ pub enum StartupError {
     NoOperators,
     #[error("ALARM_OPERATORS names {0}, which is not in OPERATORS")]
     AlarmForUnknownOperator(OperatorId),
+    #[error("OPERATOR_ENDPOINTS: {0}")]
+    Endpoints(#[from] lifeboat_operator::HttpApiError),
 }
 
 /// Everything the switch needs, built once per Lambda instance.
@@ -119,16 +129,29 @@ pub struct CircuitSwitch {
     pub repoint_backoff: Duration,
     /// Each operator's breaker state after every invocation, as EMF lines.
     pub metrics: Arc<dyn MetricsSink>,
+    /// Wake-ups at the end of open periods and for probes
+    /// (`BREAKER_TIMER_QUEUE_URL`); `None`: only the tick ends open periods.
+    pub timers: Option<Arc<dyn BreakerTimers>>,
+    /// The operator API the switch probes open breakers with
+    /// (`OPERATOR_ENDPOINTS`); only operators with a `probe` in their
+    /// settings are probed.
+    pub prober: Option<Arc<dyn OperatorApi>>,
 }
 
 /// What one invocation did: returned to direct callers (commands) and logged.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct SwitchReport {
     pub decisions: Vec<OperatorDecision>,
     /// Where the stream points after this invocation.
     pub stream_target: Option<ConsumerTarget>,
     pub stream_repointed: bool,
     pub announced: Vec<u64>,
+    /// Probe calls made (half-open trials by the switch included).
+    pub probe_calls: u32,
+    /// With a batch from the timer queue: the timers to deliver again
+    /// (Lambda reads `batchItemFailures`).
+    #[serde(flatten)]
+    pub response: SqsBatchResponse,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -177,6 +200,16 @@ impl CircuitSwitch {
             operators,
             repoint_backoff: Duration::from_millis(500),
             metrics: Arc::new(StdoutMetrics),
+            timers: match env.optional(BREAKER_TIMER_QUEUE_URL)? {
+                Some(url) => Some(Arc::new(clients.breaker_timers(url))),
+                None => None,
+            },
+            prober: match env.optional("OPERATOR_ENDPOINTS")? {
+                Some(endpoints) => Some(Arc::new(lifeboat_operator::HttpOperatorApi::parse(
+                    endpoints,
+                )?)),
+                None => None,
+            },
         })
     }
 
@@ -206,12 +239,44 @@ impl CircuitSwitch {
                     .collect();
                 for operator in &self.operators {
                     let read = stored.remove(operator);
+                    if let Some(record) = &read
+                        && self.timer_owns(record)
+                    {
+                        report.decisions.push(OperatorDecision {
+                            operator: operator.clone(),
+                            from: record.state,
+                            to: record.state,
+                            version: record.version,
+                            reason: "open: its probe timer ends the period".to_owned(),
+                            changed: false,
+                        });
+                        continue;
+                    }
                     report
                         .decisions
                         .push(self.apply(operator, &Input::Tick, Some(read)).await?);
                 }
             }
+            SwitchInput::Timers(timers) => {
+                for (message_id, timer) in timers {
+                    match timer {
+                        Err(why) => {
+                            tracing::warn!(message_id, why, "timer message dropped");
+                        }
+                        Ok(timer) if !self.operators.contains(&timer.operator) => {
+                            tracing::warn!(operator = %timer.operator, message_id, "timer for an operator not in OPERATORS dropped");
+                        }
+                        Ok(timer) => {
+                            if let Err(e) = self.on_timer(&timer, &mut report).await {
+                                tracing::error!(operator = %timer.operator, version = timer.version, error = %e, "timer not handled; it comes back");
+                                report.response.add_failure(message_id);
+                            }
+                        }
+                    }
+                }
+            }
         }
+        self.follow_up(&mut report).await?;
         self.reconcile(&mut report).await?;
         // The state after every invocation (the tick included), so the
         // metric draws each operator's state as a continuous line.
@@ -294,6 +359,222 @@ impl CircuitSwitch {
             }
         }
         Err(SwitchError::Contended(operator.clone()))
+    }
+
+    /// A timer came due for `timer.operator` at `timer.version`: end the open
+    /// period if it is over, otherwise probe (or wait again); end a half-open
+    /// round that ran out of time.
+    async fn on_timer(
+        &self,
+        timer: &BreakerTimer,
+        report: &mut SwitchReport,
+    ) -> Result<(), SwitchError> {
+        let operator = &timer.operator;
+        let Some(record) = self.breakers.load(operator).await? else {
+            return Ok(());
+        };
+        if record.version != timer.version {
+            tracing::debug!(operator = %operator, version = record.version, timer = timer.version, "timer of an older version dropped");
+            return Ok(());
+        }
+        let now = self.clock.now();
+        match record.state {
+            BreakerState::Open if record.open_until.is_none_or(|until| now >= until) => {
+                let decision = self
+                    .apply(operator, &Input::Tick, Some(Some(record)))
+                    .await?;
+                report.decisions.push(decision);
+            }
+            BreakerState::Open if self.probes(operator) => {
+                let (health, detail) = self.probe(operator, report).await;
+                if matches!(health, Health::Success | Health::SlowSuccess) {
+                    tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe answered");
+                    let input = Input::ProbeAnswered {
+                        observed_version: record.version,
+                    };
+                    let decision = self.apply(operator, &input, None).await?;
+                    report.decisions.push(decision);
+                } else {
+                    tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe failed; still open");
+                    self.arm(&record).await;
+                }
+            }
+            // Early (a duplicate, or probes turned off since): wait again.
+            BreakerState::Open => self.arm(&record).await,
+            BreakerState::HalfOpen => {
+                let decision = self
+                    .apply(operator, &Input::Tick, Some(Some(record)))
+                    .await?;
+                report.decisions.push(decision);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// For every transition of this invocation (and those it leads to): set
+    /// the timer of an open or half-open breaker, and run the half-open
+    /// round's trials with the probe where the operator has one.
+    async fn follow_up(&self, report: &mut SwitchReport) -> Result<(), SwitchError> {
+        let mut next = 0;
+        while next < report.decisions.len() {
+            let decision = report.decisions[next].clone();
+            next += 1;
+            if !decision.changed {
+                continue;
+            }
+            match decision.to {
+                BreakerState::HalfOpen if self.probes(&decision.operator) => {
+                    self.run_trials(&decision.operator, decision.version, report)
+                        .await?;
+                }
+                BreakerState::Open | BreakerState::HalfOpen => {
+                    if let Some(record) = self.breakers.load(&decision.operator).await?
+                        && record.version == decision.version
+                    {
+                        self.arm(&record).await;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The half-open round at `version`, with the probe as its trial calls:
+    /// slots claimed like a consumer's, results counted in the store, and the
+    /// verdict decided here.
+    async fn run_trials(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        report: &mut SwitchReport,
+    ) -> Result<(), SwitchError> {
+        let cfg = self.settings.for_operator(operator).breaker;
+        for _ in 0..cfg.trial_calls {
+            match self
+                .breakers
+                .claim_trial(operator, version, cfg.trial_calls)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!(operator = %operator, version, error = %e, "trial slot not claimed");
+                    break;
+                }
+            }
+            let (health, detail) = self.probe(operator, report).await;
+            let success = match health {
+                Health::Success | Health::SlowSuccess => true,
+                Health::Timeout | Health::Failure => false,
+                Health::Neutral => continue,
+            };
+            let tally = match self.breakers.record_trial(operator, version, success).await {
+                Ok(Some(tally)) => tally,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(operator = %operator, version, error = %e, "trial result not counted");
+                    break;
+                }
+            };
+            let input = if !success {
+                Input::Trip {
+                    reason: TripReason::TrialFailed { detail },
+                    observed_version: version,
+                }
+            } else if tally.failures == 0 && tally.successes >= cfg.successes_to_close {
+                Input::TrialsPassed {
+                    observed_version: version,
+                }
+            } else {
+                continue;
+            };
+            let decision = self.apply(operator, &input, None).await?;
+            report.decisions.push(decision);
+            return Ok(());
+        }
+        // No verdict from our own trials (slots taken by customers' calls,
+        // or neutral answers): the round's timer ends it if nobody does.
+        if let Some(record) = self.breakers.load(operator).await?
+            && record.version == version
+        {
+            self.arm(&record).await;
+        }
+        Ok(())
+    }
+
+    /// Whether the tick leaves `record` to its timer: an open breaker that is
+    /// probed on timers, unless its timer is overdue by a whole probe gap
+    /// (lost), so the operator still sees one call per gap.
+    fn timer_owns(&self, record: &BreakerRecord) -> bool {
+        if record.state != BreakerState::Open
+            || self.timers.is_none()
+            || !self.probes(&record.operator)
+        {
+            return false;
+        }
+        let gap = self
+            .settings
+            .for_operator(&record.operator)
+            .breaker
+            .probe_every;
+        let overdue = record
+            .open_until
+            .and_then(|until| until.checked_add_signed(chrono::TimeDelta::from_std(gap).ok()?));
+        overdue.is_some_and(|overdue| self.clock.now() < overdue)
+    }
+
+    /// Whether `operator` is probed: a prober, and a probe in its settings.
+    fn probes(&self, operator: &OperatorId) -> bool {
+        let settings = self.settings.for_operator(operator);
+        self.prober.is_some() && settings.probe.is_some() && !settings.breaker.probe_every.is_zero()
+    }
+
+    /// One probe call, with what it says of the operator's health.
+    async fn probe(&self, operator: &OperatorId, report: &mut SwitchReport) -> (Health, String) {
+        let settings = self.settings.for_operator(operator);
+        let (Some(prober), Some(spec)) = (&self.prober, &settings.probe) else {
+            return (Health::Neutral, "no probe configured".to_owned());
+        };
+        let budget = settings.budgets.for_operation(spec.operation);
+        let call = spec.call(operator, self.clock.now(), budget);
+        let result = prober.call(&call).await;
+        report.probe_calls += 1;
+        (
+            result.class.health(&settings.failure_statuses),
+            result.detail,
+        )
+    }
+
+    /// Set the timer that wakes the switch for `record`, if it waits for one.
+    /// A timer not set is logged: the tick still ends the period, later.
+    async fn arm(&self, record: &BreakerRecord) {
+        let Some(timers) = &self.timers else {
+            return;
+        };
+        let cfg = self.settings.for_operator(&record.operator).breaker;
+        let Some(due) = next_wake(
+            record,
+            &cfg,
+            self.probes(&record.operator),
+            self.clock.now(),
+        ) else {
+            return;
+        };
+        let timer = BreakerTimer {
+            operator: record.operator.clone(),
+            version: record.version,
+            due,
+        };
+        match timers.set(&timer).await {
+            Ok(()) => {
+                tracing::debug!(operator = %record.operator, state = %record.state, version = record.version, due = %due, "timer set")
+            }
+            Err(e) => {
+                tracing::warn!(operator = %record.operator, state = %record.state, version = record.version, error = %e, "timer not set: the tick ends the period")
+            }
+        }
     }
 
     /// Where the stream must point for these stored breakers: the fallback
@@ -418,7 +699,9 @@ mod tests {
     use super::*;
     use chrono::TimeDelta;
     use lifeboat_core::ManualClock;
-    use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter};
+    use lifeboat_core::memory::{
+        MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryTimers,
+    };
     use serde_json::json;
 
     struct World {
@@ -450,6 +733,8 @@ mod tests {
             operators: vec![OperatorId::new("nordic").unwrap()],
             repoint_backoff: Duration::ZERO,
             metrics: metrics.clone(),
+            timers: None,
+            prober: None,
         });
         World {
             switch,
@@ -720,6 +1005,8 @@ mod tests {
             operators: vec![nordic()],
             repoint_backoff: Duration::ZERO,
             metrics: w.metrics.clone(),
+            timers: None,
+            prober: None,
         };
         let slow = CircuitSwitch {
             router: Arc::new(OvertakenRouter {
@@ -738,6 +1025,8 @@ mod tests {
             operators: vec![nordic()],
             repoint_backoff: Duration::ZERO,
             metrics: w.metrics.clone(),
+            timers: None,
+            prober: None,
         };
         let report = slow.handle(&trip(0)).await.unwrap();
         assert_eq!(state(&w).await.state, BreakerState::ForcedClosed);
@@ -768,6 +1057,165 @@ mod tests {
         let report = w.switch.handle(&tick()).await.unwrap();
         assert_eq!(report.decisions.len(), 1);
         assert_eq!(report.decisions[0].operator, nordic());
+    }
+
+    /// The switch with timers and the simulated operator as its prober, the
+    /// operator refusing every call from `start()` for `outage`.
+    fn probing_world(outage: Duration) -> (World, Arc<CircuitSwitch>, Arc<MemoryTimers>) {
+        let w = world();
+        let timers = Arc::new(MemoryTimers::new());
+        let mut settings = Settings::default();
+        settings.default.probe = Some(
+            serde_json::from_value(json!({"operation": "search",
+                "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
+            .unwrap(),
+        );
+        let operator = lifeboat_operator::SimulatedOperator::new(
+            nordic(),
+            lifeboat_operator::SimConfig {
+                outages: vec![lifeboat_operator::Outage {
+                    start: start(),
+                    end: start() + TimeDelta::from_std(outage).unwrap(),
+                    mode: lifeboat_operator::OutageMode::Refuse,
+                }],
+                ..lifeboat_operator::SimConfig::default()
+            },
+            Arc::new(w.clock.clone()),
+        );
+        let switch = Arc::new(CircuitSwitch {
+            breakers: w.breakers.clone(),
+            events: w.events.clone(),
+            router: w.router.clone(),
+            clock: Arc::new(w.clock.clone()),
+            settings,
+            alarms: AlarmMap::default(),
+            operators: vec![nordic()],
+            repoint_backoff: Duration::ZERO,
+            metrics: w.metrics.clone(),
+            timers: Some(timers.clone()),
+            prober: Some(Arc::new(operator)),
+        });
+        (w, switch, timers)
+    }
+
+    fn timer_batch(timers: &[BreakerTimer]) -> Value {
+        json!({"Records": timers.iter().enumerate().map(|(i, t)| json!({
+            "eventSource": "aws:sqs", "messageId": format!("m{i}"),
+            "body": serde_json::to_string(t).unwrap()
+        })).collect::<Vec<_>>()})
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probes_close_the_breaker_within_seconds_of_the_operator_coming_back() {
+        // Down for 95 s: the open period (30 s, then doubling) would keep the
+        // breaker open well past that; one probe per 10 s finds it back.
+        let (w, switch, timers) = probing_world(Duration::from_secs(95));
+        switch.handle(&trip(0)).await.unwrap();
+        assert_eq!(state(&w).await.state, BreakerState::Open);
+        let mut probes = Vec::new();
+        for _ in 0..30 {
+            let Some(due) = timers.next_due() else { break };
+            w.clock.set(due);
+            let batch = timers.take_due(due);
+            assert_eq!(batch.len(), 1, "one timer per breaker at a time");
+            let report = switch.handle(&timer_batch(&batch)).await.unwrap();
+            if report.probe_calls > 0 {
+                probes.push((due, report.probe_calls));
+            }
+            if state(&w).await.state == BreakerState::Closed {
+                break;
+            }
+        }
+        let closed = state(&w).await;
+        assert_eq!(closed.state, BreakerState::Closed, "{closed:?}");
+        let back = start() + TimeDelta::seconds(95);
+        let recovery = (closed.since - back).num_milliseconds() as f64 / 1000.0;
+        eprintln!(
+            "probes: operator back -> closed {recovery:.1} s; probe calls {} ({} while down, over {:.0} s)",
+            probes.iter().map(|(_, n)| n).sum::<u32>(),
+            probes.iter().filter(|(at, _)| *at < back).count(),
+            (back - start()).num_seconds()
+        );
+        assert!(
+            recovery <= 10.0,
+            "closed {recovery} s after the operator came back"
+        );
+        // While down: at most one probe call per 10 s (the half-open rounds
+        // the open period's end starts make one trial call that fails).
+        let while_down: Vec<_> = probes.iter().filter(|(at, _)| *at < back).collect();
+        for pair in while_down.windows(2) {
+            assert!(
+                pair[1].0 - pair[0].0 >= TimeDelta::seconds(10),
+                "{probes:?}"
+            );
+        }
+        assert!(
+            while_down.iter().all(|(_, calls)| *calls == 1),
+            "{probes:?}"
+        );
+        assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
+        assert_eq!(timers.next_due(), None, "nothing left to wake for");
+    }
+
+    #[tokio::test]
+    async fn without_probes_the_timer_ends_the_open_period_to_the_second() {
+        let w = world();
+        let timers = Arc::new(MemoryTimers::new());
+        let switch = CircuitSwitch {
+            timers: Some(timers.clone()),
+            ..switch_like(&w)
+        };
+        switch.handle(&trip(0)).await.unwrap();
+        let open = state(&w).await;
+        let due = timers.next_due().unwrap();
+        assert_eq!(Some(due), open.open_until);
+        // Early (a duplicate delivered before its delay): set again, no change.
+        let early = BreakerTimer {
+            operator: nordic(),
+            version: open.version,
+            due,
+        };
+        let report = switch
+            .handle(&timer_batch(std::slice::from_ref(&early)))
+            .await
+            .unwrap();
+        assert!(report.decisions.is_empty());
+        w.clock.set(due);
+        timers.take_due(due);
+        let report = switch
+            .handle(&timer_batch(std::slice::from_ref(&early)))
+            .await
+            .unwrap();
+        assert_eq!(report.decisions[0].to, BreakerState::HalfOpen);
+        // The half-open round's own timer, and a stale one that is dropped.
+        assert!(timers.next_due().is_some());
+        let report = switch.handle(&timer_batch(&[early])).await.unwrap();
+        assert!(report.decisions.is_empty());
+        // A body that is no timer is dropped, not retried; a timer of an
+        // operator not served neither.
+        let junk = json!({"Records": [
+            {"eventSource": "aws:sqs", "messageId": "j", "body": "hello"},
+            {"eventSource": "aws:sqs", "messageId": "z",
+             "body": r#"{"operator": "zzz", "version": 1, "due": "2026-12-01T00:00:00Z"}"#}
+        ]});
+        let report = switch.handle(&junk).await.unwrap();
+        assert!(report.response.batch_item_failures.is_empty());
+    }
+
+    fn switch_like(w: &World) -> CircuitSwitch {
+        CircuitSwitch {
+            breakers: w.breakers.clone(),
+            events: w.events.clone(),
+            router: w.router.clone(),
+            clock: Arc::new(w.clock.clone()),
+            settings: Settings::default(),
+            alarms: AlarmMap::default(),
+            operators: vec![nordic()],
+            repoint_backoff: Duration::ZERO,
+            metrics: w.metrics.clone(),
+            timers: None,
+            prober: None,
+        }
     }
 
     #[tokio::test]
@@ -827,6 +1275,14 @@ mod tests {
             .unwrap();
         w.switch.handle(&passed).await.unwrap();
         assert_eq!(state(&w).await.state, BreakerState::Closed);
+        // The timer of version 1, long stale: dropped, acknowledged.
+        let report = w
+            .switch
+            .handle(&fixture("sqs-breaker-timer.json"))
+            .await
+            .unwrap();
+        assert!(report.decisions.is_empty());
+        assert!(report.response.batch_item_failures.is_empty());
         w.switch
             .handle(&fixture("operator-command.json"))
             .await

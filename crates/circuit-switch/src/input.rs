@@ -9,7 +9,9 @@
 //! * lifeboat's own `Trip Requested` and `Trials Passed` events from the bus;
 //! * the schedule's `Scheduled Event` (a tick);
 //! * an operator command `{"command": "force-open", "operator": "nordic",
-//!   "reason": "…"}` (`force-closed`, `release`).
+//!   "reason": "…"}` (`force-closed`, `release`);
+//! * a batch of breaker timers from the timer queue (an SQS event whose
+//!   message bodies are [`BreakerTimer`]s).
 
 use std::collections::BTreeMap;
 
@@ -17,6 +19,7 @@ use chrono::{DateTime, Utc};
 use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::{AlarmState, Command, Input};
 use lifeboat_core::events::LifeboatEvent;
+use lifeboat_core::probe::BreakerTimer;
 use serde_json::Value;
 
 /// A payload the switch understood.
@@ -26,6 +29,9 @@ pub enum SwitchInput {
     One { operator: OperatorId, input: Input },
     /// A tick: every operator.
     Tick,
+    /// Breaker timers from the timer queue, each with its message id; a body
+    /// that is not a timer is kept as its reason.
+    Timers(Vec<(String, Result<BreakerTimer, String>)>),
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -126,8 +132,36 @@ fn alarm_input(
     })
 }
 
+/// An SQS batch of breaker timers, or `None` when `payload` is no SQS batch.
+fn timers(payload: &Value) -> Option<Result<SwitchInput, InputError>> {
+    let records = payload.get("Records")?.as_array()?;
+    let is_sqs = |r: &Value| str_at(r, "/eventSource") == Some("aws:sqs");
+    if !records.iter().all(is_sqs) {
+        return Some(Err(InputError::Unrecognised(
+            "a Records batch that is not from SQS".into(),
+        )));
+    }
+    let timers = records
+        .iter()
+        .map(|r| {
+            let id = str_at(r, "/messageId").unwrap_or_default().to_owned();
+            let timer = str_at(r, "/body")
+                .ok_or_else(|| "no body".to_owned())
+                .and_then(|b| {
+                    serde_json::from_str::<BreakerTimer>(b)
+                        .map_err(|e| format!("not a breaker timer: {e}"))
+                });
+            (id, timer)
+        })
+        .collect();
+    Some(Ok(SwitchInput::Timers(timers)))
+}
+
 /// Read a payload.
 pub fn parse(payload: &Value, alarms: &AlarmMap) -> Result<SwitchInput, InputError> {
+    if let Some(timers) = timers(payload) {
+        return timers;
+    }
     if let Some(command) = payload.get("command") {
         let command: Command =
             serde_json::from_value(command.clone()).map_err(|_| InputError::Invalid {
@@ -218,6 +252,29 @@ mod tests {
         assert!(AlarmMap::parse("").unwrap().operator_for("x").is_none());
         assert!(AlarmMap::parse("no-equals").is_err());
         assert!(AlarmMap::parse("a=BAD OP").is_err());
+    }
+
+    #[test]
+    fn timer_batches_parse_record_by_record() {
+        let payload = json!({"Records": [
+            {"eventSource": "aws:sqs", "messageId": "m1",
+             "body": r#"{"operator": "nordic", "version": 3, "due": "2026-12-01T10:00:10Z"}"#},
+            {"eventSource": "aws:sqs", "messageId": "m2", "body": "{}"}
+        ]});
+        let SwitchInput::Timers(timers) = parse(&payload, &alarms()).unwrap() else {
+            panic!("not timers");
+        };
+        assert_eq!(timers[0].0, "m1");
+        assert_eq!(timers[0].1.as_ref().unwrap().version, 3);
+        assert!(
+            timers[1]
+                .1
+                .as_ref()
+                .unwrap_err()
+                .contains("not a breaker timer")
+        );
+        let stream = json!({"Records": [{"eventSource": "aws:dynamodb"}]});
+        assert!(parse(&stream, &alarms()).is_err());
     }
 
     #[test]

@@ -268,6 +268,8 @@ impl Switch {
             operators: vec![OperatorId::new("nordic").unwrap()],
             repoint_backoff: Duration::from_millis(1),
             metrics: Arc::new(MemoryMetrics::new()),
+            timers: None,
+            prober: None,
         };
         Self {
             breakers,

@@ -58,6 +58,8 @@ impl Suite {
             operators: vec![OperatorId::new("nordic").unwrap()],
             repoint_backoff: Duration::from_millis(1),
             metrics: Arc::new(MemoryMetrics::new()),
+            timers: None,
+            prober: None,
         };
         Self {
             breakers,

@@ -188,6 +188,10 @@ pub struct BreakerConfig {
     /// A half-open round without a verdict for this long counts as failed.
     #[serde(with = "crate::budget::millis")]
     pub half_open_timeout: Duration,
+    /// While open, the switch probes the operator at most this often (with
+    /// the operator's `probe` call; none without one). 0 turns probes off.
+    #[serde(with = "crate::budget::millis")]
+    pub probe_every: Duration,
 }
 
 impl Default for BreakerConfig {
@@ -199,6 +203,7 @@ impl Default for BreakerConfig {
             trial_calls: 3,
             successes_to_close: 2,
             half_open_timeout: Duration::from_secs(60),
+            probe_every: Duration::from_secs(10),
         }
     }
 }
@@ -271,8 +276,12 @@ pub enum Input {
     },
     /// Enough trials succeeded, as counted in the record at `observed_version`.
     TrialsPassed { observed_version: u64 },
-    /// The periodic schedule: ends open periods and stuck half-open rounds.
+    /// The periodic schedule or a timer: ends open periods and stuck
+    /// half-open rounds.
     Tick,
+    /// The switch's own probe of an open breaker at `observed_version` was
+    /// answered: the half-open round starts now.
+    ProbeAnswered { observed_version: u64 },
     /// A human command.
     Command { command: Command, reason: String },
 }
@@ -372,6 +381,18 @@ pub fn decide(
             }
         }
         (_, Input::TrialsPassed { .. }) => Decision::Unchanged("not half-open"),
+
+        (Open, Input::ProbeAnswered { observed_version }) => {
+            if *observed_version != current.version {
+                Decision::Unchanged("probe of an older open period")
+            } else {
+                let mut next = successor(current, HalfOpen, now);
+                next.failed_trials = current.failed_trials;
+                next.reason = "probe answered: testing recovery".to_owned();
+                Decision::Transition(next)
+            }
+        }
+        (_, Input::ProbeAnswered { .. }) => Decision::Unchanged("not open"),
 
         (Open, Input::Tick) => match current.open_until {
             Some(until) if now < until => Decision::Unchanged("open period not over"),
@@ -539,6 +560,44 @@ mod tests {
         );
         assert_eq!((closed.state, closed.version), (BreakerState::Closed, 3));
         assert_eq!(closed.failed_trials, 0);
+    }
+
+    #[test]
+    fn an_answered_probe_starts_the_round_before_the_open_period_ends() {
+        let cfg = BreakerConfig::default();
+        let open = apply(&closed(), &window_trip(0), t(10));
+        let half = apply(
+            &open,
+            &Input::ProbeAnswered {
+                observed_version: 1,
+            },
+            t(20),
+        );
+        assert_eq!((half.state, half.version), (BreakerState::HalfOpen, 2));
+        assert_eq!(half.reason, "probe answered: testing recovery");
+        // A probe of an older period, or of a breaker no longer open, is ignored.
+        assert_eq!(
+            decide(
+                &open,
+                &Input::ProbeAnswered {
+                    observed_version: 0
+                },
+                t(20),
+                &cfg
+            ),
+            Decision::Unchanged("probe of an older open period")
+        );
+        assert_eq!(
+            decide(
+                &half,
+                &Input::ProbeAnswered {
+                    observed_version: 2
+                },
+                t(21),
+                &cfg
+            ),
+            Decision::Unchanged("not open")
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod metrics;
 pub mod operator;
 pub mod ports;
+pub mod probe;
 pub mod request;
 pub mod retry;
 pub mod sale;

@@ -16,9 +16,10 @@ use crate::cart::{Cart, CartStore};
 use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
 use crate::ports::{
-    BreakerStore, EventPublisher, OutcomeWrite, PublishError, Repoint, RequestStore, RouterError,
-    StoreError, StoredRequest, StreamRouter, TrialTally, WindowStore,
+    BreakerStore, BreakerTimers, EventPublisher, OutcomeWrite, PublishError, Repoint, RequestStore,
+    RouterError, StoreError, StoredRequest, StreamRouter, TimerError, TrialTally, WindowStore,
 };
+use crate::probe::BreakerTimer;
 use crate::request::{Outcome, RequestRecord};
 use crate::window::{Bucket, CallCounts};
 
@@ -360,6 +361,41 @@ impl StreamRouter for MemoryStreamRouter {
         *current = target;
         *lock(&self.changes) += 1;
         Ok(Repoint::Changed)
+    }
+}
+
+/// Breaker timers in memory: set by the switch, taken when due by whoever
+/// plays the queue (the simulation's gateway).
+#[derive(Debug, Default)]
+pub struct MemoryTimers {
+    pending: Mutex<Vec<BreakerTimer>>,
+}
+
+impl MemoryTimers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Take every timer due at `now`, earliest first.
+    pub fn take_due(&self, now: DateTime<Utc>) -> Vec<BreakerTimer> {
+        let mut pending = lock(&self.pending);
+        let (mut due, later): (Vec<_>, Vec<_>) = pending.drain(..).partition(|t| t.due <= now);
+        *pending = later;
+        due.sort_by_key(|t| t.due);
+        due
+    }
+
+    /// When the next timer is due, if any is set.
+    pub fn next_due(&self) -> Option<DateTime<Utc>> {
+        lock(&self.pending).iter().map(|t| t.due).min()
+    }
+}
+
+#[async_trait]
+impl BreakerTimers for MemoryTimers {
+    async fn set(&self, timer: &BreakerTimer) -> Result<(), TimerError> {
+        lock(&self.pending).push(timer.clone());
+        Ok(())
     }
 }
 

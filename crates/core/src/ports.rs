@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::breaker::{BreakerRecord, ConsumerTarget};
 use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
+use crate::probe::BreakerTimer;
 use crate::request::{CallResult, OperatorCall, Outcome, RequestRecord};
 use crate::window::{Bucket, CallCounts};
 
@@ -165,6 +166,19 @@ pub trait EventPublisher: Send + Sync {
     /// Publish all events (in as many calls as the bus needs), retrying entries
     /// the bus refused, and report those that still failed.
     async fn publish(&self, events: &[LifeboatEvent]) -> Result<(), PublishError>;
+}
+
+/// A timer could not be set.
+#[derive(Debug, thiserror::Error)]
+#[error("breaker timer not set: {0}")]
+pub struct TimerError(pub String);
+
+/// Wake-ups of the circuit switch at a given time ([`crate::probe`]).
+#[async_trait]
+pub trait BreakerTimers: Send + Sync {
+    /// Deliver `timer` to the switch when `timer.due` has come (at once if
+    /// it has). At least once: a timer may arrive twice.
+    async fn set(&self, timer: &BreakerTimer) -> Result<(), TimerError>;
 }
 
 /// Errors of the stream router.

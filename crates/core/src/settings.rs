@@ -20,11 +20,12 @@ use crate::breaker::BreakerConfig;
 use crate::budget::Budgets;
 use crate::cache::CachePolicy;
 use crate::operator::OperatorId;
+use crate::probe::ProbeSpec;
 use crate::request::FailureStatuses;
 use crate::window::WindowConfig;
 
 /// Everything tunable about one operator.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct OperatorSettings {
     pub budgets: Budgets,
@@ -36,6 +37,10 @@ pub struct OperatorSettings {
     /// 4xx statuses that count as the operator failing (408 and 429 by
     /// default); every other 4xx is neutral.
     pub failure_statuses: FailureStatuses,
+    /// The call the circuit switch probes an open breaker with; no probes
+    /// without one ([`crate::probe`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeSpec>,
 }
 
 /// Settings of every operator.

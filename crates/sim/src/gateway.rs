@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
 use circuit_switch::CircuitSwitch;
 use circuit_switch::input::AlarmMap;
@@ -11,9 +12,10 @@ use fallback_consumer::FallbackConsumer;
 use lifeboat_core::events::{LifeboatEvent, SOURCE};
 use lifeboat_core::memory::{
     MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter,
-    MemoryWindowStore,
+    MemoryTimers, MemoryWindowStore,
 };
 use lifeboat_core::metrics::MemoryMetrics;
+use lifeboat_core::ports::BreakerTimers;
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
 use lifeboat_core::request::RequestRecord;
 use lifeboat_core::settings::Settings;
@@ -21,6 +23,10 @@ use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
 use real_consumer::RealConsumer;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
+
+/// When a timer the switch failed comes back (the timer queue's visibility
+/// timeout).
+const TIMER_VISIBILITY: Duration = Duration::from_secs(30);
 
 /// How the in-memory AWS behaves.
 #[derive(Debug, Clone)]
@@ -72,6 +78,8 @@ pub struct Transition {
     /// Calls the operator had received when the switch made this transition,
     /// if a counter was given with [`Gateway::count_operator_calls_with`].
     pub operator_calls: Option<u64>,
+    /// Probe calls the switch had made by then ([`Gateway::probe_calls`]).
+    pub probe_calls: u64,
 }
 
 /// Reads how many calls the operator has received.
@@ -88,10 +96,15 @@ pub struct Gateway {
     /// Every metric line the functions emitted.
     pub metrics: Arc<MemoryMetrics>,
     pub router: Arc<MemoryStreamRouter>,
+    /// The breaker timer queue: due timers go to the switch.
+    pub timers: Arc<MemoryTimers>,
     pub real: Arc<RealConsumer>,
     pub fallback: Arc<FallbackConsumer>,
     pub switch: CircuitSwitch,
     pub transitions: Vec<Transition>,
+    /// Calls the switch made to probe open breakers (its own half-open
+    /// trials included).
+    pub probe_calls: u64,
     call_counter: Option<CallCounter>,
     config: GatewayConfig,
     stream_position: usize,
@@ -118,6 +131,7 @@ impl Gateway {
         let window = Arc::new(MemoryWindowStore::new());
         let bus = Arc::new(MemoryEventBus::new());
         let router = Arc::new(MemoryStreamRouter::new());
+        let timers = Arc::new(MemoryTimers::new());
         let cache = Arc::new(MemoryCacheStore::new());
         let metrics = Arc::new(MemoryMetrics::new());
         let real = RealConsumer {
@@ -127,7 +141,7 @@ impl Gateway {
             events: bus.clone(),
             cache: cache.clone(),
             metrics: metrics.clone(),
-            operator,
+            operator: operator.clone(),
             clock: clock.clone(),
             settings: config.settings.clone(),
             concurrency: config.concurrency,
@@ -148,6 +162,8 @@ impl Gateway {
             operators: config.operators.clone(),
             repoint_backoff: Duration::from_millis(100),
             metrics: metrics.clone(),
+            timers: Some(timers.clone()),
+            prober: Some(operator),
         };
         let next_tick = clock.now();
         Self {
@@ -159,10 +175,12 @@ impl Gateway {
             cache,
             metrics,
             router,
+            timers,
             real: Arc::new(real),
             fallback: Arc::new(fallback),
             switch,
             transitions: Vec::new(),
+            probe_calls: 0,
             call_counter: None,
             config,
             stream_position: 0,
@@ -203,8 +221,47 @@ impl Gateway {
             }))
             .await;
         }
+        self.deliver_timers().await;
         self.deliver_bus_events().await;
         self.deliver_batch().await
+    }
+
+    /// Due breaker timers to the switch, as the timer queue's mapping
+    /// delivers them (one SQS batch); a timer it reports failed comes back
+    /// after the queue's visibility timeout.
+    async fn deliver_timers(&mut self) {
+        let due = self.timers.take_due(self.clock.now());
+        if due.is_empty() {
+            return;
+        }
+        let records: Vec<SqsMessage> = due
+            .iter()
+            .enumerate()
+            .map(|(i, timer)| {
+                let mut message = SqsMessage::default();
+                message.message_id = Some(format!("timer-{i}"));
+                message.event_source = Some("aws:sqs".to_owned());
+                message.body = serde_json::to_string(timer).ok();
+                message
+            })
+            .collect();
+        let mut event = SqsEvent::default();
+        event.records = records;
+        let payload = serde_json::to_value(&event).unwrap_or(Value::Null);
+        let failed = self.invoke_switch(&payload).await;
+        for id in failed {
+            let Some(timer) = id
+                .strip_prefix("timer-")
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| due.get(i))
+            else {
+                continue;
+            };
+            let mut again = timer.clone();
+            again.due = self.clock.now()
+                + chrono::TimeDelta::from_std(TIMER_VISIBILITY).unwrap_or_default();
+            let _ = self.timers.set(&again).await;
+        }
     }
 
     async fn deliver_bus_events(&mut self) {
@@ -227,9 +284,18 @@ impl Gateway {
         }
     }
 
-    async fn invoke_switch(&mut self, payload: &Value) {
+    /// Hand `payload` to the switch and note its transitions; the ids of the
+    /// timer messages it asks to be delivered again.
+    async fn invoke_switch(&mut self, payload: &Value) -> Vec<String> {
         match self.switch.handle(payload).await {
             Ok(report) => {
+                self.probe_calls += u64::from(report.probe_calls);
+                let failed = report
+                    .response
+                    .batch_item_failures
+                    .iter()
+                    .map(|f| f.item_identifier.clone())
+                    .collect();
                 let stream = report.stream_target.unwrap_or(ConsumerTarget::Real);
                 let operator_calls = self.call_counter.as_ref().map(|count| count());
                 for d in report.decisions.into_iter().filter(|d| d.changed) {
@@ -242,10 +308,15 @@ impl Gateway {
                         reason: d.reason,
                         stream,
                         operator_calls,
+                        probe_calls: self.probe_calls,
                     });
                 }
+                failed
             }
-            Err(e) => tracing::error!(error = %e, "circuit switch failed"),
+            Err(e) => {
+                tracing::error!(error = %e, "circuit switch failed");
+                Vec::new()
+            }
         }
     }
 

@@ -13,6 +13,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::memory::MemoryRequestStore;
 use lifeboat_core::ports::{RequestStore, StreamRouter};
 use lifeboat_core::request::{FailureReason, RequestRecord};
+use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, Operation, OperatorId};
 use lifeboat_operator::{Outage, OutageMode, SimConfig, SimulatedOperator};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
@@ -65,6 +66,18 @@ async fn load(
     }
 }
 
+/// Default settings, with the switch probing an open breaker.
+fn probed() -> Settings {
+    let mut settings = Settings::default();
+    settings.default.probe = Some(
+        serde_json::from_str(
+            r#"{"operation": "search", "params": {"from": "HEL", "to": "TLL", "date": "today+7"}}"#,
+        )
+        .unwrap(),
+    );
+    settings
+}
+
 async fn run_outage(mode: OutageMode) {
     let clock: Arc<TokioClock> = Arc::new(TokioClock::starting_at(base()));
     let outage_start = base() + TimeDelta::seconds(60);
@@ -83,6 +96,7 @@ async fn run_outage(mode: OutageMode) {
         clock.clone(),
         GatewayConfig {
             operators: vec![nordic()],
+            settings: probed(),
             ..GatewayConfig::default()
         },
     );
@@ -152,12 +166,28 @@ async fn run_outage(mode: OutageMode) {
             "half-open round admitted {calls} calls, more than {k}"
         );
     }
-    // While open, nobody called the operator.
+    // While open, nobody but the switch's probes called the operator, at
+    // most one per 10 s.
     for pair in gateway.transitions.windows(2) {
         if pair[0].to == BreakerState::Open {
-            assert_eq!(
-                pair[1].operator_calls, pair[0].operator_calls,
-                "operator called while open"
+            let calls = pair[1].operator_calls.unwrap() - pair[0].operator_calls.unwrap();
+            let probes = pair[1].probe_calls - pair[0].probe_calls;
+            assert_eq!(calls, probes, "operator called while open");
+            let open_s = (pair[1].at - pair[0].at).num_seconds().unsigned_abs();
+            // One probe per 10 s, plus the calls of the half-open round
+            // that ends the period (counted in the same switch invocation
+            // as the transition that starts it): the probe or trial that
+            // opens it and at most the round's trial calls.
+            let round = u64::from(
+                GatewayConfig::default()
+                    .settings
+                    .default
+                    .breaker
+                    .trial_calls,
+            );
+            assert!(
+                probes <= open_s / 10 + 1 + round,
+                "{probes} probes in {open_s} s"
             );
         }
     }

@@ -28,6 +28,9 @@ pub struct Report {
     pub breaker: Vec<TransitionSeen>,
     /// Calls the simulated operator received.
     pub operator_calls: u64,
+    /// Of those, the circuit switch's probes of the open breaker (its own
+    /// half-open trials included).
+    pub probe_calls: u64,
     /// Seconds of virtual time the day took.
     pub virtual_s: f64,
     #[serde(skip)]
@@ -123,6 +126,7 @@ pub(crate) struct Inputs<'a> {
     pub requests: RequestCounts,
     pub discarded: usize,
     pub operator_calls: u64,
+    pub probe_calls: u64,
     pub events: &'a [LifeboatEvent],
     pub observed: &'a Observed,
 }
@@ -239,6 +243,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         },
         breaker,
         operator_calls: i.operator_calls,
+        probe_calls: i.probe_calls,
         virtual_s: round1(secs_since(i.start, i.ended)),
         timeline,
         script: i.script.clone(),
@@ -440,7 +445,10 @@ impl Report {
                     self.requests.discarded
                 ),
             ),
-            ("operator calls", self.operator_calls.to_string()),
+            (
+                "operator calls (switch's probes)",
+                format!("{} ({})", self.operator_calls, self.probe_calls),
+            ),
             (
                 "carts reached payment",
                 format!(

@@ -10,12 +10,13 @@ use chrono::TimeDelta;
 use lifeboat_core::cart::CartSettings;
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
 use lifeboat_core::memory::MemoryCartStore;
+use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{
     MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, OnSaleAt, SwitchOutcome, WritePolicy,
 };
 use lifeboat_core::settings::Settings;
-use lifeboat_core::{Clock, OperatorId};
+use lifeboat_core::{Clock, Operation, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
@@ -32,6 +33,25 @@ use super::report::{self, Report};
 const IDLE: Duration = Duration::from_millis(50);
 /// How long the stream and queue keep running after the last customer.
 const DRAIN: Duration = Duration::from_secs(20);
+
+/// The gateway's settings in the demo: the defaults, with the switch probing
+/// an open breaker with a search a week ahead.
+fn demo_settings() -> Settings {
+    let mut settings = Settings::default();
+    settings.default.probe = Some(ProbeSpec {
+        operation: Operation::Search,
+        params: [
+            ("from", "HEL"),
+            ("to", "TLL"),
+            ("date", "today+7"),
+            ("passengers", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+    });
+    settings
+}
 
 pub(crate) struct Suite {
     script: Script,
@@ -77,6 +97,7 @@ impl Suite {
             clock.clone(),
             GatewayConfig {
                 operators: vec![operator.clone()],
+                settings: demo_settings(),
                 ..GatewayConfig::default()
             },
         );
@@ -164,6 +185,7 @@ impl Suite {
             requests: self.gateway.requests.counts(),
             discarded: self.gateway.discarded.len(),
             operator_calls: self.sim.stats().total,
+            probe_calls: self.gateway.probe_calls,
             events: &self.gateway.bus.events(),
             observed: &self.shop.observed(),
         })
