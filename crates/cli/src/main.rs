@@ -42,7 +42,7 @@ enum Command {
         /// Print one JSON object with the figures instead of the timeline.
         #[arg(long)]
         json: bool,
-        /// How the operator fails: hang, refuse, server_error, slow or garbage.
+        /// How the operator fails: hang, refuse, server_error, slow, garbage, rate_limited or brownout.
         #[arg(long, default_value = "hang")]
         mode: OutageMode,
         /// Seconds of outage.

@@ -49,6 +49,12 @@ pub enum OutageMode {
     Slow,
     /// Answers `200` with an HTML maintenance page instead of JSON.
     Garbage,
+    /// Answers a quick `429 Too Many Requests` (a rate-limit storm).
+    RateLimited,
+    /// Slow but under the thresholds: `brownout_share` of the calls answer
+    /// after `brownout_factor` × the budget (in time, counted as slow), the
+    /// rest as when healthy.
+    Brownout,
 }
 
 impl std::str::FromStr for OutageMode {
@@ -57,7 +63,9 @@ impl std::str::FromStr for OutageMode {
     /// A mode by its name ([`OutageMode::as_str`]), as command lines take it.
     fn from_str(name: &str) -> Result<Self, String> {
         serde_json::from_value(serde_json::Value::String(name.to_owned())).map_err(|_| {
-            format!("unknown outage mode {name:?}: use hang, refuse, server_error, slow or garbage")
+            format!(
+                "unknown outage mode {name:?}: use hang, refuse, server_error, slow, garbage, rate_limited or brownout"
+            )
         })
     }
 }
@@ -71,6 +79,8 @@ impl OutageMode {
             OutageMode::ServerError => "server_error",
             OutageMode::Slow => "slow",
             OutageMode::Garbage => "garbage",
+            OutageMode::RateLimited => "rate_limited",
+            OutageMode::Brownout => "brownout",
         }
     }
 }
@@ -115,6 +125,11 @@ pub struct SimConfig {
     pub slow_factor: f64,
     /// Optional price changes over time.
     pub price_drift: Option<PriceDrift>,
+    /// In `brownout` mode, the share of calls that are slow. Default 0.7.
+    pub brownout_share: f64,
+    /// In `brownout` mode, a slow call answers after this many times the
+    /// budget. Default 0.95: in time, after `slow_after`.
+    pub brownout_factor: f64,
     /// The budgets `slow` mode is measured against when the caller's budget
     /// is not known, that is over HTTP. Default: lifeboat's default budgets.
     pub budgets: Budgets,
@@ -128,6 +143,8 @@ impl Default for SimConfig {
             outages: Vec::new(),
             slow_factor: 2.0,
             price_drift: None,
+            brownout_share: 0.7,
+            brownout_factor: 0.95,
             budgets: Budgets::default(),
         }
     }
@@ -149,6 +166,8 @@ pub struct ModeCounts {
     pub server_error: u64,
     pub slow: u64,
     pub garbage: u64,
+    pub rate_limited: u64,
+    pub brownout: u64,
 }
 
 /// What the simulated operator has received since it started (or since
@@ -314,6 +333,26 @@ impl SimulatedOperator {
                     body: MAINTENANCE_PAGE.to_owned(),
                 },
             },
+            Some(OutageMode::RateLimited) => Plan {
+                delay: quick,
+                reply: error_reply(429, "too many requests"),
+            },
+            Some(OutageMode::Brownout) => {
+                let slow = state.rng.next_f64() < config.brownout_share;
+                let delay = if slow {
+                    times(budget.timeout, config.brownout_factor)
+                } else {
+                    config.latency.sample(&mut state.rng)
+                };
+                drop(state);
+                match self.answer(operation, params, now) {
+                    Ok(reply) => Plan { delay, reply },
+                    Err(reply) => Plan {
+                        delay: quick,
+                        reply,
+                    },
+                }
+            }
             Some(OutageMode::Slow) => {
                 drop(state);
                 let delay = times(budget.timeout, config.slow_factor);
@@ -401,6 +440,8 @@ impl State {
             Some(OutageMode::ServerError) => by_mode.server_error += 1,
             Some(OutageMode::Slow) => by_mode.slow += 1,
             Some(OutageMode::Garbage) => by_mode.garbage += 1,
+            Some(OutageMode::RateLimited) => by_mode.rate_limited += 1,
+            Some(OutageMode::Brownout) => by_mode.brownout += 1,
         }
     }
 }
@@ -610,6 +651,19 @@ mod tests {
         assert_eq!(garbage.class, CallClass::BadPayload);
         assert!(garbage.body.is_none());
 
+        sim.set_mode(Some(OutageMode::RateLimited));
+        let limited = sim.call(&call(Operation::Search)).await;
+        assert_eq!(limited.class, CallClass::ClientError { status: 429 });
+        assert!(limited.elapsed < Duration::from_millis(100));
+
+        sim.set_mode(Some(OutageMode::Brownout));
+        let brownout = sim.call(&call(Operation::Search)).await;
+        assert!(
+            matches!(brownout.class, CallClass::Ok | CallClass::Slow),
+            "{brownout:?}"
+        );
+        assert!(brownout.body.is_some());
+
         sim.set_mode(None);
         let healthy = sim.call(&call(Operation::Search)).await;
         assert!(matches!(
@@ -618,11 +672,11 @@ mod tests {
         ));
 
         let stats = sim.stats();
-        assert_eq!(stats.total, 6);
+        assert_eq!(stats.total, 8);
         assert_eq!(
             stats.by_operation,
             OperationCounts {
-                search: 5,
+                search: 7,
                 price: 1
             }
         );
@@ -633,11 +687,33 @@ mod tests {
             server_error: 1,
             slow: 1,
             garbage: 1,
+            rate_limited: 1,
+            brownout: 1,
         };
         assert_eq!(stats.by_mode, one);
         assert_eq!(sim.last_request_id().as_deref(), Some("req-1"));
         // Virtual time only: the whole test took a few virtual seconds.
         assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_brownout_is_slow_for_its_share_of_calls_and_in_time() {
+        let (sim, _) = sim(SimConfig {
+            seed: 7,
+            ..SimConfig::default()
+        });
+        sim.set_mode(Some(OutageMode::Brownout));
+        let mut slow = 0;
+        for _ in 0..200 {
+            // The rest answer as when healthy, slow tail included.
+            let result = sim.call(&call(Operation::Search)).await;
+            if result.elapsed == Duration::from_millis(2_850) {
+                assert_eq!(result.class, CallClass::Slow);
+                slow += 1;
+            }
+        }
+        // 70 % near the budget, give or take the draw.
+        assert!((120..=160).contains(&slow), "{slow} of 200 slow");
     }
 
     #[tokio::test(start_paused = true)]

@@ -28,7 +28,7 @@ pub struct LocalArgs {
     /// When the outage begins, after start-up.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub outage_after: Duration,
-    /// How the operator fails: hang, refuse, server_error, slow or garbage.
+    /// How the operator fails: hang, refuse, server_error, slow, garbage, rate_limited or brownout.
     #[arg(long, default_value = "hang")]
     pub mode: OutageMode,
     /// Customer searches per second.
