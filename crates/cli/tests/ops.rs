@@ -44,7 +44,13 @@ struct Suite {
 }
 
 impl Suite {
+    /// The suite of a stack selling nordic alone.
     fn new() -> Self {
+        Self::selling(&["nordic"])
+    }
+
+    /// The suite of a stack selling `operators` (its OPERATORS).
+    fn selling(operators: &[&str]) -> Self {
         let breakers = Arc::new(MemoryBreakerStore::new());
         let router = Arc::new(MemoryStreamRouter::new());
         let clock = ManualClock::new(t(0));
@@ -55,7 +61,7 @@ impl Suite {
             clock: Arc::new(clock.clone()),
             settings: Settings::default(),
             alarms: AlarmMap::default(),
-            operators: vec![OperatorId::new("nordic").unwrap()],
+            operators: operators.iter().map(|o| op(o)).collect(),
             repoint_backoff: Duration::from_millis(1),
             metrics: Arc::new(MemoryMetrics::new()),
             timers: None,
@@ -91,7 +97,7 @@ impl Suite {
 /// nordic forced open at t(0) with its off-sale write applied; baltic closed
 /// since t(-3600) and on sale, with a pending off-sale write retrying.
 async fn outage() -> Suite {
-    let suite = Suite::new();
+    let suite = Suite::selling(&["nordic", "baltic"]);
     suite
         .breakers
         .save(&BreakerRecord::initial(op("baltic"), t(-3600)), None)
