@@ -995,19 +995,7 @@ mod tests {
         // breaker open, is still re-pointing at the fallback; A's re-point
         // lands last.
         let w = world();
-        let overtaking = CircuitSwitch {
-            breakers: w.breakers.clone(),
-            events: w.events.clone(),
-            router: w.router.clone(),
-            clock: Arc::new(w.clock.clone()),
-            settings: Settings::default(),
-            alarms: AlarmMap::default(),
-            operators: vec![nordic()],
-            repoint_backoff: Duration::ZERO,
-            metrics: w.metrics.clone(),
-            timers: None,
-            prober: None,
-        };
+        let overtaking = switch_like(&w);
         let slow = CircuitSwitch {
             router: Arc::new(OvertakenRouter {
                 inner: w.router.clone(),
@@ -1017,16 +1005,7 @@ mod tests {
                     json!({"command": "force-closed", "operator": "nordic", "reason": "operator says it is fine"}),
                 ))),
             }),
-            breakers: w.breakers.clone(),
-            events: w.events.clone(),
-            clock: Arc::new(w.clock.clone()),
-            settings: Settings::default(),
-            alarms: AlarmMap::default(),
-            operators: vec![nordic()],
-            repoint_backoff: Duration::ZERO,
-            metrics: w.metrics.clone(),
-            timers: None,
-            prober: None,
+            ..switch_like(&w)
         };
         let report = slow.handle(&trip(0)).await.unwrap();
         assert_eq!(state(&w).await.state, BreakerState::ForcedClosed);
@@ -1083,17 +1062,10 @@ mod tests {
             Arc::new(w.clock.clone()),
         );
         let switch = Arc::new(CircuitSwitch {
-            breakers: w.breakers.clone(),
-            events: w.events.clone(),
-            router: w.router.clone(),
-            clock: Arc::new(w.clock.clone()),
             settings,
-            alarms: AlarmMap::default(),
-            operators: vec![nordic()],
-            repoint_backoff: Duration::ZERO,
-            metrics: w.metrics.clone(),
             timers: Some(timers.clone()),
             prober: Some(Arc::new(operator)),
+            ..switch_like(&w)
         });
         (w, switch, timers)
     }

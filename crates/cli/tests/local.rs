@@ -101,6 +101,13 @@ async fn lifeboat_local_rides_out_an_outage() {
     assert!(secs(m.mapping_fallback) - secs(m.opened) <= 5.0);
     assert!(secs(m.off_sale) - secs(m.opened) <= 5.0);
     assert!(m.closed.is_some() && m.mapping_real.is_some() && m.on_sale.is_some());
+    // The switch's probes (LOCAL_SETTINGS) close it soon after the operator
+    // is back, whatever is left of the open period.
+    let recovery = secs(m.closed) - secs(m.outage_ended);
+    assert!(
+        recovery <= 30.0,
+        "closed within 30 s of the operator coming back: {recovery}"
+    );
     for text in [
         "lifeboat local: up in",
         "operator nordic: hang (outage begins)",

@@ -152,6 +152,10 @@ pub mod template {
     pub const OFFSALE_MAX_RECEIVE_COUNT: u32 = 30;
     /// `OffsaleQueueMapping`'s `BatchSize`.
     pub const OFFSALE_BATCH_SIZE: i32 = 10;
+    /// `BreakerTimerQueue`'s `VisibilityTimeout`.
+    pub const TIMER_QUEUE_VISIBILITY_S: u32 = 30;
+    /// `BreakerTimerQueueMapping`'s `BatchSize`.
+    pub const TIMER_BATCH_SIZE: i32 = 10;
     /// `BREAKER_CACHE_MS` of search and cart.
     pub const BREAKER_CACHE_MS: u32 = 1000;
     /// The `SaleRetryMaxAttempts` default.
@@ -243,6 +247,8 @@ pub struct GatewayNames {
     pub switch_queue: String,
     pub failed_queue: String,
     pub schedule_rule: String,
+    /// `BreakerTimerQueue`: the circuit switch's timers.
+    pub timer_queue: String,
     pub role: String,
     /// The customer half's resources (created with
     /// [`GatewayOptions::customer`]).
@@ -264,6 +270,7 @@ impl GatewayNames {
             switch_queue: format!("{prefix}TripRequestedRule-circuit-switch"),
             failed_queue: format!("{prefix}RequestsFailedQueue"),
             schedule_rule: format!("{prefix}HalfOpenScheduleRule"),
+            timer_queue: format!("{prefix}BreakerTimerQueue"),
             role: format!("{prefix}lifeboat-functions"),
             carts_table: format!("{prefix}Carts"),
             sale_status_table: format!("{prefix}SaleStatus"),
@@ -412,6 +419,8 @@ pub struct GatewayResources {
     pub switch_queue: QueueTarget,
     pub failed_queue_url: String,
     pub failed_queue_arn: String,
+    /// `BreakerTimerQueue`, drained into the circuit switch.
+    pub timer_queue: Queue,
     pub real_function_arn: String,
     pub fallback_function_arn: String,
     pub switch_function_arn: String,
@@ -460,6 +469,10 @@ pub struct StartupTimes {
     pub total: Duration,
 }
 
+/// Long-poll wait of the `BreakerTimerQueue` pump: a timer that comes due
+/// reaches the switch within it.
+const TIMER_QUEUE_WAIT: Duration = Duration::from_secs(1);
+
 /// The wired gateway; see the module docs.
 #[derive(Debug)]
 pub struct LocalGateway {
@@ -470,6 +483,7 @@ pub struct LocalGateway {
     ticker: Ticker,
     alarm: Option<LocalAlarm>,
     offsale: Option<QueuePump>,
+    timers: QueuePump,
     watch: Watch,
     operator: SimServer,
     moto: MotoServer,
@@ -546,6 +560,18 @@ impl LocalGateway {
             invoker.clone(),
             BusDrainConfig::new(&resources.switch_queue.queue_url, CIRCUIT_SWITCH),
         );
+        let mut timer_config = QueuePumpConfig::new(
+            &resources.timer_queue.url,
+            &resources.timer_queue.arn,
+            CIRCUIT_SWITCH,
+        );
+        timer_config.batch_size = template::TIMER_BATCH_SIZE;
+        timer_config.wait = TIMER_QUEUE_WAIT;
+        let timers = QueuePump::start(
+            aws_sdk_sqs::Client::new(&sdk),
+            invoker.clone(),
+            timer_config,
+        );
         let offsale = match (&options.customer, &resources.customer) {
             (Some(customer), Some(created)) => {
                 let mut config = QueuePumpConfig::new(
@@ -600,6 +626,7 @@ impl LocalGateway {
             ticker,
             alarm,
             offsale,
+            timers,
             watch,
             operator,
             moto,
@@ -830,6 +857,7 @@ impl LocalGateway {
             && self.ticker.is_running()
             && self.alarm.as_ref().is_none_or(LocalAlarm::is_running)
             && self.offsale.as_ref().is_none_or(QueuePump::is_running)
+            && self.timers.is_running()
     }
 
     /// Stop the harness's tasks (after their invocations in flight), the
@@ -841,6 +869,7 @@ impl LocalGateway {
             ticker,
             alarm,
             offsale,
+            timers,
             watch,
             operator,
             moto,
@@ -856,7 +885,14 @@ impl LocalGateway {
                 alarm.stop().await;
             }
         };
-        tokio::join!(pump.stop(), drain.stop(), ticker.stop(), alarm, offsale);
+        tokio::join!(
+            pump.stop(),
+            drain.stop(),
+            ticker.stop(),
+            alarm,
+            offsale,
+            timers.stop()
+        );
         watch.stop().await;
         operator.shutdown().await;
         moto.stop().await;
@@ -963,6 +999,7 @@ pub fn function_env(
         ("OPERATOR_ENDPOINTS", format!("{operator}={operator_url}")),
         ("OPERATORS", operator.to_owned()),
         ("OPERATOR_SETTINGS", options.operator_settings.clone()),
+        ("BREAKER_TIMER_QUEUE_URL", resources.timer_queue.url.clone()),
         (
             "ALARM_OPERATORS",
             options
@@ -1088,7 +1125,10 @@ async fn check_stream_keeps_records(
 /// Trip Requested, a sale change) belongs to that run.
 async fn purge_queues(sdk: &SdkConfig, resources: &GatewayResources) -> Result<(), GatewayError> {
     let sqs = aws_sdk_sqs::Client::new(sdk);
-    let mut queues = vec![resources.switch_queue.queue_url.clone()];
+    let mut queues = vec![
+        resources.switch_queue.queue_url.clone(),
+        resources.timer_queue.url.clone(),
+    ];
     if let Some(customer) = &resources.customer {
         queues.push(customer.offsale_queue.url.clone());
     }
@@ -1342,6 +1382,12 @@ pub async fn create_resources(
     )
     .await?;
     let failed_queue = resources::create_queue(&sqs, &names.failed_queue, None).await?;
+    let timer_queue = resources::create_queue(
+        &sqs,
+        &names.timer_queue,
+        Some(template::TIMER_QUEUE_VISIBILITY_S),
+    )
+    .await?;
     let role = resources::create_lambda_role(&iam, &names.role).await?;
     let real_function_arn = resources::create_stub_function(&lambda, REAL_CONSUMER, &role).await?;
     let fallback_function_arn =
@@ -1357,6 +1403,7 @@ pub async fn create_resources(
         switch_queue,
         failed_queue_url: failed_queue.url,
         failed_queue_arn: failed_queue.arn,
+        timer_queue,
         real_function_arn,
         fallback_function_arn,
         switch_function_arn,
@@ -1630,6 +1677,23 @@ mod tests {
             })
             .unwrap_or(rest.len());
         &rest[..end]
+    }
+
+    #[test]
+    fn the_timer_queue_has_the_templates_settings() {
+        let queue = entry("BreakerTimerQueue");
+        assert!(queue.contains(&format!(
+            "VisibilityTimeout: {}",
+            template::TIMER_QUEUE_VISIBILITY_S
+        )));
+        let mapping = entry("BreakerTimerQueueMapping");
+        assert!(mapping.contains("EventSourceArn: !GetAtt BreakerTimerQueue.Arn"));
+        assert!(mapping.contains("FunctionName: !Ref CircuitSwitchFunction"));
+        assert!(mapping.contains(&format!("BatchSize: {}", template::TIMER_BATCH_SIZE)));
+        assert!(mapping.contains("FunctionResponseTypes: [ReportBatchItemFailures]"));
+        let switch = entry("CircuitSwitchFunction");
+        assert!(switch.contains("BREAKER_TIMER_QUEUE_URL: !Ref BreakerTimerQueue"));
+        assert!(switch.contains("OPERATOR_ENDPOINTS: !Ref OperatorEndpoints"));
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub struct Requests {
     /// Records the stream gave up on after its retries (sent to the
     /// mapping's failure queue).
     pub discarded: usize,
+    /// Requests, by the phase they were made in, that the operator answered
+    /// within its budget but whose answer was written after the request's
+    /// deadline: the asker had stopped waiting (queue and stream delay on
+    /// top of the call), so an answerable question was shown something else.
+    pub answered_too_late: BTreeMap<Phase, usize>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -127,6 +132,7 @@ pub(crate) struct Inputs<'a> {
     pub discarded: usize,
     pub operator_calls: u64,
     pub probe_calls: u64,
+    pub answered_too_late: BTreeMap<Phase, usize>,
     pub events: &'a [LifeboatEvent],
     pub observed: &'a Observed,
 }
@@ -204,6 +210,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
                 .saturating_sub(i.requests.with_outcome as u64),
             refused_second_outcomes: i.requests.refused_outcome_writes,
             discarded: i.discarded,
+            answered_too_late: i.answered_too_late.clone(),
         },
         search,
         offsale: Offsale {
@@ -444,6 +451,15 @@ impl Report {
                     self.requests.duplicate_outcomes,
                     self.requests.discarded
                 ),
+            ),
+            (
+                "answers in budget but late (healthy)",
+                self.requests
+                    .answered_too_late
+                    .get(&Phase::Healthy)
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string(),
             ),
             (
                 "operator calls (switch's probes)",

@@ -1,7 +1,7 @@
 //! The six functions wired in memory, and the loop that plays AWS between
 //! them: the stream mapping, the rules, the schedule and the SQS mapping.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use lifeboat_core::cart::CartSettings;
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
 use lifeboat_core::memory::MemoryCartStore;
 use lifeboat_core::probe::ProbeSpec;
+use lifeboat_core::request::OutcomeKind;
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{
     MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, OnSaleAt, SwitchOutcome, WritePolicy,
@@ -25,9 +26,9 @@ use search::Search;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::Script;
 use super::customer::{OPERATOR, Observed, Shop, customer};
 use super::report::{self, Report};
+use super::{Phase, Script};
 
 /// How often the loop looks again when nothing was delivered.
 const IDLE: Duration = Duration::from_millis(50);
@@ -186,9 +187,40 @@ impl Suite {
             discarded: self.gateway.discarded.len(),
             operator_calls: self.sim.stats().total,
             probe_calls: self.gateway.probe_calls,
+            answered_too_late: self.answered_too_late(),
             events: &self.gateway.bus.events(),
             observed: &self.shop.observed(),
         })
+    }
+
+    /// Requests per phase answered within the budget after their deadline.
+    fn answered_too_late(&self) -> BTreeMap<Phase, usize> {
+        let settings = demo_settings();
+        let mut late = BTreeMap::new();
+        for stored in self.gateway.requests.all() {
+            let Some(outcome) = &stored.outcome else {
+                continue;
+            };
+            let request = &stored.request;
+            let budget = settings
+                .for_operator(&request.operator)
+                .budgets
+                .for_operation(request.operation)
+                .timeout;
+            let in_budget = outcome
+                .call_ms
+                .is_some_and(|ms| u128::from(ms) <= budget.as_millis());
+            if matches!(outcome.kind, OutcomeKind::Answered { .. })
+                && in_budget
+                && outcome.at > request.deadline
+            {
+                let since = (request.created_at - self.script.start)
+                    .to_std()
+                    .unwrap_or_default();
+                *late.entry(Phase::at(&self.script, since)).or_insert(0) += 1;
+            }
+        }
+        late
     }
 
     /// The `Breaker State Changed` rule: every state change to the queue.

@@ -44,9 +44,12 @@ use traffic::{Traffic, TrafficConfig, TrafficCounts};
 /// `OPERATOR_SETTINGS` of `lifeboat local` unless given: the template's
 /// defaults with a 20 s recent cache and 15 s first open period, so a
 /// minute's outage shows every state (the template's 5 min cache would
-/// answer every question asked before the outage as fresh).
-pub const LOCAL_SETTINGS: &str =
-    r#"{"default":{"breaker":{"open_base":15000,"open_max":60000},"cache":{"recent":20000}}}"#;
+/// answer every question asked before the outage as fresh), and the circuit
+/// switch probing an open breaker with a search a week ahead.
+pub const LOCAL_SETTINGS: &str = concat!(
+    r#"{"default":{"breaker":{"open_base":15000,"open_max":60000},"cache":{"recent":20000},"#,
+    r#""probe":{"operation":"search","params":{"from":"HEL","to":"TLL","date":"today+7","passengers":"1"}}}}"#
+);
 
 /// How to run the local suite.
 #[derive(Debug, Clone)]
