@@ -34,9 +34,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 /// Short open periods, so a round trip through open and half-open fits in
-/// seconds.
+/// seconds, yet long enough (8-10 s with jitter) that the fallback's first
+/// batch, which waits for the real consumer's batch of hanging calls (3 s),
+/// leaves time to watch the breaker stay open on a loaded machine. The
+/// switch's timer ends the period to the second.
 const SETTINGS: &str =
-    r#"{"default":{"breaker":{"open_base":6000,"open_max":20000,"half_open_timeout":15000}}}"#;
+    r#"{"default":{"breaker":{"open_base":10000,"open_max":20000,"half_open_timeout":15000}}}"#;
 /// Start-up may have to build the functions if they were not built first.
 const STARTUP_LIMIT: Duration = Duration::from_secs(600);
 /// Everything after start-up.
