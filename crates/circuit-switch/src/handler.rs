@@ -468,7 +468,12 @@ impl CircuitSwitch {
             let success = match health {
                 Health::Success | Health::SlowSuccess => true,
                 Health::Timeout | Health::Failure => false,
-                Health::Neutral => continue,
+                // Says nothing, and another try would say the same: leave
+                // the round's other slots to customers' calls.
+                Health::Neutral => {
+                    tracing::warn!(operator = %operator, version, detail, "probe answered neither yes nor no: check the probe in OPERATOR_SETTINGS");
+                    break;
+                }
             };
             let tally = match self.breakers.record_trial(operator, version, success).await {
                 Ok(Some(tally)) => tally,
@@ -528,7 +533,9 @@ impl CircuitSwitch {
     /// Whether `operator` is probed: a prober, and a probe in its settings.
     fn probes(&self, operator: &OperatorId) -> bool {
         let settings = self.settings.for_operator(operator);
-        self.prober.is_some() && settings.probe.is_some() && !settings.breaker.probe_every.is_zero()
+        self.prober.as_ref().is_some_and(|p| p.knows(operator))
+            && settings.probe.is_some()
+            && !settings.breaker.probe_every.is_zero()
     }
 
     /// One probe call, with what it says of the operator's health.

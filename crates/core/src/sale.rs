@@ -368,7 +368,15 @@ impl SaleRecord {
         // is applied without a write (a half-open round while the operator
         // stays off sale, a release to closed while on sale).
         let write_in_flight = self.lease.as_ref().is_some_and(|l| l.until > now);
+        // An attempt of the write this one replaces may have reached the
+        // switch without our hearing of it (a timeout, a crash): then what
+        // the switch holds is unknown, and this version is written.
+        let unconfirmed_attempt = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.version != pending.version && p.attempts > 0);
         if pending.status == self.applied_status
+            && !unconfirmed_attempt
             && self.applied_at.is_some()
             && pending.gave_up_at.is_none()
             && !write_in_flight
@@ -1030,6 +1038,29 @@ mod tests {
         }
         assert_eq!(step(&mut r, &v5, t0(), &p), Step::Done(Settled::Applied));
         assert_eq!((r.applied_version, r.status()), (5, SaleStatus::OnSale));
+    }
+
+    #[test]
+    fn a_status_already_held_is_applied_without_a_write_unless_an_attempt_may_have_landed() {
+        let p = policy(8);
+        let mut r = SaleRecord::new(nordic());
+        let v1 = change(1, BreakerState::Open);
+        step(&mut r, &v1, t0(), &p);
+        finish(&mut r, &v1, 1, true, t0(), &p);
+        // Off sale already: a newer open (a reopened round) needs no write.
+        let v3 = change(3, BreakerState::Open);
+        assert_eq!(
+            step(&mut r, &v3, t0(), &p),
+            Step::Done(Settled::AlreadyHeld)
+        );
+        assert_eq!((r.applied_version, r.status()), (3, SaleStatus::OffSale));
+        // An on-sale write whose attempt failed (it may still have reached
+        // the switch), then a newer open: written, not assumed.
+        let v4 = change(4, BreakerState::Closed);
+        assert_eq!(step(&mut r, &v4, t0(), &p), Step::Attempt { attempt: 1 });
+        finish(&mut r, &v4, 1, false, t0(), &p);
+        let v5 = change(5, BreakerState::Open);
+        assert_eq!(step(&mut r, &v5, t0(), &p), Step::Attempt { attempt: 1 });
     }
 
     #[test]

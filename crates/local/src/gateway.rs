@@ -155,7 +155,7 @@ pub mod template {
     /// `BreakerTimerQueue`'s `VisibilityTimeout`.
     pub const TIMER_QUEUE_VISIBILITY_S: u32 = 30;
     /// `BreakerTimerQueueMapping`'s `BatchSize`.
-    pub const TIMER_BATCH_SIZE: i32 = 10;
+    pub const TIMER_BATCH_SIZE: i32 = 1;
     /// `BREAKER_CACHE_MS` of search and cart.
     pub const BREAKER_CACHE_MS: u32 = 1000;
     /// The `SaleRetryMaxAttempts` default.

@@ -503,13 +503,20 @@ impl RealConsumer {
         if record.state != BreakerState::Closed {
             return None;
         }
-        let buckets = match self.window.since(operator, cfg.oldest_read(now)).await {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(operator = %operator, error = %e, "window unreadable");
-                return None;
-            }
-        };
+        // Only calls made since the breaker closed: the failures that opened
+        // it last time must not trip it again (the streak rule looks back a
+        // minute, and a probe can close the breaker within seconds).
+        let since = cfg.oldest_read(now).max(record.since);
+        let buckets: Vec<lifeboat_core::window::Bucket> =
+            match self.window.since(operator, since).await {
+                // A bucket is counted at its batch's end: one that starts at or
+                // before the close may hold calls made before it.
+                Ok(b) => b.into_iter().filter(|b| b.start > record.since).collect(),
+                Err(e) => {
+                    tracing::warn!(operator = %operator, error = %e, "window unreadable");
+                    return None;
+                }
+            };
         let verdict = cfg.evaluate(&buckets, now)?;
         tracing::warn!(operator = %operator, state = %record.state, version = record.version, verdict = %verdict, "failure window asks for a trip");
         Some(LifeboatEvent::TripRequested(TripRequested {
@@ -936,6 +943,39 @@ mod tests {
         });
         assert_eq!(trip.unwrap().observed_version, 2);
         assert_eq!(events_of(&w.bus, "Operator Request Failed"), 12);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_from_before_the_breaker_closed_do_not_count() {
+        let w = world();
+        put_breaker(&w, BreakerState::Closed, 2).await;
+        w.sim.set_mode(Some(OutageMode::Hang));
+        let first = w
+            .consumer
+            .handle(&batch(&w, "nordic", 3, 10).await)
+            .await
+            .unwrap();
+        assert_eq!(first.trips_requested, 0);
+        // The breaker opened and closed again since (a probe found the
+        // operator back within seconds): three more timeouts make six in a
+        // row in the window, but only three since the close.
+        let mut closed = BreakerRecord::initial(OperatorId::new("nordic").unwrap(), w.clock.now());
+        closed.version = 4;
+        w.breakers.save(&closed, Some(2)).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let second = w
+            .consumer
+            .handle(&batch(&w, "nordic", 3, 10).await)
+            .await
+            .unwrap();
+        assert_eq!(second.trips_requested, 0);
+        // Two more after the close make five: that trips.
+        let third = w
+            .consumer
+            .handle(&batch(&w, "nordic", 2, 10).await)
+            .await
+            .unwrap();
+        assert_eq!(third.trips_requested, 1);
     }
 
     #[tokio::test(start_paused = true)]
