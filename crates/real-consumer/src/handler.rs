@@ -266,7 +266,12 @@ impl RealConsumer {
             }
             let view = match self.breakers.load(operator).await {
                 Ok(Some(record)) => Some(record),
-                Ok(None) => Some(BreakerRecord::initial(operator.clone(), self.clock.now())),
+                // Never stored: closed since forever (as the switch sees it),
+                // so every bucket of the window counts.
+                Ok(None) => Some(BreakerRecord::initial(
+                    operator.clone(),
+                    DateTime::UNIX_EPOCH,
+                )),
                 Err(e) => {
                     // Availability first: an unreadable breaker is treated as
                     // closed for calls, and no trip is asked for on its behalf.
@@ -943,6 +948,25 @@ mod tests {
         });
         assert_eq!(trip.unwrap().observed_version, 2);
         assert_eq!(events_of(&w.bus, "Operator Request Failed"), 12);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_breaker_never_stored_counts_every_batch_of_the_window() {
+        // Closed since forever: timeouts of earlier batches count too.
+        let w = world();
+        w.sim.set_mode(Some(OutageMode::Hang));
+        let first = w
+            .consumer
+            .handle(&batch(&w, "nordic", 3, 10).await)
+            .await
+            .unwrap();
+        assert_eq!(first.trips_requested, 0);
+        let second = w
+            .consumer
+            .handle(&batch(&w, "nordic", 3, 10).await)
+            .await
+            .unwrap();
+        assert_eq!(second.trips_requested, 1);
     }
 
     #[tokio::test(start_paused = true)]
