@@ -950,23 +950,19 @@ mod tests {
         assert_eq!(events_of(&w.bus, "Operator Request Failed"), 12);
     }
 
+    /// The trips one batch of `n` requests for nordic asks for.
+    async fn trips(w: &World, n: usize) -> usize {
+        let payload = batch(w, "nordic", n, 10).await;
+        w.consumer.handle(&payload).await.unwrap().trips_requested
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_breaker_never_stored_counts_every_batch_of_the_window() {
         // Closed since forever: timeouts of earlier batches count too.
         let w = world();
         w.sim.set_mode(Some(OutageMode::Hang));
-        let first = w
-            .consumer
-            .handle(&batch(&w, "nordic", 3, 10).await)
-            .await
-            .unwrap();
-        assert_eq!(first.trips_requested, 0);
-        let second = w
-            .consumer
-            .handle(&batch(&w, "nordic", 3, 10).await)
-            .await
-            .unwrap();
-        assert_eq!(second.trips_requested, 1);
+        assert_eq!(trips(&w, 3).await, 0);
+        assert_eq!(trips(&w, 3).await, 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -974,12 +970,7 @@ mod tests {
         let w = world();
         put_breaker(&w, BreakerState::Closed, 2).await;
         w.sim.set_mode(Some(OutageMode::Hang));
-        let first = w
-            .consumer
-            .handle(&batch(&w, "nordic", 3, 10).await)
-            .await
-            .unwrap();
-        assert_eq!(first.trips_requested, 0);
+        assert_eq!(trips(&w, 3).await, 0);
         // The breaker opened and closed again since (a probe found the
         // operator back within seconds): three more timeouts make six in a
         // row in the window, but only three since the close.
@@ -987,19 +978,9 @@ mod tests {
         closed.version = 4;
         w.breakers.save(&closed, Some(2)).await.unwrap();
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        let second = w
-            .consumer
-            .handle(&batch(&w, "nordic", 3, 10).await)
-            .await
-            .unwrap();
-        assert_eq!(second.trips_requested, 0);
+        assert_eq!(trips(&w, 3).await, 0);
         // Two more after the close make five: that trips.
-        let third = w
-            .consumer
-            .handle(&batch(&w, "nordic", 2, 10).await)
-            .await
-            .unwrap();
-        assert_eq!(third.trips_requested, 1);
+        assert_eq!(trips(&w, 2).await, 1);
     }
 
     #[tokio::test(start_paused = true)]
