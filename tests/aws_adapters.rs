@@ -929,6 +929,7 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
     use circuit_switch::CircuitSwitch;
     use circuit_switch::input::AlarmMap;
     use lifeboat_core::ManualClock;
+    use lifeboat_core::lane::Lanes;
     use lifeboat_core::memory::{MemoryEventBus, MemoryStreamRouter};
     use lifeboat_core::metrics::MemoryMetrics;
     use lifeboat_core::settings::Settings;
@@ -1014,7 +1015,11 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
     let switch = CircuitSwitch {
         breakers: Arc::new(DynamoBreakerStore::new(counted.clone(), table)),
         events: Arc::new(MemoryEventBus::new()),
-        router: Arc::new(MemoryStreamRouter::new()),
+        lanes: Lanes::shared(
+            "requests",
+            operators.clone(),
+            Arc::new(MemoryStreamRouter::new()),
+        ),
         clock: Arc::new(clock.clone()),
         settings: Settings::default(),
         alarms: AlarmMap::default(),

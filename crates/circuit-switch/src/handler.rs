@@ -18,9 +18,12 @@
 //! re-point or the publish is repaired by the next invocation (at the latest
 //! the next tick), and the same input twice changes nothing.
 //!
-//! One Requests stream may serve several operators. It feeds the fallback
-//! consumer only while every operator it serves is open; otherwise it feeds the
-//! real consumer, which fails requests for open operators fast by itself.
+//! Requests flow in lanes ([`lifeboat_core::lane`]): a stream and its mapping
+//! per operator, or one stream shared by several. A lane feeds the fallback
+//! consumer only while every operator on it is open; otherwise the real
+//! consumer, which fails requests for open operators fast by itself. Each
+//! invocation reconciles only the lanes of the operators it decided for (the
+//! tick: all of them).
 //!
 //! The switch reads only the breakers of the operators in `OPERATORS`, by key
 //! (one batched read per tick and per reconcile), and refuses inputs for any
@@ -28,6 +31,8 @@
 //! holds.
 
 pub mod input;
+mod streams;
+mod timers;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,10 +44,10 @@ use lambda_runtime::Diagnostic;
 use lifeboat_core::breaker::TripReason;
 use lifeboat_core::breaker::{Decision, Input, decide};
 use lifeboat_core::events::{BreakerStateChanged, LifeboatEvent, SCHEMA_VERSION};
+use lifeboat_core::lane::Lanes;
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names};
 use lifeboat_core::ports::{
     BreakerStore, BreakerTimers, EventPublisher, OperatorApi, Repoint, RouterError, StoreError,
-    StreamRouter,
 };
 use lifeboat_core::probe::{BreakerTimer, next_wake};
 use lifeboat_core::request::Health;
@@ -55,6 +60,9 @@ use crate::input::{AlarmMap, InputError, SwitchInput};
 
 /// The queue whose delayed messages wake the switch (`BreakerTimerQueue`).
 pub const BREAKER_TIMER_QUEUE_URL: &str = "BREAKER_TIMER_QUEUE_URL";
+
+/// The name of the one lane of a gateway whose operators share a stream.
+pub const SHARED_LANE: &str = "requests";
 
 /// Attempts at a conditional write before giving up on a contended breaker.
 const WRITE_ATTEMPTS: u32 = 5;
@@ -118,7 +126,8 @@ pub enum StartupError {
 pub struct CircuitSwitch {
     pub breakers: Arc<dyn BreakerStore>,
     pub events: Arc<dyn EventPublisher>,
-    pub router: Arc<dyn StreamRouter>,
+    /// The streams of Requests and the operators each carries.
+    pub lanes: Lanes,
     pub clock: Arc<dyn Clock>,
     pub settings: Settings,
     pub alarms: AlarmMap,
@@ -142,9 +151,8 @@ pub struct CircuitSwitch {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SwitchReport {
     pub decisions: Vec<OperatorDecision>,
-    /// Where the stream points after this invocation.
-    pub stream_target: Option<ConsumerTarget>,
-    pub stream_repointed: bool,
+    /// Where the streams of the lanes this invocation reconciled point.
+    pub streams: Vec<StreamReport>,
     pub announced: Vec<u64>,
     /// Probe calls made (half-open trials by the switch included).
     pub probe_calls: u32,
@@ -152,6 +160,30 @@ pub struct SwitchReport {
     /// (Lambda reads `batchItemFailures`).
     #[serde(flatten)]
     pub response: SqsBatchResponse,
+}
+
+/// Where one lane's stream points after an invocation.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StreamReport {
+    pub lane: String,
+    pub target: ConsumerTarget,
+    /// Whether this invocation moved it.
+    pub repointed: bool,
+}
+
+impl SwitchReport {
+    /// Where `lane`'s stream points, if this invocation reconciled it.
+    pub fn target_of(&self, lane: &str) -> Option<ConsumerTarget> {
+        self.streams
+            .iter()
+            .find(|s| s.lane == lane)
+            .map(|s| s.target)
+    }
+
+    /// Whether any stream was re-pointed.
+    pub fn repointed(&self) -> bool {
+        self.streams.iter().any(|s| s.repointed)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -193,7 +225,11 @@ impl CircuitSwitch {
         Ok(Self {
             breakers: Arc::new(clients.breaker_store(env)?),
             events: Arc::new(clients.publisher(env)?),
-            router: Arc::new(clients.stream_router(env)?),
+            lanes: Lanes::shared(
+                SHARED_LANE,
+                operators.clone(),
+                Arc::new(clients.stream_router(env)?),
+            ),
             clock: Arc::new(lifeboat_core::SystemClock),
             settings: Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?,
             alarms,
@@ -360,345 +396,6 @@ impl CircuitSwitch {
         }
         Err(SwitchError::Contended(operator.clone()))
     }
-
-    /// A timer came due for `timer.operator` at `timer.version`: end the open
-    /// period if it is over, otherwise probe (or wait again); end a half-open
-    /// round that ran out of time.
-    async fn on_timer(
-        &self,
-        timer: &BreakerTimer,
-        report: &mut SwitchReport,
-    ) -> Result<(), SwitchError> {
-        let operator = &timer.operator;
-        let Some(record) = self.breakers.load(operator).await? else {
-            return Ok(());
-        };
-        if record.version != timer.version {
-            tracing::debug!(operator = %operator, version = record.version, timer = timer.version, "timer of an older version dropped");
-            return Ok(());
-        }
-        let now = self.clock.now();
-        match record.state {
-            BreakerState::Open if record.open_until.is_none_or(|until| now >= until) => {
-                let decision = self
-                    .apply(operator, &Input::Tick, Some(Some(record)))
-                    .await?;
-                report.decisions.push(decision);
-            }
-            BreakerState::Open if self.probes(operator) => {
-                let (health, detail) = self.probe(operator, report).await;
-                if matches!(health, Health::Success | Health::SlowSuccess) {
-                    tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe answered");
-                    let input = Input::ProbeAnswered {
-                        observed_version: record.version,
-                    };
-                    let decision = self.apply(operator, &input, None).await?;
-                    report.decisions.push(decision);
-                } else {
-                    tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe failed; still open");
-                    self.arm(&record).await;
-                }
-            }
-            // Early (a duplicate, or probes turned off since): wait again.
-            BreakerState::Open => self.arm(&record).await,
-            BreakerState::HalfOpen => {
-                let decision = self
-                    .apply(operator, &Input::Tick, Some(Some(record)))
-                    .await?;
-                report.decisions.push(decision);
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// For every transition of this invocation (and those it leads to): set
-    /// the timer of an open or half-open breaker, and run the half-open
-    /// round's trials with the probe where the operator has one.
-    async fn follow_up(&self, report: &mut SwitchReport) -> Result<(), SwitchError> {
-        let mut next = 0;
-        while next < report.decisions.len() {
-            let decision = report.decisions[next].clone();
-            next += 1;
-            if !decision.changed {
-                continue;
-            }
-            match decision.to {
-                BreakerState::HalfOpen if self.probes(&decision.operator) => {
-                    self.run_trials(&decision.operator, decision.version, report)
-                        .await?;
-                }
-                BreakerState::Open | BreakerState::HalfOpen => {
-                    if let Some(record) = self.breakers.load(&decision.operator).await?
-                        && record.version == decision.version
-                    {
-                        self.arm(&record).await;
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// The half-open round at `version`, with the probe as its trial calls:
-    /// slots claimed like a consumer's, results counted in the store, and the
-    /// verdict decided here.
-    async fn run_trials(
-        &self,
-        operator: &OperatorId,
-        version: u64,
-        report: &mut SwitchReport,
-    ) -> Result<(), SwitchError> {
-        let cfg = self.settings.for_operator(operator).breaker;
-        for _ in 0..cfg.trial_calls {
-            match self
-                .breakers
-                .claim_trial(operator, version, cfg.trial_calls)
-                .await
-            {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => {
-                    tracing::warn!(operator = %operator, version, error = %e, "trial slot not claimed");
-                    break;
-                }
-            }
-            let (health, detail) = self.probe(operator, report).await;
-            let success = match health {
-                Health::Success | Health::SlowSuccess => true,
-                Health::Timeout | Health::Failure => false,
-                // Says nothing, and another try would say the same: leave
-                // the round's other slots to customers' calls.
-                Health::Neutral => {
-                    tracing::warn!(operator = %operator, version, detail, "probe answered neither yes nor no: check the probe in OPERATOR_SETTINGS");
-                    break;
-                }
-            };
-            let tally = match self.breakers.record_trial(operator, version, success).await {
-                Ok(Some(tally)) => tally,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::warn!(operator = %operator, version, error = %e, "trial result not counted");
-                    break;
-                }
-            };
-            let input = if !success {
-                Input::Trip {
-                    reason: TripReason::TrialFailed { detail },
-                    observed_version: version,
-                }
-            } else if tally.failures == 0 && tally.successes >= cfg.successes_to_close {
-                Input::TrialsPassed {
-                    observed_version: version,
-                }
-            } else {
-                continue;
-            };
-            let decision = self.apply(operator, &input, None).await?;
-            report.decisions.push(decision);
-            return Ok(());
-        }
-        // No verdict from our own trials (slots taken by customers' calls,
-        // or neutral answers): the round's timer ends it if nobody does.
-        if let Some(record) = self.breakers.load(operator).await?
-            && record.version == version
-        {
-            self.arm(&record).await;
-        }
-        Ok(())
-    }
-
-    /// Whether the tick leaves `record` to its timer: an open breaker that is
-    /// probed on timers, unless its timer is overdue by a whole probe gap
-    /// (lost), so the operator still sees one call per gap.
-    fn timer_owns(&self, record: &BreakerRecord) -> bool {
-        if record.state != BreakerState::Open
-            || self.timers.is_none()
-            || !self.probes(&record.operator)
-        {
-            return false;
-        }
-        let gap = self
-            .settings
-            .for_operator(&record.operator)
-            .breaker
-            .probe_every;
-        let overdue = record
-            .open_until
-            .and_then(|until| until.checked_add_signed(chrono::TimeDelta::from_std(gap).ok()?));
-        overdue.is_some_and(|overdue| self.clock.now() < overdue)
-    }
-
-    /// Whether `operator` is probed: a prober, and a probe in its settings.
-    fn probes(&self, operator: &OperatorId) -> bool {
-        let settings = self.settings.for_operator(operator);
-        self.prober.as_ref().is_some_and(|p| p.knows(operator))
-            && settings.probe.is_some()
-            && !settings.breaker.probe_every.is_zero()
-    }
-
-    /// One probe call, with what it says of the operator's health.
-    async fn probe(&self, operator: &OperatorId, report: &mut SwitchReport) -> (Health, String) {
-        let settings = self.settings.for_operator(operator);
-        let (Some(prober), Some(spec)) = (&self.prober, &settings.probe) else {
-            return (Health::Neutral, "no probe configured".to_owned());
-        };
-        let budget = settings.budgets.for_operation(spec.operation);
-        let call = spec.call(operator, self.clock.now(), budget);
-        let result = prober.call(&call).await;
-        report.probe_calls += 1;
-        (
-            result.class.health(&settings.failure_statuses),
-            result.detail,
-        )
-    }
-
-    /// Set the timer that wakes the switch for `record`, if it waits for one.
-    /// A timer not set is logged: the tick still ends the period, later.
-    async fn arm(&self, record: &BreakerRecord) {
-        let Some(timers) = &self.timers else {
-            return;
-        };
-        let cfg = self.settings.for_operator(&record.operator).breaker;
-        let Some(due) = next_wake(
-            record,
-            &cfg,
-            self.probes(&record.operator),
-            self.clock.now(),
-        ) else {
-            return;
-        };
-        let timer = BreakerTimer {
-            operator: record.operator.clone(),
-            version: record.version,
-            due,
-        };
-        match timers.set(&timer).await {
-            Ok(()) => {
-                tracing::debug!(operator = %record.operator, state = %record.state, version = record.version, due = %due, "timer set")
-            }
-            Err(e) => {
-                tracing::warn!(operator = %record.operator, state = %record.state, version = record.version, error = %e, "timer not set: the tick ends the period")
-            }
-        }
-    }
-
-    /// Where the stream must point for these stored breakers: the fallback
-    /// consumer only while every operator it serves is open.
-    fn target_for(&self, records: &[BreakerRecord]) -> ConsumerTarget {
-        let all_open = !self.operators.is_empty()
-            && self.operators.iter().all(|o| {
-                records
-                    .iter()
-                    .any(|r| &r.operator == o && r.state.target() == ConsumerTarget::Fallback)
-            });
-        if all_open {
-            ConsumerTarget::Fallback
-        } else {
-            ConsumerTarget::Real
-        }
-    }
-
-    /// Point the stream where the stored states say, and publish every state
-    /// change not yet announced.
-    ///
-    /// Another invocation may change a breaker between our read and our
-    /// re-point, and its own re-point may land before ours: the mapping would
-    /// then follow our stale read. So after each re-point the breakers are
-    /// read again, and the stream re-pointed until a read taken after the
-    /// last re-point agrees with where it points. Whoever re-points last has
-    /// then checked it against states at least as new as every write before
-    /// it, and any later write is followed by its writer's own reconcile.
-    async fn reconcile(&self, report: &mut SwitchReport) -> Result<(), SwitchError> {
-        let mut records = self.breakers.load_many(&self.operators).await?;
-        let mut target = self.target_for(&records);
-        let mut rounds = 0;
-        loop {
-            rounds += 1;
-            if self.point(target).await? == Repoint::Changed {
-                report.stream_repointed = true;
-                records = self.breakers.load_many(&self.operators).await?;
-                let now_wanted = self.target_for(&records);
-                if now_wanted != target && rounds < REPOINT_ROUNDS {
-                    tracing::warn!(pointed = %target, wanted = %now_wanted, "a breaker moved while the stream was re-pointed; pointing again");
-                    target = now_wanted;
-                    continue;
-                }
-            }
-            break;
-        }
-        report.stream_target = Some(target);
-        self.announce(&records, report).await
-    }
-
-    /// Re-point the stream at `target`, trying again while the mapping is busy.
-    async fn point(&self, target: ConsumerTarget) -> Result<Repoint, SwitchError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.router.point_at(target).await {
-                Ok(Repoint::Changed) => {
-                    tracing::warn!(target = %target, "stream re-pointed");
-                    return Ok(Repoint::Changed);
-                }
-                Ok(Repoint::AlreadyThere) => return Ok(Repoint::AlreadyThere),
-                Err(RouterError::Busy(why)) if attempt < REPOINT_ATTEMPTS => {
-                    tracing::info!(why = %why, attempt, "stream mapping busy; trying again");
-                    tokio::time::sleep(self.repoint_backoff * attempt).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// Publish the state changes of `records` not announced yet, and mark
-    /// those the bus took.
-    async fn announce(
-        &self,
-        records: &[BreakerRecord],
-        report: &mut SwitchReport,
-    ) -> Result<(), SwitchError> {
-        let unannounced: Vec<&BreakerRecord> = records
-            .iter()
-            .filter(|r| r.announced_version < r.version)
-            .collect();
-        if unannounced.is_empty() {
-            return Ok(());
-        }
-        let events: Vec<LifeboatEvent> = unannounced
-            .iter()
-            .map(|r| {
-                LifeboatEvent::BreakerStateChanged(BreakerStateChanged {
-                    schema_version: SCHEMA_VERSION,
-                    operator: r.operator.clone(),
-                    from: r.previous.unwrap_or(BreakerState::Closed),
-                    to: r.state,
-                    version: r.version,
-                    reason: r.reason.clone(),
-                    at: r.since,
-                })
-            })
-            .collect();
-        let failed = match self.events.publish(&events).await {
-            Ok(()) => Vec::new(),
-            Err(e) => {
-                tracing::error!(error = %e, "state change not published; the next invocation tries again");
-                e.failed_indexes(events.len())
-            }
-        };
-        for (i, record) in unannounced.iter().enumerate() {
-            if failed.contains(&i) {
-                continue;
-            }
-            self.breakers
-                .mark_announced(&record.operator, record.version)
-                .await?;
-            tracing::info!(operator = %record.operator, state = %record.state, version = record.version, "state change announced");
-            report.announced.push(record.version);
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -709,6 +406,7 @@ mod tests {
     use lifeboat_core::memory::{
         MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryTimers,
     };
+    use lifeboat_core::ports::StreamRouter;
     use serde_json::json;
 
     struct World {
@@ -733,7 +431,7 @@ mod tests {
         let switch = Arc::new(CircuitSwitch {
             breakers: breakers.clone(),
             events: events.clone(),
-            router: router.clone(),
+            lanes: Lanes::shared(SHARED_LANE, vec![nordic()], router.clone()),
             clock: Arc::new(clock.clone()),
             settings: Settings::default(),
             alarms: AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap(),
@@ -809,8 +507,11 @@ mod tests {
         let w = world();
         let report = w.switch.handle(&trip(0)).await.unwrap();
         assert!(report.decisions[0].changed);
-        assert_eq!(report.stream_target, Some(ConsumerTarget::Fallback));
-        assert!(report.stream_repointed);
+        assert_eq!(
+            report.target_of(SHARED_LANE),
+            Some(ConsumerTarget::Fallback)
+        );
+        assert!(report.repointed());
         assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Fallback);
         let record = state(&w).await;
         assert_eq!(
@@ -821,7 +522,7 @@ mod tests {
         // The same event again changes nothing and announces nothing.
         let again = w.switch.handle(&trip(0)).await.unwrap();
         assert!(!again.decisions[0].changed);
-        assert!(!again.stream_repointed);
+        assert!(!again.repointed());
         assert_eq!(
             state_changes(&w.events),
             vec![(BreakerState::Closed, BreakerState::Open, 1)]
@@ -851,7 +552,7 @@ mod tests {
         assert_eq!(state(&w).await.state, BreakerState::Open);
         w.clock.advance(Duration::from_secs(30));
         let report = w.switch.handle(&tick()).await.unwrap();
-        assert_eq!(report.stream_target, Some(ConsumerTarget::Real));
+        assert_eq!(report.target_of(SHARED_LANE), Some(ConsumerTarget::Real));
         let half = state(&w).await;
         assert_eq!(half.state, BreakerState::HalfOpen);
         // Trials counted by the consumers, then reported.
@@ -1004,20 +705,24 @@ mod tests {
         let w = world();
         let overtaking = switch_like(&w);
         let slow = CircuitSwitch {
-            router: Arc::new(OvertakenRouter {
-                inner: w.router.clone(),
-                slow_target: ConsumerTarget::Fallback,
-                overtaker: std::sync::Mutex::new(Some((
-                    Arc::new(overtaking),
-                    json!({"command": "force-closed", "operator": "nordic", "reason": "operator says it is fine"}),
-                ))),
-            }),
+            lanes: Lanes::shared(
+                SHARED_LANE,
+                vec![nordic()],
+                Arc::new(OvertakenRouter {
+                    inner: w.router.clone(),
+                    slow_target: ConsumerTarget::Fallback,
+                    overtaker: std::sync::Mutex::new(Some((
+                        Arc::new(overtaking),
+                        json!({"command": "force-closed", "operator": "nordic", "reason": "operator says it is fine"}),
+                    ))),
+                }),
+            ),
             ..switch_like(&w)
         };
         let report = slow.handle(&trip(0)).await.unwrap();
         assert_eq!(state(&w).await.state, BreakerState::ForcedClosed);
         assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
-        assert_eq!(report.stream_target, Some(ConsumerTarget::Real));
+        assert_eq!(report.target_of(SHARED_LANE), Some(ConsumerTarget::Real));
         // The newest state was announced once (the record holds only the
         // newest; the opening it replaced before anyone announced it is in
         // the store's history, not on the bus).
@@ -1025,6 +730,79 @@ mod tests {
             state_changes(&w.events),
             vec![(BreakerState::Open, BreakerState::ForcedClosed, 2)]
         );
+    }
+
+    /// A mapping that cannot be reached.
+    struct BrokenRouter;
+
+    #[async_trait::async_trait]
+    impl StreamRouter for BrokenRouter {
+        async fn current(&self) -> Result<ConsumerTarget, RouterError> {
+            Err(RouterError::Unavailable("throttled".into()))
+        }
+
+        async fn point_at(&self, _: ConsumerTarget) -> Result<Repoint, RouterError> {
+            Err(RouterError::Unavailable("throttled".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn with_a_lane_per_operator_only_the_tripped_operator_moves() {
+        let w = world();
+        let (alpha, bravo, charlie) = (
+            OperatorId::new("alpha").unwrap(),
+            OperatorId::new("bravo").unwrap(),
+            OperatorId::new("charlie").unwrap(),
+        );
+        let (alpha_lane, bravo_lane) = (
+            Arc::new(MemoryStreamRouter::new()),
+            Arc::new(MemoryStreamRouter::new()),
+        );
+        let routers: [(OperatorId, Arc<dyn StreamRouter>); 3] = [
+            (alpha.clone(), alpha_lane.clone()),
+            (bravo.clone(), bravo_lane.clone()),
+            (charlie.clone(), Arc::new(BrokenRouter)),
+        ];
+        let switch = CircuitSwitch {
+            lanes: Lanes::per_operator(routers),
+            operators: vec![alpha.clone(), bravo.clone(), charlie.clone()],
+            ..switch_like(&w)
+        };
+        let trip = |operator: &str| {
+            let mut event = trip(0);
+            event["detail"]["operator"] = json!(operator);
+            event
+        };
+        let report = switch.handle(&trip("alpha")).await.unwrap();
+        assert_eq!(report.target_of("alpha"), Some(ConsumerTarget::Fallback));
+        assert_eq!(report.streams.len(), 1, "only alpha's lane is reconciled");
+        assert_eq!(
+            alpha_lane.current().await.unwrap(),
+            ConsumerTarget::Fallback
+        );
+        assert_eq!(bravo_lane.current().await.unwrap(), ConsumerTarget::Real);
+
+        // Charlie's mapping is unreachable: its trip is saved and announced,
+        // the error returned, and the next tick still reconciles the others.
+        let failed = switch.handle(&trip("charlie")).await;
+        assert!(matches!(failed, Err(SwitchError::Router(_))), "{failed:?}");
+        let announced: Vec<OperatorId> = w
+            .events
+            .events()
+            .iter()
+            .filter_map(|e| match e {
+                LifeboatEvent::BreakerStateChanged(c) => Some(c.operator.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(announced, vec![alpha.clone(), charlie.clone()]);
+        let tick = switch.handle(&tick()).await;
+        assert!(tick.is_err());
+        assert_eq!(
+            alpha_lane.current().await.unwrap(),
+            ConsumerTarget::Fallback
+        );
+        assert_eq!(bravo_lane.current().await.unwrap(), ConsumerTarget::Real);
     }
 
     #[tokio::test]
@@ -1185,7 +963,7 @@ mod tests {
         CircuitSwitch {
             breakers: w.breakers.clone(),
             events: w.events.clone(),
-            router: w.router.clone(),
+            lanes: Lanes::shared(SHARED_LANE, vec![nordic()], w.router.clone()),
             clock: Arc::new(w.clock.clone()),
             settings: Settings::default(),
             alarms: AlarmMap::default(),

@@ -22,6 +22,7 @@ use lifeboat_aws::breaker::BreakerChange;
 use lifeboat_cli::ops::detection::{
     self, DetectionError, DetectionQuery, FirstFailureSource, OpenedBy,
 };
+use lifeboat_core::lane::Lanes;
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter};
 use lifeboat_core::metrics::MemoryMetrics;
 use lifeboat_core::ports::BreakerStore;
@@ -261,7 +262,11 @@ impl Switch {
         let switch = CircuitSwitch {
             breakers: breakers.clone(),
             events: Arc::new(MemoryEventBus::new()),
-            router: Arc::new(MemoryStreamRouter::new()),
+            lanes: Lanes::shared(
+                "requests",
+                vec![OperatorId::new("nordic").unwrap()],
+                Arc::new(MemoryStreamRouter::new()),
+            ),
             clock: Arc::new(clock.clone()),
             settings: Settings::default(),
             alarms: AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap(),

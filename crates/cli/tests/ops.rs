@@ -18,6 +18,7 @@ use lifeboat_cli::ops::breaker::{self, BreakerCommand, BreakerError};
 use lifeboat_cli::ops::status::{self, Lookup, Sources, StatusReport};
 use lifeboat_core::breaker::Command;
 use lifeboat_core::events::SaleStatus;
+use lifeboat_core::lane::Lanes;
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter};
 use lifeboat_core::metrics::MemoryMetrics;
 use lifeboat_core::ports::{BreakerStore, StoreError};
@@ -57,7 +58,11 @@ impl Suite {
         let switch = CircuitSwitch {
             breakers: breakers.clone(),
             events: Arc::new(MemoryEventBus::new()),
-            router: router.clone(),
+            lanes: Lanes::shared(
+                "requests",
+                operators.iter().map(|o| op(o)).collect(),
+                router.clone(),
+            ),
             clock: Arc::new(clock.clone()),
             settings: Settings::default(),
             alarms: AlarmMap::default(),
@@ -423,7 +428,8 @@ async fn a_command_is_invoked_with_the_switch_payload_and_its_report_read() {
         (d.from, d.to, d.version, d.changed),
         (BreakerState::Closed, BreakerState::ForcedOpen, 1, true)
     );
-    assert_eq!(invoked.report.stream_target, Some(ConsumerTarget::Fallback));
+    assert_eq!(invoked.report.streams.len(), 1);
+    assert_eq!(invoked.report.streams[0].target, ConsumerTarget::Fallback);
     let text = invoked.report.render();
     assert!(
         text.starts_with("nordic: closed -> forced_open (version 1): "),

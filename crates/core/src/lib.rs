@@ -10,6 +10,7 @@ pub mod cache;
 pub mod cart;
 pub mod clock;
 pub mod events;
+pub mod lane;
 pub mod memory;
 pub mod metrics;
 pub mod operator;

@@ -71,6 +71,31 @@ impl MemoryRequestStore {
         (records, inner.log.len())
     }
 
+    /// Up to `max` requests at or after stream position `from` that `keep`
+    /// accepts, each with its position, and where the next read starts: after
+    /// the last request taken, or at the end when fewer than `max` matched
+    /// (one lane's view of the stream).
+    pub fn read_stream_where(
+        &self,
+        from: usize,
+        max: usize,
+        keep: impl Fn(&RequestRecord) -> bool,
+    ) -> (Vec<(usize, RequestRecord)>, usize) {
+        let inner = lock(&self.inner);
+        let mut taken = Vec::new();
+        for (position, id) in inner.log.iter().enumerate().skip(from) {
+            if taken.len() >= max {
+                return (taken, position);
+            }
+            if let Some(stored) = inner.items.get(id)
+                && keep(&stored.request)
+            {
+                taken.push((position, stored.request.clone()));
+            }
+        }
+        (taken, inner.log.len().max(from))
+    }
+
     pub fn counts(&self) -> RequestCounts {
         let inner = lock(&self.inner);
         RequestCounts {

@@ -2,14 +2,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
-use circuit_switch::CircuitSwitch;
 use circuit_switch::input::AlarmMap;
+use circuit_switch::{CircuitSwitch, SHARED_LANE, SwitchReport};
 use fallback_consumer::FallbackConsumer;
 use lifeboat_core::events::{LifeboatEvent, SOURCE};
+use lifeboat_core::lane::Lanes;
 use lifeboat_core::memory::{
     MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter,
     MemoryTimers, MemoryWindowStore,
@@ -17,7 +19,8 @@ use lifeboat_core::memory::{
 use lifeboat_core::metrics::MemoryMetrics;
 use lifeboat_core::ports::BreakerTimers;
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
-use lifeboat_core::request::RequestRecord;
+use lifeboat_core::probe::BreakerTimer;
+use lifeboat_core::request::{CallResult, OperatorCall, RequestRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
 use real_consumer::RealConsumer;
@@ -47,6 +50,18 @@ pub struct GatewayConfig {
     /// mapping's MaximumRetryAttempts; the template sets 3).
     pub max_retries: u32,
     pub operators: Vec<OperatorId>,
+    /// How the operators' requests are laid out in streams.
+    pub lanes: LaneLayout,
+}
+
+/// How requests flow from the Requests table(s) to the consumers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LaneLayout {
+    /// One stream and mapping for every operator.
+    #[default]
+    Shared,
+    /// A stream and mapping per operator.
+    PerOperator,
 }
 
 impl Default for GatewayConfig {
@@ -60,6 +75,7 @@ impl Default for GatewayConfig {
             tick_every: Duration::from_secs(5),
             max_retries: 3,
             operators: Vec::new(),
+            lanes: LaneLayout::default(),
         }
     }
 }
@@ -95,24 +111,21 @@ pub struct Gateway {
     pub cache: Arc<MemoryCacheStore>,
     /// Every metric line the functions emitted.
     pub metrics: Arc<MemoryMetrics>,
-    pub router: Arc<MemoryStreamRouter>,
+    /// The streams, each with its mapping and the batches in flight.
+    lanes: Vec<SimLane>,
     /// The breaker timer queue: due timers go to the switch.
     pub timers: Arc<MemoryTimers>,
     pub real: Arc<RealConsumer>,
     pub fallback: Arc<FallbackConsumer>,
-    pub switch: CircuitSwitch,
+    pub switch: Arc<CircuitSwitch>,
     pub transitions: Vec<Transition>,
+    /// Switch invocations in flight, with the timers of a timer batch.
+    switch_calls: JoinSet<(Vec<BreakerTimer>, Result<SwitchReport, String>)>,
     /// Calls the switch made to probe open breakers (its own half-open
-    /// trials included).
-    pub probe_calls: u64,
+    /// trials included), counted as they are made.
+    probes: Arc<AtomicU64>,
     call_counter: Option<CallCounter>,
     config: GatewayConfig,
-    stream_position: usize,
-    /// Records a consumer reported as failed, delivered again first.
-    redeliver: Vec<Delivery>,
-    in_flight: JoinSet<Vec<Delivery>>,
-    /// The records of each batch in flight, delivered again if its task dies.
-    in_flight_batches: HashMap<tokio::task::Id, Vec<Delivery>>,
     /// Records given up on after `max_retries` failed deliveries (the
     /// mapping's OnFailure destination).
     pub discarded: Vec<RequestRecord>,
@@ -130,8 +143,19 @@ impl Gateway {
         let breakers = Arc::new(MemoryBreakerStore::new());
         let window = Arc::new(MemoryWindowStore::new());
         let bus = Arc::new(MemoryEventBus::new());
-        let router = Arc::new(MemoryStreamRouter::new());
+        let mut config = config;
+        let mut seen = std::collections::HashSet::new();
+        config.operators.retain(|o| seen.insert(o.clone()));
+        let lanes: Vec<SimLane> = match config.lanes {
+            LaneLayout::Shared => vec![SimLane::new(SHARED_LANE, config.operators.clone())],
+            LaneLayout::PerOperator => config
+                .operators
+                .iter()
+                .map(|o| SimLane::new(o.as_str(), vec![o.clone()]))
+                .collect(),
+        };
         let timers = Arc::new(MemoryTimers::new());
+        let probes = Arc::new(AtomicU64::new(0));
         let cache = Arc::new(MemoryCacheStore::new());
         let metrics = Arc::new(MemoryMetrics::new());
         let real = RealConsumer {
@@ -155,7 +179,7 @@ impl Gateway {
         let switch = CircuitSwitch {
             breakers: breakers.clone(),
             events: bus.clone(),
-            router: router.clone(),
+            lanes: switch_lanes(config.lanes, &lanes),
             clock: clock.clone(),
             settings: config.settings.clone(),
             alarms: AlarmMap::default(),
@@ -163,7 +187,10 @@ impl Gateway {
             repoint_backoff: Duration::from_millis(100),
             metrics: metrics.clone(),
             timers: Some(timers.clone()),
-            prober: Some(operator),
+            prober: Some(Arc::new(CountedProber {
+                inner: operator,
+                calls: probes.clone(),
+            })),
         };
         let next_tick = clock.now();
         Self {
@@ -174,19 +201,16 @@ impl Gateway {
             bus,
             cache,
             metrics,
-            router,
+            lanes,
             timers,
             real: Arc::new(real),
             fallback: Arc::new(fallback),
-            switch,
+            switch: Arc::new(switch),
             transitions: Vec::new(),
-            probe_calls: 0,
+            switch_calls: JoinSet::new(),
+            probes,
             call_counter: None,
             config,
-            stream_position: 0,
-            redeliver: Vec::new(),
-            in_flight: JoinSet::new(),
-            in_flight_batches: HashMap::new(),
             discarded: Vec::new(),
             bus_position: 0,
             next_tick,
@@ -209,27 +233,36 @@ impl Gateway {
         }
     }
 
-    /// One round: due tick, events for the switch, one stream batch.
-    /// Returns whether a batch was delivered.
+    /// One round: finished switch invocations noted, due tick, timers and
+    /// events handed to the switch, one batch per lane. Returns whether a
+    /// batch was delivered.
     pub async fn step(&mut self) -> bool {
         if self.clock.now() >= self.next_tick {
             self.next_tick = self.clock.now()
                 + chrono::TimeDelta::from_std(self.config.tick_every).unwrap_or_default();
-            self.invoke_switch(&json!({
-                "version": "0", "id": "tick", "detail-type": "Scheduled Event", "source": "aws.events",
-                "time": self.clock.now().to_rfc3339(), "detail": {}
-            }))
-            .await;
+            self.invoke_switch(
+                json!({
+                    "version": "0", "id": "tick", "detail-type": "Scheduled Event", "source": "aws.events",
+                    "time": self.clock.now().to_rfc3339(), "detail": {}
+                }),
+                Vec::new(),
+            );
         }
-        self.deliver_timers().await;
-        self.deliver_bus_events().await;
+        self.deliver_timers();
+        self.deliver_bus_events();
+        // Let the switch run: an invocation that does not wait on the
+        // operator finishes now, before the next batch is delivered, as its
+        // few store calls take no time on Lambda either.
+        tokio::task::yield_now().await;
+        while let Some(done) = self.switch_calls.try_join_next() {
+            self.settle_switch(done).await;
+        }
         self.deliver_batch().await
     }
 
     /// Due breaker timers to the switch, as the timer queue's mapping
-    /// delivers them (one SQS batch); a timer it reports failed comes back
-    /// after the queue's visibility timeout.
-    async fn deliver_timers(&mut self) {
+    /// delivers them (one SQS batch).
+    fn deliver_timers(&mut self) {
         let due = self.timers.take_due(self.clock.now());
         if due.is_empty() {
             return;
@@ -248,23 +281,10 @@ impl Gateway {
         let mut event = SqsEvent::default();
         event.records = records;
         let payload = serde_json::to_value(&event).unwrap_or(Value::Null);
-        let failed = self.invoke_switch(&payload).await;
-        for id in failed {
-            let Some(timer) = id
-                .strip_prefix("timer-")
-                .and_then(|i| i.parse::<usize>().ok())
-                .and_then(|i| due.get(i))
-            else {
-                continue;
-            };
-            let mut again = timer.clone();
-            again.due = self.clock.now()
-                + chrono::TimeDelta::from_std(TIMER_VISIBILITY).unwrap_or_default();
-            let _ = self.timers.set(&again).await;
-        }
+        self.invoke_switch(payload, due);
     }
 
-    async fn deliver_bus_events(&mut self) {
+    fn deliver_bus_events(&mut self) {
         let (events, next) = self.bus.read_from(self.bus_position);
         self.bus_position = next;
         for event in events {
@@ -275,65 +295,191 @@ impl Gateway {
             ) {
                 let detail: Value =
                     serde_json::from_str(&event.detail_json()).unwrap_or(Value::Null);
-                self.invoke_switch(&json!({
-                    "version": "0", "id": "bus", "detail-type": event.detail_type(), "source": SOURCE,
-                    "time": self.clock.now().to_rfc3339(), "detail": detail
-                }))
-                .await;
+                self.invoke_switch(
+                    json!({
+                        "version": "0", "id": "bus", "detail-type": event.detail_type(), "source": SOURCE,
+                        "time": self.clock.now().to_rfc3339(), "detail": detail
+                    }),
+                    Vec::new(),
+                );
             }
         }
     }
 
-    /// Hand `payload` to the switch and note its transitions; the ids of the
-    /// timer messages it asks to be delivered again.
-    async fn invoke_switch(&mut self, payload: &Value) -> Vec<String> {
-        match self.switch.handle(payload).await {
-            Ok(report) => {
-                self.probe_calls += u64::from(report.probe_calls);
-                let failed = report
-                    .response
-                    .batch_item_failures
-                    .iter()
-                    .map(|f| f.item_identifier.clone())
-                    .collect();
-                let stream = report.stream_target.unwrap_or(ConsumerTarget::Real);
-                let operator_calls = self.call_counter.as_ref().map(|count| count());
-                for d in report.decisions.into_iter().filter(|d| d.changed) {
-                    self.transitions.push(Transition {
-                        at: self.clock.now(),
-                        operator: d.operator,
-                        from: d.from,
-                        to: d.to,
-                        version: d.version,
-                        reason: d.reason,
-                        stream,
-                        operator_calls,
-                        probe_calls: self.probe_calls,
-                    });
-                }
-                failed
+    /// Hand `payload` to the switch in an invocation of its own, running
+    /// beside the others and the consumers as on Lambda (a probe of a
+    /// hanging operator holds only its own invocation). `timers` are those
+    /// of a timer batch.
+    fn invoke_switch(&mut self, payload: Value, timers: Vec<BreakerTimer>) {
+        let switch = self.switch.clone();
+        self.switch_calls.spawn(async move {
+            let report = switch.handle(&payload).await.map_err(|e| e.to_string());
+            (timers, report)
+        });
+    }
+
+    /// Note a finished switch invocation's transitions; timers it reported
+    /// failed (all of them if it failed) come back after the queue's
+    /// visibility timeout.
+    async fn settle_switch(
+        &mut self,
+        done: Result<(Vec<BreakerTimer>, Result<SwitchReport, String>), tokio::task::JoinError>,
+    ) {
+        let (timers, report) = match done {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(error = %e, "a circuit switch invocation died");
+                return;
             }
+        };
+        let failed: Vec<usize> = match &report {
+            Ok(report) => report
+                .response
+                .batch_item_failures
+                .iter()
+                .filter_map(|f| f.item_identifier.strip_prefix("timer-")?.parse().ok())
+                .collect(),
             Err(e) => {
                 tracing::error!(error = %e, "circuit switch failed");
-                Vec::new()
+                (0..timers.len()).collect()
             }
+        };
+        for timer in failed.into_iter().filter_map(|i| timers.get(i)) {
+            let mut again = timer.clone();
+            again.due = self.clock.now()
+                + chrono::TimeDelta::from_std(TIMER_VISIBILITY).unwrap_or_default();
+            let _ = self.timers.set(&again).await;
         }
+        let Ok(report) = report else {
+            return;
+        };
+        let operator_calls = self.call_counter.as_ref().map(|count| count());
+        let probe_calls = self.probe_calls();
+        for d in report.decisions.iter().filter(|d| d.changed).cloned() {
+            let lane = self
+                .lanes
+                .iter()
+                .find(|l| l.operators.contains(&d.operator));
+            let reported = lane.and_then(|l| report.target_of(&l.name));
+            let stream = match (reported, lane) {
+                (Some(target), _) => target,
+                (None, Some(lane)) => lane.router.current().await.unwrap_or(ConsumerTarget::Real),
+                (None, None) => ConsumerTarget::Real,
+            };
+            self.transitions.push(Transition {
+                at: self.clock.now(),
+                operator: d.operator,
+                from: d.from,
+                to: d.to,
+                version: d.version,
+                reason: d.reason,
+                stream,
+                operator_calls,
+                probe_calls,
+            });
+        }
+    }
+
+    /// Calls the switch has made to probe open breakers so far (its own
+    /// half-open trials included).
+    pub fn probe_calls(&self) -> u64 {
+        self.probes.load(Ordering::Relaxed)
     }
 
     /// Batches still being handled by a consumer.
     pub fn batches_in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.lanes.iter().map(|l| l.in_flight.len()).sum()
     }
 
-    /// Wait until every batch in flight is done (its failures queued for
-    /// redelivery).
+    /// The mapping of the lane carrying `operator`'s requests.
+    pub fn router_of(&self, operator: &OperatorId) -> Option<Arc<MemoryStreamRouter>> {
+        self.lanes
+            .iter()
+            .find(|l| l.operators.contains(operator))
+            .map(|l| l.router.clone())
+    }
+
+    /// Wait until every switch invocation and every batch in flight is done
+    /// (its failures queued for redelivery).
     pub async fn drain(&mut self) {
-        while let Some(done) = self.in_flight.join_next_with_id().await {
-            self.settle(done);
+        while let Some(done) = self.switch_calls.join_next().await {
+            self.settle_switch(done).await;
+        }
+        let max_retries = self.config.max_retries;
+        for lane in &mut self.lanes {
+            while let Some(done) = lane.in_flight.join_next_with_id().await {
+                lane.settle(done, max_retries, &mut self.discarded);
+            }
         }
     }
 
-    fn settle(&mut self, done: Result<(tokio::task::Id, Vec<Delivery>), tokio::task::JoinError>) {
+    /// Deliver the next batch of every lane's stream to the consumer its
+    /// mapping points at, where fewer than `parallelization` batches are in
+    /// flight. Returns whether any batch was delivered.
+    async fn deliver_batch(&mut self) -> bool {
+        let mut delivered = false;
+        for lane in &mut self.lanes {
+            delivered |= lane
+                .deliver(
+                    &self.config,
+                    &self.requests,
+                    &self.real,
+                    &self.fallback,
+                    &mut self.discarded,
+                )
+                .await;
+        }
+        delivered
+    }
+}
+
+/// The switch's view of the gateway's lanes.
+fn switch_lanes(layout: LaneLayout, lanes: &[SimLane]) -> Lanes {
+    match layout {
+        LaneLayout::Shared => lanes
+            .first()
+            .map(|l| Lanes::shared(l.name.clone(), l.operators.clone(), l.router.clone()))
+            .unwrap_or_default(),
+        LaneLayout::PerOperator => Lanes::per_operator(lanes.iter().filter_map(|l| {
+            let router: Arc<dyn StreamRouter> = l.router.clone();
+            l.operators.first().map(|o| (o.clone(), router))
+        })),
+    }
+}
+
+/// One stream of requests, its mapping and its batches in flight.
+struct SimLane {
+    name: String,
+    operators: Vec<OperatorId>,
+    router: Arc<MemoryStreamRouter>,
+    /// Where the next read of the stream starts.
+    position: usize,
+    /// Records a consumer reported as failed, delivered again first.
+    redeliver: Vec<Delivery>,
+    in_flight: JoinSet<Vec<Delivery>>,
+    /// The records of each batch in flight, delivered again if its task dies.
+    in_flight_batches: HashMap<tokio::task::Id, Vec<Delivery>>,
+}
+
+impl SimLane {
+    fn new(name: &str, operators: Vec<OperatorId>) -> Self {
+        Self {
+            name: name.to_owned(),
+            operators,
+            router: Arc::new(MemoryStreamRouter::new()),
+            position: 0,
+            redeliver: Vec::new(),
+            in_flight: JoinSet::new(),
+            in_flight_batches: HashMap::new(),
+        }
+    }
+
+    fn settle(
+        &mut self,
+        done: Result<(tokio::task::Id, Vec<Delivery>), tokio::task::JoinError>,
+        max_retries: u32,
+        discarded: &mut Vec<RequestRecord>,
+    ) {
         let failed = match done {
             Ok((id, failed)) => {
                 self.in_flight_batches.remove(&id);
@@ -341,47 +487,54 @@ impl Gateway {
             }
             Err(e) => {
                 // The consumer's task died: Lambda delivers the whole batch again.
-                tracing::error!(error = %e, "a stream batch task failed");
+                tracing::error!(lane = %self.name, error = %e, "a stream batch task failed");
                 self.in_flight_batches.remove(&e.id()).unwrap_or_default()
             }
         };
         for mut delivery in failed {
             delivery.attempts += 1;
-            if delivery.attempts > self.config.max_retries {
-                tracing::error!(request_id = %delivery.record.request_id, "record given up on after {} retries", self.config.max_retries);
-                self.discarded.push(delivery.record);
+            if delivery.attempts > max_retries {
+                tracing::error!(request_id = %delivery.record.request_id, "record given up on after {max_retries} retries");
+                discarded.push(delivery.record);
             } else {
                 self.redeliver.push(delivery);
             }
         }
     }
 
-    /// Deliver the next batch of the stream to the consumer the mapping
-    /// points at, if fewer than `parallelization` batches are in flight.
-    /// Records reported as failed come back before new ones, with their own
-    /// sequence numbers.
-    async fn deliver_batch(&mut self) -> bool {
+    /// One batch of this lane's stream to the consumer its mapping points
+    /// at, if fewer than `parallelization` batches are in flight. Records
+    /// reported as failed come back before new ones, with their own sequence
+    /// numbers.
+    async fn deliver(
+        &mut self,
+        config: &GatewayConfig,
+        requests: &MemoryRequestStore,
+        real: &Arc<RealConsumer>,
+        fallback: &Arc<FallbackConsumer>,
+        discarded: &mut Vec<RequestRecord>,
+    ) -> bool {
         while let Some(done) = self.in_flight.try_join_next_with_id() {
-            self.settle(done);
+            self.settle(done, config.max_retries, discarded);
         }
-        if self.in_flight.len() >= self.config.parallelization.max(1) {
+        if self.in_flight.len() >= config.parallelization.max(1) {
             return false;
         }
         let mut batch: Vec<Delivery> = std::mem::take(&mut self.redeliver);
-        if batch.len() > self.config.batch_size {
-            self.redeliver = batch.split_off(self.config.batch_size);
+        if batch.len() > config.batch_size {
+            self.redeliver = batch.split_off(config.batch_size);
         }
-        let room = self.config.batch_size.saturating_sub(batch.len());
+        let room = config.batch_size.saturating_sub(batch.len());
         if room > 0 {
-            let (records, _) = self.requests.read_stream(self.stream_position);
-            for record in records.into_iter().take(room) {
-                batch.push(Delivery {
-                    position: self.stream_position,
-                    record,
-                    attempts: 0,
-                });
-                self.stream_position += 1;
-            }
+            let operators = &self.operators;
+            let (records, next) = requests
+                .read_stream_where(self.position, room, |r| operators.contains(&r.operator));
+            self.position = next;
+            batch.extend(records.into_iter().map(|(position, record)| Delivery {
+                position,
+                record,
+                attempts: 0,
+            }));
         }
         if batch.is_empty() {
             return false;
@@ -390,7 +543,7 @@ impl Gateway {
             "Records": batch.iter().map(|d| stream_record(&d.record, d.position)).collect::<Vec<_>>()
         });
         let target = self.router.current().await.unwrap_or(ConsumerTarget::Real);
-        let (real, fallback) = (self.real.clone(), self.fallback.clone());
+        let (real, fallback) = (real.clone(), fallback.clone());
         let records = batch.clone();
         let handle = self.in_flight.spawn(async move {
             let failures = match target {
@@ -415,6 +568,24 @@ impl Gateway {
         });
         self.in_flight_batches.insert(handle.id(), records);
         true
+    }
+}
+
+/// The switch's prober, counting the calls it makes.
+struct CountedProber {
+    inner: Arc<dyn OperatorApi>,
+    calls: Arc<AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl OperatorApi for CountedProber {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        self.inner.knows(operator)
+    }
+
+    async fn call(&self, call: &OperatorCall) -> CallResult {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.call(call).await
     }
 }
 

@@ -3,9 +3,9 @@
 //!
 //! The real handler code of the real consumer, the fallback consumer and the
 //! circuit switch runs unchanged; this crate plays the parts AWS plays around
-//! them: the Requests stream (one shard, batches delivered one at a time to
-//! whichever consumer the mapping points at, a failed record re-delivered from
-//! its position), the EventBridge rules that carry `Trip Requested` and `Trials
+//! them: the Requests streams (one per lane, shared by every operator or one
+//! per operator; batches delivered to whichever consumer the lane's mapping
+//! points at, a failed record re-delivered from its position), the EventBridge rules that carry `Trip Requested` and `Trials
 //! Passed` to the switch, and the schedule's tick. Under
 //! `tokio::time::pause()` a day passes in well under a second.
 
@@ -13,4 +13,4 @@ pub mod clock;
 pub mod gateway;
 
 pub use clock::TokioClock;
-pub use gateway::{Gateway, GatewayConfig, Transition};
+pub use gateway::{Gateway, GatewayConfig, LaneLayout, Transition};

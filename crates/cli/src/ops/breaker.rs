@@ -97,14 +97,21 @@ pub struct Decision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SwitchReport {
     pub decisions: Vec<Decision>,
-    /// Where the stream points after the invocation.
+    /// Where the streams of the lanes the invocation reconciled point.
     #[serde(default)]
-    pub stream_target: Option<ConsumerTarget>,
-    #[serde(default)]
-    pub stream_repointed: bool,
+    pub streams: Vec<StreamReport>,
     /// Breaker versions whose state change this invocation published.
     #[serde(default)]
     pub announced: Vec<u64>,
+}
+
+/// Where one lane's stream points after an invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamReport {
+    pub lane: String,
+    pub target: ConsumerTarget,
+    #[serde(default)]
+    pub repointed: bool,
 }
 
 impl SwitchReport {
@@ -126,17 +133,21 @@ impl SwitchReport {
                 );
             }
         }
-        let stream = match self.stream_target {
-            Some(ConsumerTarget::Real) => "real consumer",
-            Some(ConsumerTarget::Fallback) => "fallback consumer",
-            None => "not reported",
-        };
-        let moved = if self.stream_repointed {
-            " (re-pointed now)"
-        } else {
-            ""
-        };
-        let _ = writeln!(out, "requests stream: {stream}{moved}");
+        if self.streams.is_empty() {
+            let _ = writeln!(out, "requests stream: not reported");
+        }
+        for stream in &self.streams {
+            let target = match stream.target {
+                ConsumerTarget::Real => "real consumer",
+                ConsumerTarget::Fallback => "fallback consumer",
+            };
+            let moved = if stream.repointed {
+                " (re-pointed now)"
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "{} stream: {target}{moved}", stream.lane);
+        }
         if !self.announced.is_empty() {
             let versions: Vec<String> = self.announced.iter().map(u64::to_string).collect();
             let _ = writeln!(
@@ -268,8 +279,11 @@ mod tests {
                 reason: "forced open: maintenance".into(),
                 changed: true,
             }],
-            stream_target: Some(ConsumerTarget::Fallback),
-            stream_repointed: true,
+            streams: vec![StreamReport {
+                lane: "requests".into(),
+                target: ConsumerTarget::Fallback,
+                repointed: true,
+            }],
             announced: vec![4],
         };
         assert_eq!(

@@ -1,0 +1,233 @@
+//! Timers and probes: how an open breaker reaches half-open, and a half-open
+//! round its verdict, without waiting for customers.
+
+use super::*;
+
+impl CircuitSwitch {
+    /// A timer came due for `timer.operator` at `timer.version`: end the open
+    /// period if it is over, otherwise probe (or wait again); end a half-open
+    /// round that ran out of time.
+    pub(crate) async fn on_timer(
+        &self,
+        timer: &BreakerTimer,
+        report: &mut SwitchReport,
+    ) -> Result<(), SwitchError> {
+        let operator = &timer.operator;
+        let Some(record) = self.breakers.load(operator).await? else {
+            return Ok(());
+        };
+        if record.version != timer.version {
+            tracing::debug!(operator = %operator, version = record.version, timer = timer.version, "timer of an older version dropped");
+            return Ok(());
+        }
+        let now = self.clock.now();
+        match record.state {
+            BreakerState::Open if record.open_until.is_none_or(|until| now >= until) => {
+                let decision = self
+                    .apply(operator, &Input::Tick, Some(Some(record)))
+                    .await?;
+                report.decisions.push(decision);
+            }
+            BreakerState::Open if self.probes(operator) => {
+                let (health, detail) = self.probe(operator, report).await;
+                if matches!(health, Health::Success | Health::SlowSuccess) {
+                    tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe answered");
+                    let input = Input::ProbeAnswered {
+                        observed_version: record.version,
+                    };
+                    let decision = self.apply(operator, &input, None).await?;
+                    report.decisions.push(decision);
+                } else {
+                    tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe failed; still open");
+                    self.arm(&record).await;
+                }
+            }
+            // Early (a duplicate, or probes turned off since): wait again.
+            BreakerState::Open => self.arm(&record).await,
+            BreakerState::HalfOpen => {
+                let decision = self
+                    .apply(operator, &Input::Tick, Some(Some(record)))
+                    .await?;
+                report.decisions.push(decision);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// For every transition of this invocation (and those it leads to): set
+    /// the timer of an open or half-open breaker, and run the half-open
+    /// round's trials with the probe where the operator has one.
+    pub(crate) async fn follow_up(&self, report: &mut SwitchReport) -> Result<(), SwitchError> {
+        let mut next = 0;
+        while next < report.decisions.len() {
+            let decision = report.decisions[next].clone();
+            next += 1;
+            if !decision.changed {
+                continue;
+            }
+            match decision.to {
+                BreakerState::HalfOpen if self.probes(&decision.operator) => {
+                    self.run_trials(&decision.operator, decision.version, report)
+                        .await?;
+                }
+                BreakerState::Open | BreakerState::HalfOpen => {
+                    if let Some(record) = self.breakers.load(&decision.operator).await?
+                        && record.version == decision.version
+                    {
+                        self.arm(&record).await;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The half-open round at `version`, with the probe as its trial calls:
+    /// slots claimed like a consumer's, results counted in the store, and the
+    /// verdict decided here.
+    pub(crate) async fn run_trials(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        report: &mut SwitchReport,
+    ) -> Result<(), SwitchError> {
+        let cfg = self.settings.for_operator(operator).breaker;
+        for _ in 0..cfg.trial_calls {
+            match self
+                .breakers
+                .claim_trial(operator, version, cfg.trial_calls)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!(operator = %operator, version, error = %e, "trial slot not claimed");
+                    break;
+                }
+            }
+            let (health, detail) = self.probe(operator, report).await;
+            let success = match health {
+                Health::Success | Health::SlowSuccess => true,
+                Health::Timeout | Health::Failure => false,
+                // Says nothing, and another try would say the same: leave
+                // the round's other slots to customers' calls.
+                Health::Neutral => {
+                    tracing::warn!(operator = %operator, version, detail, "probe answered neither yes nor no: check the probe in OPERATOR_SETTINGS");
+                    break;
+                }
+            };
+            let tally = match self.breakers.record_trial(operator, version, success).await {
+                Ok(Some(tally)) => tally,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(operator = %operator, version, error = %e, "trial result not counted");
+                    break;
+                }
+            };
+            let input = if !success {
+                Input::Trip {
+                    reason: TripReason::TrialFailed { detail },
+                    observed_version: version,
+                }
+            } else if tally.failures == 0 && tally.successes >= cfg.successes_to_close {
+                Input::TrialsPassed {
+                    observed_version: version,
+                }
+            } else {
+                continue;
+            };
+            let decision = self.apply(operator, &input, None).await?;
+            report.decisions.push(decision);
+            return Ok(());
+        }
+        // No verdict from our own trials (slots taken by customers' calls,
+        // or neutral answers): the round's timer ends it if nobody does.
+        if let Some(record) = self.breakers.load(operator).await?
+            && record.version == version
+        {
+            self.arm(&record).await;
+        }
+        Ok(())
+    }
+
+    /// Whether the tick leaves `record` to its timer: an open breaker that is
+    /// probed on timers, unless its timer is overdue by a whole probe gap
+    /// (lost), so the operator still sees one call per gap.
+    pub(crate) fn timer_owns(&self, record: &BreakerRecord) -> bool {
+        if record.state != BreakerState::Open
+            || self.timers.is_none()
+            || !self.probes(&record.operator)
+        {
+            return false;
+        }
+        let gap = self
+            .settings
+            .for_operator(&record.operator)
+            .breaker
+            .probe_every;
+        let overdue = record
+            .open_until
+            .and_then(|until| until.checked_add_signed(chrono::TimeDelta::from_std(gap).ok()?));
+        overdue.is_some_and(|overdue| self.clock.now() < overdue)
+    }
+
+    /// Whether `operator` is probed: a prober, and a probe in its settings.
+    pub(crate) fn probes(&self, operator: &OperatorId) -> bool {
+        let settings = self.settings.for_operator(operator);
+        self.prober.as_ref().is_some_and(|p| p.knows(operator))
+            && settings.probe.is_some()
+            && !settings.breaker.probe_every.is_zero()
+    }
+
+    /// One probe call, with what it says of the operator's health.
+    pub(crate) async fn probe(
+        &self,
+        operator: &OperatorId,
+        report: &mut SwitchReport,
+    ) -> (Health, String) {
+        let settings = self.settings.for_operator(operator);
+        let (Some(prober), Some(spec)) = (&self.prober, &settings.probe) else {
+            return (Health::Neutral, "no probe configured".to_owned());
+        };
+        let budget = settings.budgets.for_operation(spec.operation);
+        let call = spec.call(operator, self.clock.now(), budget);
+        let result = prober.call(&call).await;
+        report.probe_calls += 1;
+        (
+            result.class.health(&settings.failure_statuses),
+            result.detail,
+        )
+    }
+
+    /// Set the timer that wakes the switch for `record`, if it waits for one.
+    /// A timer not set is logged: the tick still ends the period, later.
+    pub(crate) async fn arm(&self, record: &BreakerRecord) {
+        let Some(timers) = &self.timers else {
+            return;
+        };
+        let cfg = self.settings.for_operator(&record.operator).breaker;
+        let Some(due) = next_wake(
+            record,
+            &cfg,
+            self.probes(&record.operator),
+            self.clock.now(),
+        ) else {
+            return;
+        };
+        let timer = BreakerTimer {
+            operator: record.operator.clone(),
+            version: record.version,
+            due,
+        };
+        match timers.set(&timer).await {
+            Ok(()) => {
+                tracing::debug!(operator = %record.operator, state = %record.state, version = record.version, due = %due, "timer set")
+            }
+            Err(e) => {
+                tracing::warn!(operator = %record.operator, state = %record.state, version = record.version, error = %e, "timer not set: the tick ends the period")
+            }
+        }
+    }
+}
