@@ -1,7 +1,8 @@
-//! The `lifeboat` command's library: the demo of the whole suite, and the
-//! operator commands on a deployed one.
+//! The `lifeboat` command's library: the demo of the whole suite, the
+//! fleet's day of many operators, and the operator commands on a deployed one.
 
 pub mod demo;
+pub mod fleet;
 pub mod local;
 pub mod ops;
 pub mod progress;

@@ -15,6 +15,7 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand};
 use lifeboat_aws::{Clients, Env};
 use lifeboat_cli::demo::{self, Script};
+use lifeboat_cli::fleet::{self, FleetScript};
 use lifeboat_cli::ops::aws::{StatusConfig, StatusFlags};
 use lifeboat_cli::ops::config::{ALARM_OPERATORS, BREAKER_TABLE, CIRCUIT_SWITCH_FUNCTION};
 use lifeboat_cli::ops::detection::{self, DetectionQuery, Since};
@@ -22,6 +23,7 @@ use lifeboat_cli::ops::{BreakerCommand, breaker, status};
 use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::Command as SwitchCommand;
 use lifeboat_operator::OutageMode;
+use lifeboat_sim::LaneLayout;
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +50,30 @@ enum Command {
         /// Seconds of outage.
         #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(30..=3600))]
         outage_s: u64,
+        /// Seed of every random choice.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// A marketplace day of many operators with uneven traffic and
+    /// overlapping incidents, on virtual time: what each incident did to its
+    /// operator and to everyone else's answers.
+    Fleet {
+        /// Print one JSON object with the figures instead of the summary.
+        #[arg(long)]
+        json: bool,
+        /// How many operators sell through the gateway.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(8..=500))]
+        operators: u64,
+        /// Hours of virtual time.
+        #[arg(long, default_value_t = 2.0, value_parser = parse_hours)]
+        hours: f64,
+        /// Searches per second over the whole marketplace.
+        #[arg(long, default_value_t = 10.0, value_parser = parse_rate)]
+        searches_per_s: f64,
+        /// How requests flow to the consumers: a lane (stream and mapping)
+        /// per operator, or one shared by all.
+        #[arg(long, default_value = "per-operator", value_parser = parse_lanes)]
+        lanes: LaneLayout,
         /// Seed of every random choice.
         #[arg(long)]
         seed: Option<u64>,
@@ -360,6 +386,43 @@ fn main() -> ExitCode {
             };
             block_on("breaker", breaker_command(command, args))
         }
+        Command::Fleet {
+            json,
+            operators,
+            hours,
+            searches_per_s,
+            lanes,
+            seed,
+        } => {
+            let defaults = FleetScript::default();
+            let script = FleetScript {
+                seed: seed.unwrap_or(defaults.seed),
+                operators: usize::try_from(operators).unwrap_or(defaults.operators),
+                duration: std::time::Duration::from_secs_f64(hours * 3600.0),
+                searches_per_s,
+                lanes,
+                ..defaults
+            };
+            let report = match fleet::run_paused(&script) {
+                Ok(report) => report,
+                Err(e) => {
+                    eprintln!("lifeboat fleet: could not start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => {
+                        eprintln!("lifeboat fleet: report not written: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                print!("{}", report.render());
+            }
+            ExitCode::SUCCESS
+        }
         Command::Demo {
             json,
             mode,
@@ -394,5 +457,29 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+    }
+}
+
+fn parse_hours(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(h) if (1.0..=24.0).contains(&h) => Ok(h),
+        _ => Err(format!("{text:?}: give hours from 1 to 24")),
+    }
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 200.0 => Ok(r),
+        _ => Err(format!(
+            "{text:?}: give searches per second above 0, at most 200"
+        )),
+    }
+}
+
+fn parse_lanes(text: &str) -> Result<LaneLayout, String> {
+    match text {
+        "per-operator" => Ok(LaneLayout::PerOperator),
+        "shared" => Ok(LaneLayout::Shared),
+        _ => Err(format!("{text:?}: use per-operator or shared")),
     }
 }

@@ -13,7 +13,7 @@
 
 pub(crate) mod customer;
 pub mod report;
-mod suite;
+pub(crate) mod suite;
 
 use std::time::Duration;
 

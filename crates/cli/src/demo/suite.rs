@@ -37,7 +37,7 @@ const DRAIN: Duration = Duration::from_secs(20);
 
 /// The gateway's settings in the demo: the defaults, with the switch probing
 /// an open breaker with a search a week ahead.
-fn demo_settings() -> Settings {
+pub(crate) fn demo_settings() -> Settings {
     let mut settings = Settings::default();
     settings.default.probe = Some(ProbeSpec {
         operation: Operation::Search,
@@ -54,15 +54,65 @@ fn demo_settings() -> Settings {
     settings
 }
 
+/// The off-sale side: the listener, its queue, the status table and the
+/// legacy switch, in memory.
+pub(crate) struct SaleDesk {
+    pub listener: OffsaleListener,
+    pub queue: Arc<MemoryQueue>,
+    pub switch: Arc<MemorySaleSwitch>,
+    pub store: Arc<MemorySaleStatusStore>,
+}
+
+impl SaleDesk {
+    pub fn new(gateway: &Gateway, clock: Arc<TokioClock>) -> Self {
+        let store = Arc::new(MemorySaleStatusStore::new());
+        let switch = Arc::new(MemorySaleSwitch::new(clock.clone()));
+        let queue = Arc::new(MemoryQueue::new(clock.clone(), Duration::from_secs(90)));
+        let listener = OffsaleListener {
+            store: store.clone(),
+            switch: switch.clone(),
+            redelivery: queue.clone(),
+            events: gateway.bus.clone(),
+            clock,
+            policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2)),
+            on_sale_at: OnSaleAt::default(),
+            metrics: gateway.metrics.clone(),
+        };
+        Self {
+            listener,
+            queue,
+            switch,
+            store,
+        }
+    }
+
+    /// The `Breaker State Changed` rule: every state change on the bus from
+    /// `cursor` on to the queue; returns the next cursor.
+    pub fn forward_state_changes(&self, gateway: &Gateway, cursor: usize) -> usize {
+        let (events, next) = gateway.bus.read_from(cursor);
+        for event in events {
+            if let LifeboatEvent::BreakerStateChanged(change) = event {
+                self.queue.send(rule_message(&change));
+            }
+        }
+        next
+    }
+
+    /// The SQS mapping: one batch of visible messages to the listener.
+    pub async fn deliver(&self) {
+        if let Err(e) = deliver(&self.listener, &self.queue, 10).await {
+            tracing::error!(error = %e, "off-sale listener failed the batch");
+        }
+    }
+}
+
 pub(crate) struct Suite {
     script: Script,
     clock: Arc<TokioClock>,
     sim: SimulatedOperator,
     gateway: Gateway,
     shop: Arc<Shop>,
-    listener: OffsaleListener,
-    queue: Arc<MemoryQueue>,
-    switch: Arc<MemorySaleSwitch>,
+    desk: SaleDesk,
     bus_cursor: usize,
     /// The legacy switch refuses the first write after the first off-sale
     /// write (to show the retry schedule); set once.
@@ -113,19 +163,7 @@ impl Suite {
             .with_metrics(gateway.metrics.clone())
         };
         let operators = BTreeSet::from([operator]);
-        let sale_store = Arc::new(MemorySaleStatusStore::new());
-        let switch = Arc::new(MemorySaleSwitch::new(clock.clone()));
-        let queue = Arc::new(MemoryQueue::new(clock.clone(), Duration::from_secs(90)));
-        let listener = OffsaleListener {
-            store: sale_store.clone(),
-            switch: switch.clone(),
-            redelivery: queue.clone(),
-            events: gateway.bus.clone(),
-            clock: clock.clone(),
-            policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2)),
-            on_sale_at: OnSaleAt::default(),
-            metrics: gateway.metrics.clone(),
-        };
+        let desk = SaleDesk::new(&gateway, clock.clone());
         let shop = Arc::new(Shop {
             search: Arc::new(Search {
                 lookup: lookup(),
@@ -133,7 +171,7 @@ impl Suite {
             }),
             carts: Arc::new(CartService {
                 carts: Arc::new(MemoryCartStore::new()),
-                sale: sale_store,
+                sale: desk.store.clone(),
                 lookup: lookup(),
                 operators,
                 settings: CartSettings::default(),
@@ -148,9 +186,7 @@ impl Suite {
             sim,
             gateway,
             shop,
-            listener,
-            queue,
-            switch,
+            desk,
             bus_cursor: 0,
             switch_failure_armed: false,
         }
@@ -182,11 +218,11 @@ impl Suite {
             start: self.script.start,
             ended: self.clock.now(),
             transitions: &self.gateway.transitions,
-            switch_writes: &self.switch.writes(),
+            switch_writes: &self.desk.switch.writes(),
             requests: self.gateway.requests.counts(),
             discarded: self.gateway.discarded.len(),
             operator_calls: self.sim.stats().total,
-            probe_calls: self.gateway.probe_calls,
+            probe_calls: self.gateway.probe_calls(),
             answered_too_late: self.answered_too_late(),
             events: &self.gateway.bus.events(),
             observed: &self.shop.observed(),
@@ -225,28 +261,22 @@ impl Suite {
 
     /// The `Breaker State Changed` rule: every state change to the queue.
     fn forward_state_changes(&mut self) {
-        let (events, next) = self.gateway.bus.read_from(self.bus_cursor);
-        self.bus_cursor = next;
-        for event in events {
-            if let LifeboatEvent::BreakerStateChanged(change) = event {
-                self.queue.send(rule_message(&change));
-            }
-        }
+        self.bus_cursor = self
+            .desk
+            .forward_state_changes(&self.gateway, self.bus_cursor);
     }
 
-    /// The SQS mapping: one batch of visible messages to the listener.
+    /// The SQS mapping: one batch of visible messages to the listener; the
+    /// legacy switch refuses the first write after the first off-sale write.
     async fn deliver_queue(&mut self) {
-        match deliver(&self.listener, &self.queue, 10).await {
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "off-sale listener failed the batch"),
-        }
+        self.desk.deliver().await;
         if !self.switch_failure_armed {
             let off =
-                self.switch.writes().iter().any(|w| {
+                self.desk.switch.writes().iter().any(|w| {
                     w.status == SaleStatus::OffSale && w.outcome == SwitchOutcome::Accepted
                 });
             if off {
-                self.switch.fail_next(1);
+                self.desk.switch.fail_next(1);
                 self.switch_failure_armed = true;
             }
         }

@@ -1,0 +1,353 @@
+//! The fleet's day: many simulated operators behind one gateway, customers
+//! searching at each operator's rate, and the loop that plays AWS.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
+use lifeboat_core::ports::OperatorApi;
+use lifeboat_core::request::{CallClass, CallResult, OperatorCall};
+use lifeboat_core::{Clock, OperatorId};
+use lifeboat_lookup::Lookup;
+use lifeboat_lookup::http::HttpRequest;
+use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
+use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+use search::Search;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::report::{self, FleetReport};
+use super::{FLAP, FleetScript, Incident, IncidentKind};
+use crate::demo::customer::ROUTES;
+use crate::demo::suite::{SaleDesk, demo_settings};
+
+/// How often the loop looks again when nothing was delivered.
+const IDLE: Duration = Duration::from_millis(50);
+/// How long the streams and queue keep running after the last customer.
+const DRAIN: Duration = Duration::from_secs(20);
+/// Days ahead customers travel: with 8 routes and 1–4 passengers, 1,920
+/// questions per operator, so busy operators answer many from the cache and
+/// quiet ones almost none.
+const DAYS_AHEAD: u32 = 60;
+
+/// A brownout's slow calls answer after this share of the budget: near it,
+/// but under the budget's `slow_after` (0.8), so the breaker never trips and
+/// the slowness stays for the whole incident.
+const BROWNOUT_FACTOR: f64 = 0.78;
+
+/// One operator call, as the operators saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct CallSeen {
+    pub at: DateTime<Utc>,
+    pub rank: usize,
+    /// Made by the circuit switch's prober, not by a consumer.
+    pub probe: bool,
+}
+
+/// One search, as its customer saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct SearchSeen {
+    pub at: DateTime<Utc>,
+    pub rank: usize,
+    pub latency: Duration,
+    pub status: u16,
+    pub source: Option<String>,
+    /// from, to, date, passengers.
+    pub question: [String; 4],
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every simulated operator behind one [`OperatorApi`], noting each call.
+#[derive(Clone)]
+struct Operators {
+    by_id: Arc<HashMap<OperatorId, (usize, SimulatedOperator)>>,
+    calls: Arc<Mutex<Vec<CallSeen>>>,
+    clock: Arc<dyn Clock>,
+    probe: bool,
+}
+
+#[async_trait]
+impl OperatorApi for Operators {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        self.by_id.contains_key(operator)
+    }
+
+    async fn call(&self, call: &OperatorCall) -> CallResult {
+        let Some((rank, sim)) = self.by_id.get(&call.operator) else {
+            // Never sent: no such operator in the fleet.
+            return CallResult {
+                class: CallClass::ClientError { status: 404 },
+                elapsed: Duration::ZERO,
+                body: None,
+                detail: format!("unknown operator {}", call.operator),
+            };
+        };
+        lock(&self.calls).push(CallSeen {
+            at: self.clock.now(),
+            rank: *rank,
+            probe: self.probe,
+        });
+        sim.call(call).await
+    }
+}
+
+/// The day's world.
+pub(crate) struct Day {
+    script: FleetScript,
+    clock: Arc<TokioClock>,
+    operators: Vec<OperatorId>,
+    incidents: Vec<Incident>,
+    gateway: Gateway,
+    desk: SaleDesk,
+    search: Arc<Search>,
+    calls: Arc<Mutex<Vec<CallSeen>>>,
+    searches: Arc<Mutex<Vec<SearchSeen>>>,
+}
+
+impl Day {
+    pub fn new(script: &FleetScript) -> Self {
+        let clock = Arc::new(TokioClock::starting_at(script.start));
+        let operators: Vec<OperatorId> = script
+            .operator_names()
+            .into_iter()
+            .filter_map(|name| OperatorId::new(name).ok())
+            .collect();
+        let incidents = script.incidents();
+        let at = |d: Duration| script.start + TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX);
+        let by_id: HashMap<OperatorId, (usize, SimulatedOperator)> = operators
+            .iter()
+            .enumerate()
+            .map(|(rank, operator)| {
+                let outages = incidents
+                    .iter()
+                    .filter(|i| i.rank == rank)
+                    .flat_map(|i| outages_of(i, at))
+                    .collect();
+                let sim = SimulatedOperator::new(
+                    operator.clone(),
+                    SimConfig {
+                        seed: script.seed ^ (rank as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                        outages,
+                        brownout_factor: BROWNOUT_FACTOR,
+                        ..SimConfig::default()
+                    },
+                    clock.clone(),
+                );
+                (operator.clone(), (rank, sim))
+            })
+            .collect();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let api = |probe: bool| Operators {
+            by_id: Arc::new(by_id.clone()),
+            calls: calls.clone(),
+            clock: clock.clone(),
+            probe,
+        };
+        let mut gateway = Gateway::new(
+            Arc::new(api(false)),
+            clock.clone(),
+            GatewayConfig {
+                operators: operators.clone(),
+                settings: demo_settings(),
+                lanes: script.lanes,
+                ..GatewayConfig::default()
+            },
+        );
+        // Probes counted apart from the consumers' calls. The switch is not
+        // shared yet: nothing has run.
+        if let Some(switch) = Arc::get_mut(&mut gateway.switch) {
+            switch.prober = Some(Arc::new(api(true)));
+        }
+        let desk = SaleDesk::new(&gateway, clock.clone());
+        let search = Arc::new(Search {
+            lookup: Lookup::new(
+                gateway.requests.clone(),
+                gateway.cache.clone(),
+                gateway.breakers.clone(),
+                clock.clone(),
+                demo_settings(),
+            )
+            .with_metrics(gateway.metrics.clone()),
+            operators: operators.iter().cloned().collect::<BTreeSet<_>>(),
+        });
+        Self {
+            script: script.clone(),
+            clock,
+            operators,
+            incidents,
+            gateway,
+            desk,
+            search,
+            calls,
+            searches: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    pub async fn run(mut self) -> FleetReport {
+        let wall = std::time::Instant::now();
+        let traffic = tokio::spawn(traffic(
+            self.script.clone(),
+            self.operators.clone(),
+            self.search.clone(),
+            self.clock.clone(),
+            self.searches.clone(),
+        ));
+        let mut cursor = 0;
+        let mut drained_at: Option<Instant> = None;
+        loop {
+            let delivered = self.gateway.step().await;
+            cursor = self.desk.forward_state_changes(&self.gateway, cursor);
+            self.desk.deliver().await;
+            if traffic.is_finished() {
+                let since = *drained_at.get_or_insert_with(Instant::now);
+                if since.elapsed() >= DRAIN {
+                    break;
+                }
+            }
+            if !delivered {
+                tokio::time::sleep(IDLE).await;
+            }
+        }
+        if let Err(e) = traffic.await {
+            tracing::error!(error = %e, "fleet traffic task failed");
+        }
+        self.gateway.drain().await;
+        report::build(report::Inputs {
+            script: &self.script,
+            operators: &self.operators,
+            incidents: &self.incidents,
+            ended: self.clock.now(),
+            transitions: &self.gateway.transitions,
+            sale_writes: &self.desk.switch.writes(),
+            calls: &lock(&self.calls),
+            searches: &lock(&self.searches),
+            requests: &self.gateway.requests.all(),
+            counts: self.gateway.requests.counts(),
+            settings: &demo_settings(),
+            wall: wall.elapsed(),
+        })
+    }
+}
+
+/// The outage windows of one incident.
+fn outages_of(incident: &Incident, at: impl Fn(Duration) -> DateTime<Utc>) -> Vec<Outage> {
+    let mode = incident.kind.mode();
+    if incident.kind != IncidentKind::Flapping {
+        return vec![Outage {
+            start: at(incident.start),
+            end: at(incident.end),
+            mode,
+        }];
+    }
+    let mut windows = Vec::new();
+    let mut down = incident.start;
+    while down < incident.end {
+        let up = (down + FLAP).min(incident.end);
+        windows.push(Outage {
+            start: at(down),
+            end: at(up),
+            mode,
+        });
+        down = up + FLAP;
+    }
+    windows
+}
+
+/// Customers arriving through the day (a Poisson stream over the whole
+/// marketplace, each choosing an operator by its traffic share); returns
+/// when the last one is done.
+async fn traffic(
+    script: FleetScript,
+    operators: Vec<OperatorId>,
+    search: Arc<Search>,
+    clock: Arc<TokioClock>,
+    seen: Arc<Mutex<Vec<SearchSeen>>>,
+) {
+    let mut rng = SimRng::new(script.seed);
+    let cumulative: Vec<f64> = (0..operators.len())
+        .scan(0.0, |sum, k| {
+            *sum += script.rate_of(k) / script.searches_per_s.max(f64::MIN_POSITIVE);
+            Some(*sum)
+        })
+        .collect();
+    let start = Instant::now();
+    let mut customers = JoinSet::new();
+    while start.elapsed() < script.duration {
+        let u = rng.next_f64();
+        let rank = cumulative
+            .iter()
+            .position(|&c| u < c)
+            .unwrap_or(operators.len().saturating_sub(1));
+        let (from, to) = ROUTES[pick(&mut rng, ROUTES.len())];
+        let question = [
+            from.to_owned(),
+            to.to_owned(),
+            format!(
+                "{}",
+                (script.start + TimeDelta::days(1 + pick(&mut rng, DAYS_AHEAD as usize) as i64))
+                    .format("%Y-%m-%d")
+            ),
+            (1 + pick(&mut rng, 4)).to_string(),
+        ];
+        if let Some(operator) = operators.get(rank) {
+            customers.spawn(one_search(
+                search.clone(),
+                clock.clone(),
+                seen.clone(),
+                operator.clone(),
+                rank,
+                question,
+            ));
+        }
+        // Exponential gaps: a Poisson stream of customers.
+        let gap = -(1.0 - rng.next_f64()).ln() / script.searches_per_s.max(0.001);
+        tokio::time::sleep(Duration::from_secs_f64(gap)).await;
+        while customers.try_join_next().is_some() {}
+    }
+    while let Some(done) = customers.join_next().await {
+        if let Err(e) = done {
+            tracing::error!(error = %e, "a fleet customer failed");
+        }
+    }
+}
+
+async fn one_search(
+    search: Arc<Search>,
+    clock: Arc<TokioClock>,
+    seen: Arc<Mutex<Vec<SearchSeen>>>,
+    operator: OperatorId,
+    rank: usize,
+    question: [String; 4],
+) {
+    let at = clock.now();
+    let began = Instant::now();
+    let reply = search
+        .handle(&HttpRequest::get(
+            "/sailings",
+            &[
+                ("operator", operator.as_str()),
+                ("from", &question[0]),
+                ("to", &question[1]),
+                ("date", &question[2]),
+                ("passengers", &question[3]),
+            ],
+        ))
+        .await;
+    lock(&seen).push(SearchSeen {
+        at,
+        rank,
+        latency: began.elapsed(),
+        status: reply.status,
+        source: reply.body["source"].as_str().map(str::to_owned),
+        question,
+    });
+}
+
+fn pick(rng: &mut SimRng, n: usize) -> usize {
+    usize::try_from(rng.next_u64() % n.max(1) as u64).unwrap_or(0)
+}

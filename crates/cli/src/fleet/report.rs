@@ -1,0 +1,454 @@
+//! What the fleet's day did, counted from what the handlers answered, the
+//! calls the operators received and the transitions the switch made.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use lifeboat_core::memory::RequestCounts;
+use lifeboat_core::ports::StoredRequest;
+use lifeboat_core::request::OutcomeKind;
+use lifeboat_core::sale::SwitchWrite;
+use lifeboat_core::settings::Settings;
+use lifeboat_core::{BreakerState, Operation, OperatorId};
+use lifeboat_sim::{LaneLayout, Transition};
+use serde::Serialize;
+
+use super::day::{CallSeen, SearchSeen};
+use super::{FleetScript, Incident};
+
+/// An incident counts as on from its start until this long after its end
+/// (the breaker's recovery and the caches' catching up), for the healthy
+/// and bystander figures.
+const AFTERMATH: Duration = Duration::from_secs(120);
+
+/// The `--json` object.
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetReport {
+    pub operators: usize,
+    pub virtual_s: f64,
+    pub wall_s: f64,
+    pub seed: u64,
+    pub lanes: &'static str,
+    pub searches_per_s: f64,
+    pub incidents: Vec<IncidentReport>,
+    /// Openings of operators with no incident.
+    pub false_trips: usize,
+    pub bystanders: Bystanders,
+    pub healthy: Healthy,
+    pub requests: Requests,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct IncidentReport {
+    pub operator: OperatorId,
+    pub kind: &'static str,
+    /// What the operator did while down.
+    pub mode: &'static str,
+    pub start_s: f64,
+    pub end_s: f64,
+    /// That operator's traffic before the incident.
+    pub searches_per_s: f64,
+    /// Its search budget.
+    pub budget_ms: u64,
+    /// Start → breaker open; null if it did not open.
+    pub detection_s: Option<f64>,
+    /// End → breaker closed; null if it did not open (0 if it was closed
+    /// again when the operator came back).
+    pub recovery_s: Option<f64>,
+    /// Consumer calls the operator received while its breaker was open.
+    pub calls_while_open: u64,
+    pub probe_calls: u64,
+    /// Writes to the off-sale switch for the operator during the incident.
+    pub sale_writes: usize,
+}
+
+/// Searches of operators without an incident while some other operator has
+/// one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bystanders {
+    pub searches: usize,
+    pub live_or_fresh: usize,
+    /// As [`Healthy::answerable`]: the share of these answered live or
+    /// fresh is the isolation figure.
+    pub answerable: usize,
+    /// p95 of the answers the operator gave live (cache hits answer in no
+    /// time and would hide the stream's delay).
+    pub p95_ms: Option<u64>,
+    /// The same p95 while no incident is on.
+    pub baseline_p95_ms: Option<u64>,
+}
+
+/// Searches while no incident is on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Healthy {
+    pub searches: usize,
+    pub live_or_fresh: usize,
+    /// Searches answered live or fresh, or whose request the operator
+    /// answered within its budget.
+    pub answerable: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Requests {
+    pub total: usize,
+    pub with_outcome: usize,
+    /// Second outcome writes the store refused (each request keeps its first).
+    pub duplicate_outcomes: u64,
+}
+
+pub(crate) struct Inputs<'a> {
+    pub script: &'a FleetScript,
+    pub operators: &'a [OperatorId],
+    pub incidents: &'a [Incident],
+    pub ended: DateTime<Utc>,
+    pub transitions: &'a [Transition],
+    pub sale_writes: &'a [SwitchWrite],
+    pub calls: &'a [CallSeen],
+    pub searches: &'a [SearchSeen],
+    pub requests: &'a [StoredRequest],
+    pub counts: RequestCounts,
+    pub settings: &'a Settings,
+    pub wall: Duration,
+}
+
+fn secs(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    (to - from).num_milliseconds() as f64 / 1000.0
+}
+
+fn p95(mut values: Vec<u64>) -> Option<u64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    let index = ((values.len() as f64) * 0.95).ceil() as usize;
+    values.get(index.saturating_sub(1)).copied()
+}
+
+fn live_or_fresh(search: &SearchSeen) -> bool {
+    search.status == 200 && matches!(search.source.as_deref(), Some("live" | "fresh"))
+}
+
+/// One operator's breaker over the day.
+struct Timeline<'a> {
+    transitions: Vec<&'a Transition>,
+}
+
+impl Timeline<'_> {
+    fn state_at(&self, t: DateTime<Utc>) -> BreakerState {
+        self.transitions
+            .iter()
+            .take_while(|tr| tr.at <= t)
+            .last()
+            .map_or(BreakerState::Closed, |tr| tr.to)
+    }
+}
+
+pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
+    let start = inputs.script.start;
+    let at = |d: Duration| start + chrono::TimeDelta::from_std(d).unwrap_or_default();
+    let timeline = |operator: &OperatorId| Timeline {
+        transitions: inputs
+            .transitions
+            .iter()
+            .filter(|t| &t.operator == operator)
+            .collect(),
+    };
+    let incidents: Vec<IncidentReport> = inputs
+        .incidents
+        .iter()
+        .filter_map(|incident| {
+            let operator = inputs.operators.get(incident.rank)?;
+            Some(incident_report(
+                &inputs,
+                incident,
+                operator,
+                &timeline(operator),
+                at,
+            ))
+        })
+        .collect();
+
+    let with_incident: Vec<usize> = inputs.incidents.iter().map(|i| i.rank).collect();
+    let false_trips = inputs
+        .transitions
+        .iter()
+        .filter(|t| t.to == BreakerState::Open && t.from != BreakerState::HalfOpen)
+        .filter(|t| {
+            inputs
+                .operators
+                .iter()
+                .position(|o| o == &t.operator)
+                .is_some_and(|rank| !with_incident.contains(&rank))
+        })
+        .count();
+
+    // Who has an incident on at `t`.
+    let on_at = |t: DateTime<Utc>| -> Vec<usize> {
+        inputs
+            .incidents
+            .iter()
+            .filter(|i| at(i.start) <= t && t < at(i.end + AFTERMATH))
+            .map(|i| i.rank)
+            .collect()
+    };
+    let mut bystander = Vec::new();
+    let mut healthy = Vec::new();
+    for search in inputs.searches {
+        let on = on_at(search.at);
+        if on.is_empty() {
+            healthy.push(search);
+        } else if !on.contains(&search.rank) {
+            bystander.push(search);
+        }
+    }
+    let live_ms = |searches: &[&SearchSeen]| -> Vec<u64> {
+        searches
+            .iter()
+            .filter(|s| s.status == 200 && s.source.as_deref() == Some("live"))
+            .map(|s| u64::try_from(s.latency.as_millis()).unwrap_or(u64::MAX))
+            .collect()
+    };
+    let answered = answered_in_budget(&inputs);
+    let answerable = |searches: &[&SearchSeen]| {
+        searches
+            .iter()
+            .filter(|s| {
+                live_or_fresh(s)
+                    || inputs.operators.get(s.rank).is_some_and(|operator| {
+                        answered
+                            .get(&(operator.clone(), s.question.clone()))
+                            .is_some_and(|times| {
+                                // Asked by this search, or joined in flight.
+                                times
+                                    .iter()
+                                    .any(|created| (-1.0..=3.0).contains(&secs(*created, s.at)))
+                            })
+                    })
+            })
+            .count()
+    };
+
+    FleetReport {
+        operators: inputs.operators.len(),
+        virtual_s: secs(start, inputs.ended),
+        wall_s: inputs.wall.as_secs_f64(),
+        seed: inputs.script.seed,
+        lanes: match inputs.script.lanes {
+            LaneLayout::Shared => "shared",
+            LaneLayout::PerOperator => "per_operator",
+        },
+        searches_per_s: inputs.script.searches_per_s,
+        incidents,
+        false_trips,
+        bystanders: Bystanders {
+            searches: bystander.len(),
+            live_or_fresh: bystander.iter().filter(|s| live_or_fresh(s)).count(),
+            answerable: answerable(&bystander),
+            p95_ms: p95(live_ms(&bystander)),
+            baseline_p95_ms: p95(live_ms(&healthy)),
+        },
+        healthy: Healthy {
+            searches: healthy.len(),
+            live_or_fresh: healthy.iter().filter(|s| live_or_fresh(s)).count(),
+            answerable: answerable(&healthy),
+        },
+        requests: Requests {
+            total: inputs.counts.total,
+            with_outcome: inputs.counts.with_outcome,
+            duplicate_outcomes: inputs.counts.refused_outcome_writes,
+        },
+    }
+}
+
+/// When each question was asked of its operator and answered within the
+/// operator's search budget (by the request's creation time).
+fn answered_in_budget(
+    inputs: &Inputs<'_>,
+) -> HashMap<(OperatorId, [String; 4]), Vec<DateTime<Utc>>> {
+    let mut answered: HashMap<(OperatorId, [String; 4]), Vec<DateTime<Utc>>> = HashMap::new();
+    for stored in inputs.requests {
+        let request = &stored.request;
+        let Some(outcome) = &stored.outcome else {
+            continue;
+        };
+        let budget = inputs
+            .settings
+            .for_operator(&request.operator)
+            .budgets
+            .for_operation(Operation::Search)
+            .timeout;
+        let in_budget = outcome
+            .call_ms
+            .is_some_and(|ms| u128::from(ms) <= budget.as_millis());
+        if request.operation != Operation::Search
+            || !in_budget
+            || !matches!(outcome.kind, OutcomeKind::Answered { .. })
+        {
+            continue;
+        }
+        let param = |k: &str| request.params.get(k).cloned().unwrap_or_default();
+        let question = [
+            param("from"),
+            param("to"),
+            param("date"),
+            param("passengers"),
+        ];
+        answered
+            .entry((request.operator.clone(), question))
+            .or_default()
+            .push(request.created_at);
+    }
+    answered
+}
+
+fn incident_report(
+    inputs: &Inputs<'_>,
+    incident: &Incident,
+    operator: &OperatorId,
+    timeline: &Timeline<'_>,
+    at: impl Fn(Duration) -> DateTime<Utc>,
+) -> IncidentReport {
+    let (start, end) = (at(incident.start), at(incident.end));
+    let opened = timeline
+        .transitions
+        .iter()
+        .find(|t| t.to == BreakerState::Open && start <= t.at && t.at <= end)
+        .map(|t| t.at);
+    let recovered = opened.and_then(|_| {
+        if timeline.state_at(end).target() == lifeboat_core::ConsumerTarget::Real
+            && timeline.state_at(end) != BreakerState::HalfOpen
+        {
+            return Some(end);
+        }
+        timeline
+            .transitions
+            .iter()
+            .find(|t| t.to == BreakerState::Closed && t.at >= end)
+            .map(|t| t.at)
+    });
+    let until = recovered.unwrap_or(inputs.ended);
+    let calls_while_open = inputs
+        .calls
+        .iter()
+        .filter(|c| c.rank == incident.rank && !c.probe && start <= c.at && c.at <= until)
+        .filter(|c| timeline.state_at(c.at) == BreakerState::Open)
+        .count() as u64;
+    let probe_calls = inputs
+        .calls
+        .iter()
+        .filter(|c| c.rank == incident.rank && c.probe && start <= c.at && c.at <= until)
+        .count() as u64;
+    let sale_until = until + chrono::TimeDelta::from_std(AFTERMATH).unwrap_or_default();
+    let sale_writes = inputs
+        .sale_writes
+        .iter()
+        .filter(|w| &w.operator == operator && start <= w.at && w.at <= sale_until)
+        .count();
+    let budget = inputs
+        .settings
+        .for_operator(operator)
+        .budgets
+        .for_operation(Operation::Search)
+        .timeout;
+    IncidentReport {
+        operator: operator.clone(),
+        kind: incident.kind.as_str(),
+        mode: incident.kind.mode().as_str(),
+        start_s: incident.start.as_secs_f64(),
+        end_s: incident.end.as_secs_f64(),
+        searches_per_s: inputs.script.rate_of(incident.rank),
+        budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+        detection_s: opened.map(|o| secs(start, o)),
+        recovery_s: recovered.map(|r| secs(end, r)),
+        calls_while_open,
+        probe_calls,
+        sale_writes,
+    }
+}
+
+impl FleetReport {
+    /// The summary for a terminal.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "lifeboat fleet: {} operators, {:.0} searches/s, {:.1} h of virtual time in {:.1} s ({} lanes, seed {})",
+            self.operators,
+            self.searches_per_s,
+            self.virtual_s / 3600.0,
+            self.wall_s,
+            self.lanes,
+            self.seed
+        );
+        let _ = writeln!(
+            out,
+            "\n  {:<8} {:<13} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6} {:>6} {:>5}",
+            "operator",
+            "incident",
+            "start",
+            "end",
+            "search/s",
+            "detection",
+            "recovery",
+            "open",
+            "probes",
+            "sale"
+        );
+        let opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} s"));
+        for i in &self.incidents {
+            let _ = writeln!(
+                out,
+                "  {:<8} {:<13} {:>8} {:>8} {:>8.2} {:>10} {:>10} {:>6} {:>6} {:>5}",
+                i.operator.as_str(),
+                i.kind,
+                clock(i.start_s),
+                clock(i.end_s),
+                i.searches_per_s,
+                opt(i.detection_s),
+                opt(i.recovery_s),
+                i.calls_while_open,
+                i.probe_calls,
+                i.sale_writes
+            );
+        }
+        let share = |part: usize, whole: usize| 100.0 * part as f64 / whole.max(1) as f64;
+        let ms = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
+        let _ = writeln!(out, "\n  false trips: {}", self.false_trips);
+        let _ = writeln!(
+            out,
+            "  bystanders: {} searches, {:.2} % live or fresh, {:.2} % of the answerable; live p95 {} (without incidents {})",
+            self.bystanders.searches,
+            share(self.bystanders.live_or_fresh, self.bystanders.searches),
+            share(self.bystanders.live_or_fresh, self.bystanders.answerable),
+            ms(self.bystanders.p95_ms),
+            ms(self.bystanders.baseline_p95_ms)
+        );
+        let _ = writeln!(
+            out,
+            "  healthy: {} searches, {:.2} % live or fresh, {:.2} % answerable; {:.2} % of the answerable not live or fresh",
+            self.healthy.searches,
+            share(self.healthy.live_or_fresh, self.healthy.searches),
+            share(self.healthy.answerable, self.healthy.searches),
+            share(
+                self.healthy
+                    .answerable
+                    .saturating_sub(self.healthy.live_or_fresh),
+                self.healthy.answerable
+            )
+        );
+        let _ = writeln!(
+            out,
+            "  requests: {} total, {} with an outcome, {} duplicate outcome writes refused",
+            self.requests.total, self.requests.with_outcome, self.requests.duplicate_outcomes
+        );
+        out
+    }
+}
+
+/// `+h:mm:ss` of a time since the start.
+fn clock(s: f64) -> String {
+    let s = s as u64;
+    format!("+{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
