@@ -94,7 +94,11 @@ async fn requests_are_written_once_and_read_back() {
     let store = requests_store(&config, "requests-put-get").await;
 
     store.put_request(&request("r-1")).await.unwrap();
-    let stored = store.get("r-1").await.unwrap().expect("stored request");
+    let stored = store
+        .get(&op("nordic"), "r-1")
+        .await
+        .unwrap()
+        .expect("stored request");
     assert_eq!(stored.request, request("r-1"));
     assert_eq!(stored.outcome, None);
 
@@ -105,10 +109,15 @@ async fn requests_are_written_once_and_read_back() {
         Err(StoreError::Conflict(_))
     ));
     assert_eq!(
-        store.get("r-1").await.unwrap().unwrap().request,
+        store
+            .get(&op("nordic"), "r-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .request,
         request("r-1")
     );
-    assert_eq!(store.get("r-2").await.unwrap(), None);
+    assert_eq!(store.get(&op("nordic"), "r-2").await.unwrap(), None);
 
     // The item has the table design, TTL included.
     let item = aws_sdk_dynamodb::Client::new(&config)
@@ -151,7 +160,10 @@ async fn exactly_one_outcome_under_twenty_concurrent_writers() {
                 };
                 outcome.call_ms = Some(1300);
             }
-            let written = store.write_outcome("r-1", &outcome).await.unwrap();
+            let written = store
+                .write_outcome(&op("nordic"), "r-1", &outcome)
+                .await
+                .unwrap();
             (written, outcome)
         })
     });
@@ -173,7 +185,7 @@ async fn exactly_one_outcome_under_twenty_concurrent_writers() {
             .count(),
         19
     );
-    let stored = store.get("r-1").await.unwrap().unwrap();
+    let stored = store.get(&op("nordic"), "r-1").await.unwrap().unwrap();
     assert_eq!(
         stored.outcome.as_ref(),
         Some(winners[0]),
@@ -192,11 +204,11 @@ async fn an_outcome_for_a_missing_request_is_a_conflict() {
         "fallback-consumer",
     );
     assert!(matches!(
-        store.write_outcome("nobody", &outcome).await,
+        store.write_outcome(&op("nordic"), "nobody", &outcome).await,
         Err(StoreError::Conflict(_))
     ));
     assert_eq!(
-        store.get("nobody").await.unwrap(),
+        store.get(&op("nordic"), "nobody").await.unwrap(),
         None,
         "no item was created"
     );

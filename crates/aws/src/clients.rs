@@ -25,11 +25,13 @@ use aws_config::{BehaviorVersion, SdkConfig};
 use crate::{
     DynamoBreakerStore, DynamoCacheStore, DynamoCartStore, DynamoRequestStore,
     DynamoSaleStatusStore, DynamoWindowStore, EventBridgePublisher, LambdaStreamRouter,
-    SqsRedelivery,
+    RequestTables, SqsRedelivery,
 };
 
 /// The Requests table's name.
 pub const REQUESTS_TABLE: &str = "REQUESTS_TABLE";
+/// With a lane per operator: operator `o`'s requests are in `{prefix}{o}`.
+pub const REQUESTS_TABLE_PREFIX: &str = "REQUESTS_TABLE_PREFIX";
 /// The Breaker table's name (breakers and failure-window buckets).
 pub const BREAKER_TABLE: &str = "BREAKER_TABLE";
 /// The Cache table's name (the operators' answers).
@@ -111,6 +113,17 @@ impl Env {
         self.required(REQUESTS_TABLE)
     }
 
+    /// `REQUESTS_TABLE_PREFIX` (a table per operator) if set, else
+    /// `REQUESTS_TABLE` (one table).
+    pub fn request_tables(&self) -> Result<RequestTables, ConfigError> {
+        match self.optional(REQUESTS_TABLE_PREFIX)? {
+            Some(prefix) => Ok(RequestTables::PerOperator {
+                prefix: prefix.to_owned(),
+            }),
+            None => Ok(RequestTables::One(self.requests_table()?.to_owned())),
+        }
+    }
+
     pub fn breaker_table(&self) -> Result<&str, ConfigError> {
         self.required(BREAKER_TABLE)
     }
@@ -179,11 +192,12 @@ impl Clients {
         }
     }
 
-    /// The Requests table named by `REQUESTS_TABLE`.
+    /// The Requests tables: one per operator, `{REQUESTS_TABLE_PREFIX}{operator}`,
+    /// when that variable is set, else the one named by `REQUESTS_TABLE`.
     pub fn request_store(&self, env: &Env) -> Result<DynamoRequestStore, ConfigError> {
-        Ok(DynamoRequestStore::new(
+        Ok(DynamoRequestStore::with_tables(
             self.dynamodb.clone(),
-            env.requests_table()?,
+            env.request_tables()?,
         ))
     }
 

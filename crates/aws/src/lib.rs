@@ -37,13 +37,14 @@ pub mod window;
 pub use breaker::DynamoBreakerStore;
 pub use cache::DynamoCacheStore;
 pub use carts::DynamoCartStore;
-pub use clients::{Clients, ConfigError, Env};
+pub use clients::{Clients, ConfigError, Env, REQUESTS_TABLE_PREFIX};
 pub use events::EventBridgePublisher;
 pub use item::ItemError;
 pub use requests::{
-    DynamoRequestStore, RequestHints, request_from_item, request_hints, request_to_item,
+    DynamoRequestStore, RequestHints, RequestTables, request_from_item, request_hints,
+    request_to_item,
 };
-pub use router::LambdaStreamRouter;
+pub use router::{LambdaStreamRouter, LaneDiscoveryError, discover_lanes, table_of_stream};
 pub use sale::DynamoSaleStatusStore;
 pub use sqs::{SqsBreakerTimers, SqsRedelivery};
 pub use window::DynamoWindowStore;

@@ -19,6 +19,7 @@
 //!
 //! [`get`]: RequestStore::get
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
@@ -193,23 +194,55 @@ pub fn request_hints(item: &serde_dynamo::Item) -> RequestHints {
     }
 }
 
-/// [`RequestStore`] on a DynamoDB table with the design above.
-#[derive(Debug, Clone)]
-pub struct DynamoRequestStore {
-    client: aws_sdk_dynamodb::Client,
-    table: String,
+/// Where requests are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestTables {
+    /// Every operator's requests in this table, on one stream (a shared lane).
+    One(String),
+    /// Operator `o`'s requests in the table `{prefix}{o}`, each on its own
+    /// stream and mapping (a lane per operator).
+    PerOperator { prefix: String },
 }
 
-impl DynamoRequestStore {
-    pub fn new(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
-        Self {
-            client,
-            table: table.into(),
+impl RequestTables {
+    /// The table holding `operator`'s requests.
+    pub fn table_for(&self, operator: &OperatorId) -> Cow<'_, str> {
+        match self {
+            RequestTables::One(table) => Cow::Borrowed(table),
+            RequestTables::PerOperator { prefix } => Cow::Owned(format!("{prefix}{operator}")),
         }
     }
 
-    pub fn table(&self) -> &str {
-        &self.table
+    /// The operator whose own table `table` is, in a per-operator layout.
+    pub fn operator_of(&self, table: &str) -> Option<OperatorId> {
+        match self {
+            RequestTables::One(_) => None,
+            RequestTables::PerOperator { prefix } => table
+                .strip_prefix(prefix.as_str())
+                .and_then(|o| OperatorId::new(o).ok()),
+        }
+    }
+}
+
+/// [`RequestStore`] on DynamoDB tables with the design above.
+#[derive(Debug, Clone)]
+pub struct DynamoRequestStore {
+    client: aws_sdk_dynamodb::Client,
+    tables: RequestTables,
+}
+
+impl DynamoRequestStore {
+    /// Every operator's requests in `table`.
+    pub fn new(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
+        Self::with_tables(client, RequestTables::One(table.into()))
+    }
+
+    pub fn with_tables(client: aws_sdk_dynamodb::Client, tables: RequestTables) -> Self {
+        Self { client, tables }
+    }
+
+    pub fn tables(&self) -> &RequestTables {
+        &self.tables
     }
 
     fn key(request_id: &str) -> (String, AttributeValue) {
@@ -236,20 +269,19 @@ impl DynamoRequestStore {
 
     async fn get_item(
         &self,
+        table: &str,
         request_id: &str,
     ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
         let (k, v) = Self::key(request_id);
         let output = self
             .client
             .get_item()
-            .table_name(&self.table)
+            .table_name(table)
             .key(k, v)
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| {
-                StoreError::Unavailable(describe(&format!("GetItem {}", self.table), &e))
-            })?;
+            .map_err(|e| StoreError::Unavailable(describe(&format!("GetItem {table}"), &e)))?;
         Ok(output.item)
     }
 }
@@ -258,10 +290,11 @@ impl DynamoRequestStore {
 impl RequestStore for DynamoRequestStore {
     async fn put_request(&self, request: &RequestRecord) -> Result<(), StoreError> {
         let item = request_to_item(request).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let table = self.tables.table_for(&request.operator);
         let result = self
             .client
             .put_item()
-            .table_name(&self.table)
+            .table_name(table.as_ref())
             .set_item(Some(item.into()))
             .condition_expression("attribute_not_exists(#id)")
             .expression_attribute_names("#id", "request_id")
@@ -279,21 +312,23 @@ impl RequestStore for DynamoRequestStore {
                 )))
             }
             Err(e) => Err(StoreError::Unavailable(describe(
-                &format!("PutItem {}", self.table),
+                &format!("PutItem {table}"),
                 &e,
             ))),
         }
     }
 
-    async fn get(&self, request_id: &str) -> Result<Option<StoredRequest>, StoreError> {
-        self.get_item(request_id)
+    async fn get(
+        &self,
+        operator: &OperatorId,
+        request_id: &str,
+    ) -> Result<Option<StoredRequest>, StoreError> {
+        let table = self.tables.table_for(operator);
+        self.get_item(&table, request_id)
             .await?
             .map(|item| {
                 request_from_item(item).map_err(|e| {
-                    StoreError::Corrupt(format!(
-                        "request {request_id} in table {}: {e}",
-                        self.table
-                    ))
+                    StoreError::Corrupt(format!("request {request_id} in table {table}: {e}"))
                 })
             })
             .transpose()
@@ -301,16 +336,18 @@ impl RequestStore for DynamoRequestStore {
 
     async fn write_outcome(
         &self,
+        operator: &OperatorId,
         request_id: &str,
         outcome: &Outcome,
     ) -> Result<OutcomeWrite, StoreError> {
         let value: AttributeValue = serde_dynamo::to_attribute_value(outcome)
             .map_err(|e| StoreError::Corrupt(format!("outcome of request {request_id}: {e}")))?;
+        let table = self.tables.table_for(operator);
         let (k, v) = Self::key(request_id);
         let result = self
             .client
             .update_item()
-            .table_name(&self.table)
+            .table_name(table.as_ref())
             .key(k, v)
             .update_expression("SET #outcome = :outcome")
             .condition_expression("attribute_exists(#id) AND attribute_not_exists(#outcome)")
@@ -331,13 +368,13 @@ impl RequestStore for DynamoRequestStore {
                         // service ignored ReturnValuesOnConditionCheckFailure. A
                         // consistent read tells which.
                         None => {
-                            let item = self.get_item(request_id).await?;
+                            let item = self.get_item(&table, request_id).await?;
                             Self::judge_refused_outcome(request_id, item.as_ref())
                         }
                     }
                 }
                 _ => Err(StoreError::Unavailable(describe(
-                    &format!("UpdateItem {}", self.table),
+                    &format!("UpdateItem {table}"),
                     &e,
                 ))),
             },
@@ -348,6 +385,22 @@ impl RequestStore for DynamoRequestStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_tables_name_each_operator_s_table() {
+        let nordic = OperatorId::new("nordic").unwrap();
+        let one = RequestTables::One("Requests".into());
+        assert_eq!(one.table_for(&nordic), "Requests");
+        assert_eq!(one.operator_of("Requests"), None);
+        let per = RequestTables::PerOperator {
+            prefix: "lifeboat-requests-".into(),
+        };
+        assert_eq!(per.table_for(&nordic), "lifeboat-requests-nordic");
+        assert_eq!(per.operator_of("lifeboat-requests-nordic"), Some(nordic));
+        assert_eq!(per.operator_of("lifeboat-requests-"), None);
+        assert_eq!(per.operator_of("other-requests-nordic"), None);
+        assert_eq!(per.operator_of("lifeboat-requests-Not_An_Id"), None);
+    }
     use chrono::{DateTime, Utc};
     use lifeboat_core::request::FailureReason;
     use serde_dynamo::AttributeValue as Av;
@@ -556,7 +609,10 @@ mod tests {
         let store = DynamoRequestStore::new(client, "Requests");
         let outcome = Outcome::failed(FailureReason::Timeout, "t", at(1), "real-consumer");
         assert_eq!(
-            store.write_outcome("r-1", &outcome).await.unwrap(),
+            store
+                .write_outcome(&OperatorId::new("nordic").unwrap(), "r-1", &outcome)
+                .await
+                .unwrap(),
             OutcomeWrite::AlreadyPresent
         );
     }
@@ -574,7 +630,9 @@ mod tests {
         let store = DynamoRequestStore::new(client, "Requests");
         let outcome = Outcome::failed(FailureReason::Timeout, "t", at(1), "real-consumer");
         assert!(matches!(
-            store.write_outcome("r-1", &outcome).await,
+            store
+                .write_outcome(&OperatorId::new("nordic").unwrap(), "r-1", &outcome)
+                .await,
             Err(StoreError::Conflict(_))
         ));
         assert_eq!(missing.num_calls(), 1);

@@ -9,10 +9,15 @@
 use async_trait::async_trait;
 use aws_sdk_lambda::operation::get_event_source_mapping::GetEventSourceMappingError;
 use aws_sdk_lambda::operation::update_event_source_mapping::UpdateEventSourceMappingError;
+use std::sync::Arc;
+
+use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::ConsumerTarget;
+use lifeboat_core::lane::{Lane, LaneError, Lanes};
 use lifeboat_core::ports::{Repoint, RouterError, StreamRouter};
 
 use crate::error::describe;
+use crate::requests::RequestTables;
 
 /// Whether `function_arn` (as the mapping reports it) is the function
 /// configured as `configured`: a full ARN must match exactly, a name (with an
@@ -154,6 +159,80 @@ impl StreamRouter for LambdaStreamRouter {
     }
 }
 
+/// Lanes could not be found.
+#[derive(Debug, thiserror::Error)]
+pub enum LaneDiscoveryError {
+    #[error("ListEventSourceMappings: {0}")]
+    List(String),
+    #[error(transparent)]
+    Layout(#[from] LaneError),
+}
+
+/// The table an event source ARN of a DynamoDB stream belongs to
+/// (`arn:aws:dynamodb:…:table/NAME/stream/LABEL`).
+pub fn table_of_stream(event_source_arn: &str) -> Option<&str> {
+    let (_, rest) = event_source_arn.split_once(":table/")?;
+    Some(rest.split_once("/stream/").map_or(rest, |(table, _)| table))
+}
+
+/// The lanes of a gateway with a Requests table per operator: each mapping
+/// that delivers to the real or the fallback consumer from the stream of
+/// one of `operators`' tables. Two calls (and a page per 100 mappings) per
+/// consumer, however many operators; an operator without a mapping, or with
+/// two, is an error.
+pub async fn discover_lanes(
+    client: &aws_sdk_lambda::Client,
+    tables: &RequestTables,
+    real_function: &str,
+    fallback_function: &str,
+    operators: &[OperatorId],
+) -> Result<Lanes, LaneDiscoveryError> {
+    let mut lanes: Vec<Lane> = Vec::new();
+    for function in [real_function, fallback_function] {
+        // By name (what follows `:function:` in an ARN): Lambda takes both,
+        // moto only the name.
+        let name = function
+            .split_once(":function:")
+            .map_or(function, |(_, name)| name);
+        let mut pages = client
+            .list_event_source_mappings()
+            .function_name(name)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                LaneDiscoveryError::List(describe(
+                    &format!("ListEventSourceMappings {function}"),
+                    &e,
+                ))
+            })?;
+            for mapping in page.event_source_mappings() {
+                let operator = mapping
+                    .event_source_arn()
+                    .and_then(table_of_stream)
+                    .and_then(|table| tables.operator_of(table));
+                let (Some(operator), Some(uuid)) = (operator, mapping.uuid()) else {
+                    continue;
+                };
+                if !operators.contains(&operator) {
+                    continue;
+                }
+                lanes.push(Lane {
+                    name: operator.to_string(),
+                    operators: vec![operator],
+                    router: Arc::new(LambdaStreamRouter::new(
+                        client.clone(),
+                        uuid,
+                        real_function,
+                        fallback_function,
+                    )),
+                });
+            }
+        }
+    }
+    Ok(Lanes::new(lanes, operators)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +242,21 @@ mod tests {
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
 
     const REAL: &str = "arn:aws:lambda:us-east-1:123456789012:function:real-consumer";
+
+    #[test]
+    fn a_stream_arn_names_its_table() {
+        assert_eq!(
+            table_of_stream(
+                "arn:aws:dynamodb:eu-west-1:123456789012:table/lifeboat-requests-nordic/stream/2026-12-01T06:00:00.000"
+            ),
+            Some("lifeboat-requests-nordic")
+        );
+        assert_eq!(
+            table_of_stream("arn:aws:dynamodb:eu-west-1:1:table/t"),
+            Some("t")
+        );
+        assert_eq!(table_of_stream("arn:aws:sqs:eu-west-1:1:queue"), None);
+    }
 
     #[test]
     fn functions_are_matched_by_arn_or_name() {

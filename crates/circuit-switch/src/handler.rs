@@ -120,6 +120,8 @@ pub enum StartupError {
     AlarmForUnknownOperator(OperatorId),
     #[error("OPERATOR_ENDPOINTS: {0}")]
     Endpoints(#[from] lifeboat_operator::HttpApiError),
+    #[error("the lanes of REQUESTS_TABLE_PREFIX: {0}")]
+    Lanes(#[from] lifeboat_aws::LaneDiscoveryError),
 }
 
 /// Everything the switch needs, built once per Lambda instance.
@@ -199,11 +201,15 @@ pub struct OperatorDecision {
 
 impl CircuitSwitch {
     /// Build the switch on AWS from `BREAKER_TABLE`, `EVENT_BUS_NAME`,
-    /// `REQUESTS_MAPPING_UUID`, `REAL_CONSUMER_FUNCTION`,
-    /// `FALLBACK_CONSUMER_FUNCTION`, and the optional `ALARM_OPERATORS`
-    /// (`alarm-name=operator,…`), `OPERATORS` (`nordic,baltic`, required) and
-    /// `OPERATOR_SETTINGS`.
-    pub fn from_env(
+    /// `REAL_CONSUMER_FUNCTION`, `FALLBACK_CONSUMER_FUNCTION`, the lanes, and
+    /// the optional `ALARM_OPERATORS` (`alarm-name=operator,…`), `OPERATORS`
+    /// (`nordic,baltic`, required) and `OPERATOR_SETTINGS`.
+    ///
+    /// Lanes: with `REQUESTS_TABLE_PREFIX` (a Requests table per operator),
+    /// each operator's mapping is found among the consumers' event source
+    /// mappings by its stream's table; otherwise one lane, the mapping
+    /// `REQUESTS_MAPPING_UUID`, carries every operator.
+    pub async fn from_env(
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
@@ -222,14 +228,30 @@ impl CircuitSwitch {
         if let Some(stray) = alarms.operators().find(|o| !operators.contains(o)) {
             return Err(StartupError::AlarmForUnknownOperator(stray.clone()));
         }
-        Ok(Self {
-            breakers: Arc::new(clients.breaker_store(env)?),
-            events: Arc::new(clients.publisher(env)?),
-            lanes: Lanes::shared(
+        let lanes = match env.optional(lifeboat_aws::REQUESTS_TABLE_PREFIX)? {
+            Some(prefix) => {
+                let tables = lifeboat_aws::RequestTables::PerOperator {
+                    prefix: prefix.to_owned(),
+                };
+                lifeboat_aws::discover_lanes(
+                    &clients.lambda,
+                    &tables,
+                    env.real_consumer_function()?,
+                    env.fallback_consumer_function()?,
+                    &operators,
+                )
+                .await?
+            }
+            None => Lanes::shared(
                 SHARED_LANE,
                 operators.clone(),
                 Arc::new(clients.stream_router(env)?),
             ),
+        };
+        Ok(Self {
+            breakers: Arc::new(clients.breaker_store(env)?),
+            events: Arc::new(clients.publisher(env)?),
+            lanes,
             clock: Arc::new(lifeboat_core::SystemClock),
             settings: Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?,
             alarms,

@@ -9,7 +9,7 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let env = Env::from_process();
-    let function = CircuitSwitch::from_env(&env, &Clients::load().await)?;
+    let function = CircuitSwitch::from_env(&env, &Clients::load().await).await?;
     let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         function.handle(&event.payload).await

@@ -137,17 +137,30 @@ impl RequestStore for MemoryRequestStore {
         Ok(())
     }
 
-    async fn get(&self, request_id: &str) -> Result<Option<StoredRequest>, StoreError> {
-        Ok(lock(&self.inner).items.get(request_id).cloned())
+    async fn get(
+        &self,
+        operator: &OperatorId,
+        request_id: &str,
+    ) -> Result<Option<StoredRequest>, StoreError> {
+        Ok(lock(&self.inner)
+            .items
+            .get(request_id)
+            .filter(|s| &s.request.operator == operator)
+            .cloned())
     }
 
     async fn write_outcome(
         &self,
+        operator: &OperatorId,
         request_id: &str,
         outcome: &Outcome,
     ) -> Result<OutcomeWrite, StoreError> {
         let mut inner = lock(&self.inner);
-        let result = match inner.items.get_mut(request_id) {
+        let stored = inner
+            .items
+            .get_mut(request_id)
+            .filter(|s| &s.request.operator == operator);
+        let result = match stored {
             None => return Err(StoreError::Conflict(format!("no request {request_id}"))),
             Some(stored) if stored.outcome.is_some() => OutcomeWrite::AlreadyPresent,
             Some(stored) => {
@@ -455,16 +468,22 @@ mod tests {
         ));
         let first = Outcome::failed(FailureReason::Timeout, "t", t(), "real-consumer");
         let second = Outcome::failed(FailureReason::BreakerOpen, "b", t(), "fallback-consumer");
+        let op = request("a").operator;
         assert_eq!(
-            store.write_outcome("a", &first).await.unwrap(),
+            store.write_outcome(&op, "a", &first).await.unwrap(),
             OutcomeWrite::Written
         );
         assert_eq!(
-            store.write_outcome("a", &second).await.unwrap(),
+            store.write_outcome(&op, "a", &second).await.unwrap(),
             OutcomeWrite::AlreadyPresent
         );
-        assert_eq!(store.get("a").await.unwrap().unwrap().outcome, Some(first));
-        assert!(store.write_outcome("missing", &second).await.is_err());
+        assert_eq!(
+            store.get(&op, "a").await.unwrap().unwrap().outcome,
+            Some(first)
+        );
+        assert!(store.write_outcome(&op, "missing", &second).await.is_err());
+        let other = OperatorId::new("someone-else").unwrap();
+        assert!(store.get(&other, "a").await.unwrap().is_none());
         let counts = store.counts();
         assert_eq!(
             (

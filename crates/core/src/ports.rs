@@ -47,13 +47,19 @@ pub trait RequestStore: Send + Sync {
     /// Write a new request. Fails with `Conflict` if the id exists.
     async fn put_request(&self, request: &RequestRecord) -> Result<(), StoreError>;
 
-    /// Read a request and its outcome with a strongly consistent read.
-    async fn get(&self, request_id: &str) -> Result<Option<StoredRequest>, StoreError>;
+    /// Read `operator`'s request and its outcome with a strongly consistent
+    /// read (each operator's requests may live in a table of their own).
+    async fn get(
+        &self,
+        operator: &OperatorId,
+        request_id: &str,
+    ) -> Result<Option<StoredRequest>, StoreError>;
 
     /// Write the one outcome of a request, unless it already has one. A write
     /// for a request id that was never stored is refused with `Conflict`.
     async fn write_outcome(
         &self,
+        operator: &OperatorId,
         request_id: &str,
         outcome: &Outcome,
     ) -> Result<OutcomeWrite, StoreError>;

@@ -348,7 +348,11 @@ impl Lookup {
             let left = (deadline - now).to_std().unwrap_or(Duration::ZERO);
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(self.polling.max);
-            match self.requests.get(&request.request_id).await {
+            match self
+                .requests
+                .get(&request.operator, &request.request_id)
+                .await
+            {
                 Ok(Some(stored)) => match stored.outcome.map(|o| (o.kind, o.at)) {
                     Some((OutcomeKind::Answered { body }, at)) => {
                         return Ok(Answer {

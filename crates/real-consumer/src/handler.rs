@@ -303,7 +303,11 @@ impl RealConsumer {
             trial: None,
             event: None,
         };
-        match self.requests.get(&request.request_id).await {
+        match self
+            .requests
+            .get(&request.operator, &request.request_id)
+            .await
+        {
             Ok(Some(stored)) if stored.outcome.is_some() => {
                 done.written = Ok(Some(false));
                 return done;

@@ -16,10 +16,10 @@ use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use chrono::{DateTime, Utc};
 use lifeboat_aws::{request_from_item, request_hints};
-use lifeboat_core::Operation;
 use lifeboat_core::events::{LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION};
 use lifeboat_core::ports::{EventPublisher, OutcomeWrite, RequestStore, StoreError};
 use lifeboat_core::request::{FailureReason, Outcome, RequestRecord};
+use lifeboat_core::{Operation, OperatorId};
 use serde_json::Value;
 
 /// One stream record, read.
@@ -182,9 +182,19 @@ pub async fn quarantine(
     if q.ours
         && let Some(id) = &q.request_id
     {
-        let outcome = Outcome::failed(FailureReason::Malformed, q.detail.clone(), at, by);
-        if let Err(e) = requests.write_outcome(id, &outcome).await {
-            tracing::error!(request_id = %id, error = %e, "could not write the malformed outcome");
+        // The item is found by its operator (whose table it is in); without
+        // a valid one nobody can be polling for it, and the event still says
+        // what happened.
+        match q.operator.as_deref().map(OperatorId::new) {
+            Some(Ok(operator)) => {
+                let outcome = Outcome::failed(FailureReason::Malformed, q.detail.clone(), at, by);
+                if let Err(e) = requests.write_outcome(&operator, id, &outcome).await {
+                    tracing::error!(request_id = %id, error = %e, "could not write the malformed outcome");
+                }
+            }
+            _ => {
+                tracing::warn!(request_id = %id, "no valid operator: no malformed outcome written");
+            }
         }
     }
     LifeboatEvent::OperatorRequestFailed(OperatorRequestFailed {
@@ -206,7 +216,10 @@ pub async fn write_outcome(
     request: &RequestRecord,
     outcome: &Outcome,
 ) -> Result<bool, StoreError> {
-    match requests.write_outcome(&request.request_id, outcome).await {
+    match requests
+        .write_outcome(&request.operator, &request.request_id, outcome)
+        .await
+    {
         Ok(OutcomeWrite::Written) => Ok(true),
         Ok(OutcomeWrite::AlreadyPresent) => {
             tracing::info!(request_id = %request.request_id, "request already had an outcome; left as it was");
