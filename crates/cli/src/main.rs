@@ -403,25 +403,7 @@ fn main() -> ExitCode {
                 lanes,
                 ..defaults
             };
-            let report = match fleet::run_paused(&script) {
-                Ok(report) => report,
-                Err(e) => {
-                    eprintln!("lifeboat fleet: could not start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            if json {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(text) => println!("{text}"),
-                    Err(e) => {
-                        eprintln!("lifeboat fleet: report not written: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            } else {
-                print!("{}", report.render());
-            }
-            ExitCode::SUCCESS
+            print_report("fleet", json, fleet::run_paused(&script), |r| r.render())
         }
         Command::Demo {
             json,
@@ -437,25 +419,9 @@ fn main() -> ExitCode {
                 ..defaults
             };
             let wall = Instant::now();
-            let report = match demo::run_paused(&script) {
-                Ok(report) => report,
-                Err(e) => {
-                    eprintln!("lifeboat demo: could not start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            if json {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(text) => println!("{text}"),
-                    Err(e) => {
-                        eprintln!("lifeboat demo: report not written: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            } else {
-                print!("{}", report.render(wall.elapsed()));
-            }
-            ExitCode::SUCCESS
+            print_report("demo", json, demo::run_paused(&script), |r| {
+                r.render(wall.elapsed())
+            })
         }
     }
 }
@@ -482,4 +448,32 @@ fn parse_lanes(text: &str) -> Result<LaneLayout, String> {
         "shared" => Ok(LaneLayout::Shared),
         _ => Err(format!("{text:?}: use per-operator or shared")),
     }
+}
+
+/// Print a simulated day's report, as JSON or for a terminal.
+fn print_report<T: serde::Serialize>(
+    command: &str,
+    json: bool,
+    report: std::io::Result<T>,
+    render: impl FnOnce(&T) -> String,
+) -> ExitCode {
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("lifeboat {command}: could not start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("lifeboat {command}: report not written: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", render(&report));
+    }
+    ExitCode::SUCCESS
 }

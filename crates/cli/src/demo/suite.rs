@@ -104,6 +104,39 @@ impl SaleDesk {
             tracing::error!(error = %e, "off-sale listener failed the batch");
         }
     }
+
+    /// Play AWS around the functions until the customers of `traffic` are
+    /// done and the streams and queue have run [`DRAIN`] longer: the
+    /// gateway's stream, rules, schedule and timers, the state-change rule
+    /// and the listener's queue. `after_delivery` runs after every round.
+    pub async fn play(
+        &self,
+        gateway: &mut Gateway,
+        traffic: tokio::task::JoinHandle<()>,
+        mut after_delivery: impl FnMut(&SaleDesk),
+    ) {
+        let mut cursor = 0;
+        let mut drained_at: Option<Instant> = None;
+        loop {
+            let delivered = gateway.step().await;
+            cursor = self.forward_state_changes(gateway, cursor);
+            self.deliver().await;
+            after_delivery(self);
+            if traffic.is_finished() {
+                let since = *drained_at.get_or_insert_with(Instant::now);
+                if since.elapsed() >= DRAIN {
+                    break;
+                }
+            }
+            if !delivered {
+                tokio::time::sleep(IDLE).await;
+            }
+        }
+        if let Err(e) = traffic.await {
+            tracing::error!(error = %e, "customers' task failed");
+        }
+        gateway.drain().await;
+    }
 }
 
 pub(crate) struct Suite {
@@ -113,7 +146,6 @@ pub(crate) struct Suite {
     gateway: Gateway,
     shop: Arc<Shop>,
     desk: SaleDesk,
-    bus_cursor: usize,
     /// The legacy switch refuses the first write after the first off-sale
     /// write (to show the retry schedule); set once.
     switch_failure_armed: bool,
@@ -187,32 +219,29 @@ impl Suite {
             gateway,
             shop,
             desk,
-            bus_cursor: 0,
             switch_failure_armed: false,
         }
     }
 
     pub async fn run(mut self) -> Report {
         let traffic = tokio::spawn(traffic(self.shop.clone(), self.script.clone()));
-        let mut drained_at: Option<Instant> = None;
-        loop {
-            let delivered = self.gateway.step().await;
-            self.forward_state_changes();
-            self.deliver_queue().await;
-            if traffic.is_finished() {
-                let since = *drained_at.get_or_insert_with(Instant::now);
-                if since.elapsed() >= DRAIN {
-                    break;
+        let mut armed = self.switch_failure_armed;
+        self.desk
+            .play(&mut self.gateway, traffic, |desk| {
+                // The legacy switch refuses the first write after the first
+                // off-sale write.
+                if !armed {
+                    let off = desk.switch.writes().iter().any(|w| {
+                        w.status == SaleStatus::OffSale && w.outcome == SwitchOutcome::Accepted
+                    });
+                    if off {
+                        desk.switch.fail_next(1);
+                        armed = true;
+                    }
                 }
-            }
-            if !delivered {
-                tokio::time::sleep(IDLE).await;
-            }
-        }
-        if let Err(e) = traffic.await {
-            tracing::error!(error = %e, "demo traffic task failed");
-        }
-        self.gateway.drain().await;
+            })
+            .await;
+        self.switch_failure_armed = armed;
         report::build(report::Inputs {
             script: &self.script,
             start: self.script.start,
@@ -257,29 +286,6 @@ impl Suite {
             }
         }
         late
-    }
-
-    /// The `Breaker State Changed` rule: every state change to the queue.
-    fn forward_state_changes(&mut self) {
-        self.bus_cursor = self
-            .desk
-            .forward_state_changes(&self.gateway, self.bus_cursor);
-    }
-
-    /// The SQS mapping: one batch of visible messages to the listener; the
-    /// legacy switch refuses the first write after the first off-sale write.
-    async fn deliver_queue(&mut self) {
-        self.desk.deliver().await;
-        if !self.switch_failure_armed {
-            let off =
-                self.desk.switch.writes().iter().any(|w| {
-                    w.status == SaleStatus::OffSale && w.outcome == SwitchOutcome::Accepted
-                });
-            if off {
-                self.desk.switch.fail_next(1);
-                self.switch_failure_armed = true;
-            }
-        }
     }
 }
 

@@ -23,10 +23,6 @@ use super::{FLAP, FleetScript, Incident, IncidentKind};
 use crate::demo::customer::ROUTES;
 use crate::demo::suite::{SaleDesk, demo_settings};
 
-/// How often the loop looks again when nothing was delivered.
-const IDLE: Duration = Duration::from_millis(50);
-/// How long the streams and queue keep running after the last customer.
-const DRAIN: Duration = Duration::from_secs(20);
 /// Days ahead customers travel: with 8 routes and 1–4 passengers, 1,920
 /// questions per operator, so busy operators answer many from the cache and
 /// quiet ones almost none.
@@ -197,26 +193,7 @@ impl Day {
             self.clock.clone(),
             self.searches.clone(),
         ));
-        let mut cursor = 0;
-        let mut drained_at: Option<Instant> = None;
-        loop {
-            let delivered = self.gateway.step().await;
-            cursor = self.desk.forward_state_changes(&self.gateway, cursor);
-            self.desk.deliver().await;
-            if traffic.is_finished() {
-                let since = *drained_at.get_or_insert_with(Instant::now);
-                if since.elapsed() >= DRAIN {
-                    break;
-                }
-            }
-            if !delivered {
-                tokio::time::sleep(IDLE).await;
-            }
-        }
-        if let Err(e) = traffic.await {
-            tracing::error!(error = %e, "fleet traffic task failed");
-        }
-        self.gateway.drain().await;
+        self.desk.play(&mut self.gateway, traffic, |_| {}).await;
         report::build(report::Inputs {
             script: &self.script,
             operators: &self.operators,
