@@ -66,6 +66,15 @@ fn every_incident_is_caught_and_recovers_and_nobody_else_pays() {
         b.baseline_p95_ms.unwrap_or(0) as f64,
     );
     assert!(p95 <= 1.1 * baseline, "{b:?}");
+    // Store calls: a cache hit is one read; no invocation reads more than
+    // a few items per operator.
+    let calls = &report.store_calls;
+    assert!(calls.per_search_hit <= 2.0, "{calls:?}");
+    assert!(calls.per_tick <= 4.0, "{calls:?}");
+    assert!(
+        calls.max_items_read_per_invocation <= 4 * report.operators as u64,
+        "{calls:?}"
+    );
     // Healthy days cost nothing.
     let h = &report.healthy;
     assert!(

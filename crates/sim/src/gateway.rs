@@ -20,6 +20,8 @@ use lifeboat_core::metrics::MemoryMetrics;
 use lifeboat_core::ports::BreakerTimers;
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
 use lifeboat_core::probe::BreakerTimer;
+
+use crate::meter::{InvocationKind, Ledger, Metered, metered};
 use lifeboat_core::request::{CallResult, OperatorCall, RequestRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
@@ -119,6 +121,8 @@ pub struct Gateway {
     pub fallback: Arc<FallbackConsumer>,
     pub switch: Arc<CircuitSwitch>,
     pub transitions: Vec<Transition>,
+    /// Every invocation's store calls.
+    pub ledger: Arc<Ledger>,
     /// Switch invocations in flight, with the timers of a timer batch.
     switch_calls: JoinSet<(Vec<BreakerTimer>, Result<SwitchReport, String>)>,
     /// Calls the switch made to probe open breakers (its own half-open
@@ -158,12 +162,16 @@ impl Gateway {
         let probes = Arc::new(AtomicU64::new(0));
         let cache = Arc::new(MemoryCacheStore::new());
         let metrics = Arc::new(MemoryMetrics::new());
+        // The functions' stores count their calls per invocation.
+        let ledger = Arc::new(Ledger::default());
+        let metered_requests = Metered::new(requests.clone());
+        let metered_breakers = Metered::new(breakers.clone());
         let real = RealConsumer {
-            requests: requests.clone(),
-            breakers: breakers.clone(),
-            window: window.clone(),
+            requests: metered_requests.clone(),
+            breakers: metered_breakers.clone(),
+            window: Metered::new(window.clone()),
             events: bus.clone(),
-            cache: cache.clone(),
+            cache: Metered::new(cache.clone()),
             metrics: metrics.clone(),
             operator: operator.clone(),
             clock: clock.clone(),
@@ -171,13 +179,13 @@ impl Gateway {
             concurrency: config.concurrency,
         };
         let fallback = FallbackConsumer {
-            requests: requests.clone(),
+            requests: metered_requests,
             events: bus.clone(),
             clock: clock.clone(),
             metrics: metrics.clone(),
         };
         let switch = CircuitSwitch {
-            breakers: breakers.clone(),
+            breakers: metered_breakers,
             events: bus.clone(),
             lanes: switch_lanes(config.lanes, &lanes),
             clock: clock.clone(),
@@ -208,6 +216,7 @@ impl Gateway {
             switch: Arc::new(switch),
             transitions: Vec::new(),
             switch_calls: JoinSet::new(),
+            ledger,
             probes,
             call_counter: None,
             config,
@@ -246,6 +255,7 @@ impl Gateway {
                     "time": self.clock.now().to_rfc3339(), "detail": {}
                 }),
                 Vec::new(),
+                InvocationKind::Tick,
             );
         }
         self.deliver_timers();
@@ -281,7 +291,7 @@ impl Gateway {
         let mut event = SqsEvent::default();
         event.records = records;
         let payload = serde_json::to_value(&event).unwrap_or(Value::Null);
-        self.invoke_switch(payload, due);
+        self.invoke_switch(payload, due, InvocationKind::Switch);
     }
 
     fn deliver_bus_events(&mut self) {
@@ -301,6 +311,7 @@ impl Gateway {
                         "time": self.clock.now().to_rfc3339(), "detail": detail
                     }),
                     Vec::new(),
+                    InvocationKind::Switch,
                 );
             }
         }
@@ -310,11 +321,13 @@ impl Gateway {
     /// beside the others and the consumers as on Lambda (a probe of a
     /// hanging operator holds only its own invocation). `timers` are those
     /// of a timer batch.
-    fn invoke_switch(&mut self, payload: Value, timers: Vec<BreakerTimer>) {
+    fn invoke_switch(&mut self, payload: Value, timers: Vec<BreakerTimer>, kind: InvocationKind) {
         let switch = self.switch.clone();
+        let ledger = self.ledger.clone();
         self.switch_calls.spawn(async move {
-            let report = switch.handle(&payload).await.map_err(|e| e.to_string());
-            (timers, report)
+            let (report, calls) = metered(switch.handle(&payload)).await;
+            ledger.note(kind, 1, calls);
+            (timers, report.map_err(|e| e.to_string()))
         });
     }
 
@@ -425,6 +438,7 @@ impl Gateway {
                     &self.requests,
                     &self.real,
                     &self.fallback,
+                    &self.ledger,
                     &mut self.discarded,
                 )
                 .await;
@@ -512,6 +526,7 @@ impl SimLane {
         requests: &MemoryRequestStore,
         real: &Arc<RealConsumer>,
         fallback: &Arc<FallbackConsumer>,
+        ledger: &Arc<Ledger>,
         discarded: &mut Vec<RequestRecord>,
     ) -> bool {
         while let Some(done) = self.in_flight.try_join_next_with_id() {
@@ -543,20 +558,25 @@ impl SimLane {
             "Records": batch.iter().map(|d| stream_record(&d.record, d.position)).collect::<Vec<_>>()
         });
         let target = self.router.current().await.unwrap_or(ConsumerTarget::Real);
-        let (real, fallback) = (real.clone(), fallback.clone());
+        let (real, fallback, ledger) = (real.clone(), fallback.clone(), ledger.clone());
         let records = batch.clone();
         let handle = self.in_flight.spawn(async move {
+            let size = batch.len() as u64;
             let failures = match target {
-                ConsumerTarget::Real => real
-                    .handle(&payload)
-                    .await
-                    .map(|r| r.response.batch_item_failures)
-                    .map_err(|e| e.to_string()),
-                ConsumerTarget::Fallback => fallback
-                    .handle(&payload)
-                    .await
-                    .map(|r| r.response.batch_item_failures)
-                    .map_err(|e| e.to_string()),
+                ConsumerTarget::Real => {
+                    let (handled, calls) = metered(real.handle(&payload)).await;
+                    ledger.note(InvocationKind::RealBatch, size, calls);
+                    handled
+                        .map(|r| r.response.batch_item_failures)
+                        .map_err(|e| e.to_string())
+                }
+                ConsumerTarget::Fallback => {
+                    let (handled, calls) = metered(fallback.handle(&payload)).await;
+                    ledger.note(InvocationKind::FallbackBatch, size, calls);
+                    handled
+                        .map(|r| r.response.batch_item_failures)
+                        .map_err(|e| e.to_string())
+                }
             };
             match failures {
                 Ok(failures) => failed_from(batch, &failures),

@@ -11,6 +11,7 @@
 
 pub mod clock;
 pub mod gateway;
+pub mod meter;
 
 pub use clock::TokioClock;
 pub use gateway::{Gateway, GatewayConfig, LaneLayout, Transition};

@@ -13,6 +13,7 @@ use lifeboat_core::{Clock, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
+use lifeboat_sim::meter::{InvocationKind, Ledger, Metered, metered};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
 use search::Search;
 use tokio::task::JoinSet;
@@ -162,9 +163,9 @@ impl Day {
         let desk = SaleDesk::new(&gateway, clock.clone());
         let search = Arc::new(Search {
             lookup: Lookup::new(
-                gateway.requests.clone(),
-                gateway.cache.clone(),
-                gateway.breakers.clone(),
+                Metered::new(gateway.requests.clone()),
+                Metered::new(gateway.cache.clone()),
+                Metered::new(gateway.breakers.clone()),
                 clock.clone(),
                 demo_settings(),
             )
@@ -192,6 +193,7 @@ impl Day {
             self.search.clone(),
             self.clock.clone(),
             self.searches.clone(),
+            self.gateway.ledger.clone(),
         ));
         self.desk.play(&mut self.gateway, traffic, |_| {}).await;
         report::build(report::Inputs {
@@ -205,6 +207,7 @@ impl Day {
             searches: &lock(&self.searches),
             requests: &self.gateway.requests.all(),
             counts: self.gateway.requests.counts(),
+            ledger: &self.gateway.ledger,
             settings: &demo_settings(),
             wall: wall.elapsed(),
         })
@@ -244,6 +247,7 @@ async fn traffic(
     search: Arc<Search>,
     clock: Arc<TokioClock>,
     seen: Arc<Mutex<Vec<SearchSeen>>>,
+    ledger: Arc<Ledger>,
 ) {
     let mut rng = SimRng::new(script.seed);
     let cumulative: Vec<f64> = (0..operators.len())
@@ -276,6 +280,7 @@ async fn traffic(
                 search.clone(),
                 clock.clone(),
                 seen.clone(),
+                ledger.clone(),
                 operator.clone(),
                 rank,
                 question,
@@ -297,24 +302,30 @@ async fn one_search(
     search: Arc<Search>,
     clock: Arc<TokioClock>,
     seen: Arc<Mutex<Vec<SearchSeen>>>,
+    ledger: Arc<Ledger>,
     operator: OperatorId,
     rank: usize,
     question: [String; 4],
 ) {
     let at = clock.now();
     let began = Instant::now();
-    let reply = search
-        .handle(&HttpRequest::get(
-            "/sailings",
-            &[
-                ("operator", operator.as_str()),
-                ("from", &question[0]),
-                ("to", &question[1]),
-                ("date", &question[2]),
-                ("passengers", &question[3]),
-            ],
-        ))
-        .await;
+    let (reply, calls) = metered(search.handle(&HttpRequest::get(
+        "/sailings",
+        &[
+            ("operator", operator.as_str()),
+            ("from", &question[0]),
+            ("to", &question[1]),
+            ("date", &question[2]),
+            ("passengers", &question[3]),
+        ],
+    )))
+    .await;
+    let kind = match reply.body["source"].as_str() {
+        Some("fresh") => InvocationKind::SearchHit,
+        Some("live") => InvocationKind::SearchMiss,
+        _ => InvocationKind::SearchOther,
+    };
+    ledger.note(kind, 1, calls);
     lock(&seen).push(SearchSeen {
         at,
         rank,

@@ -1,7 +1,7 @@
 //! What the fleet's day did, counted from what the handlers answered, the
 //! calls the operators received and the transitions the switch made.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use lifeboat_core::request::OutcomeKind;
 use lifeboat_core::sale::SwitchWrite;
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Operation, OperatorId};
+use lifeboat_sim::meter::{InvocationKind, Ledger};
 use lifeboat_sim::{LaneLayout, Transition};
 use serde::Serialize;
 
@@ -38,6 +39,74 @@ pub struct FleetReport {
     pub bystanders: Bystanders,
     pub healthy: Healthy,
     pub requests: Requests,
+    pub store_calls: StoreCallsReport,
+}
+
+/// Store calls (port calls: reads and writes of the Requests, Breaker,
+/// window and cache stores) per unit of work, averaged over the day.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreCallsReport {
+    /// A search answered from the cache.
+    pub per_search_hit: f64,
+    /// A search that asked the operator: its request, the polls of its
+    /// outcome, and its breaker and cache reads.
+    pub per_search_miss: f64,
+    /// The consumers' calls per request they handled (batches share the
+    /// breaker read and the window's add and read).
+    pub per_request: f64,
+    /// The circuit switch's schedule tick.
+    pub per_tick: f64,
+    pub max_items_read_per_invocation: u64,
+    /// The same by kind, as reads, writes and items read per unit.
+    pub detail: BTreeMap<&'static str, PerUnit>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PerUnit {
+    pub units: u64,
+    pub reads: f64,
+    pub writes: f64,
+    pub items_read: f64,
+}
+
+fn per_unit(ledger: &Ledger, kinds: &[InvocationKind], by_records: bool) -> PerUnit {
+    let (invocations, records, calls) = ledger.total(kinds);
+    let units = if by_records { records } else { invocations };
+    let per = |n: u64| n as f64 / units.max(1) as f64;
+    PerUnit {
+        units,
+        reads: per(calls.reads),
+        writes: per(calls.writes),
+        items_read: per(calls.items_read),
+    }
+}
+
+fn store_calls(ledger: &Ledger) -> StoreCallsReport {
+    use InvocationKind::*;
+    let detail: BTreeMap<&'static str, PerUnit> = [
+        ("search_hit", per_unit(ledger, &[SearchHit], false)),
+        ("search_miss", per_unit(ledger, &[SearchMiss], false)),
+        ("search_other", per_unit(ledger, &[SearchOther], false)),
+        (
+            "request",
+            per_unit(ledger, &[RealBatch, FallbackBatch], true),
+        ),
+        ("real_batch", per_unit(ledger, &[RealBatch], false)),
+        ("fallback_batch", per_unit(ledger, &[FallbackBatch], false)),
+        ("tick", per_unit(ledger, &[Tick], false)),
+        ("switch_other", per_unit(ledger, &[Switch], false)),
+    ]
+    .into_iter()
+    .collect();
+    let calls = |name: &str| detail.get(name).map_or(0.0, |d| d.reads + d.writes);
+    StoreCallsReport {
+        per_search_hit: calls("search_hit"),
+        per_search_miss: calls("search_miss"),
+        per_request: calls("request"),
+        per_tick: calls("tick"),
+        max_items_read_per_invocation: ledger.max_items_read(),
+        detail,
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -109,6 +178,7 @@ pub(crate) struct Inputs<'a> {
     pub searches: &'a [SearchSeen],
     pub requests: &'a [StoredRequest],
     pub counts: RequestCounts,
+    pub ledger: &'a Ledger,
     pub settings: &'a Settings,
     pub wall: Duration,
 }
@@ -259,6 +329,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
             with_outcome: inputs.counts.with_outcome,
             duplicate_outcomes: inputs.counts.refused_outcome_writes,
         },
+        store_calls: store_calls(inputs.ledger),
     }
 }
 
@@ -442,6 +513,16 @@ impl FleetReport {
             out,
             "  requests: {} total, {} with an outcome, {} duplicate outcome writes refused",
             self.requests.total, self.requests.with_outcome, self.requests.duplicate_outcomes
+        );
+        let s = &self.store_calls;
+        let _ = writeln!(
+            out,
+            "  store calls: {:.1} per search hit, {:.1} per miss, {:.1} per request (consumers), {:.1} per tick; at most {} items read by one invocation",
+            s.per_search_hit,
+            s.per_search_miss,
+            s.per_request,
+            s.per_tick,
+            s.max_items_read_per_invocation
         );
         out
     }

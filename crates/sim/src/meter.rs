@@ -1,0 +1,297 @@
+//! Store calls counted per invocation: what a search, a consumer batch or a
+//! switch invocation costs in reads, writes and items read.
+//!
+//! The functions get their stores through [`Metered`], which counts each
+//! call of a store port into the meter of the invocation it runs in (a
+//! tokio task-local set by [`metered`]); the gateway and the fleet note each
+//! invocation's counts in a [`Ledger`]. Counts are port calls: on DynamoDB a
+//! breaker save is one transaction of two items, and `load_many` one
+//! `BatchGetItem` per 100 operators (see docs/capacity.md).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use lifeboat_core::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
+use lifeboat_core::ports::{
+    BreakerStore, OutcomeWrite, RequestStore, StoreError, StoredRequest, TrialTally, WindowStore,
+};
+use lifeboat_core::request::{Outcome, RequestRecord};
+use lifeboat_core::window::{Bucket, CallCounts};
+use lifeboat_core::{BreakerRecord, OperatorId};
+use serde::Serialize;
+
+tokio::task_local! {
+    static INVOCATION: Arc<Mutex<StoreCalls>>;
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Store calls of one invocation (or a sum of them).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StoreCalls {
+    pub reads: u64,
+    pub writes: u64,
+    /// Items the reads returned.
+    pub items_read: u64,
+}
+
+impl StoreCalls {
+    pub fn calls(&self) -> u64 {
+        self.reads + self.writes
+    }
+
+    pub fn add(&mut self, other: &StoreCalls) {
+        self.reads += other.reads;
+        self.writes += other.writes;
+        self.items_read += other.items_read;
+    }
+}
+
+fn note_read(items: usize) {
+    let _ = INVOCATION.try_with(|m| {
+        let mut m = lock(m);
+        m.reads += 1;
+        m.items_read += items as u64;
+    });
+}
+
+fn note_write() {
+    let _ = INVOCATION.try_with(|m| lock(m).writes += 1);
+}
+
+/// Run `invocation` with a meter of its own; its output and its store calls.
+pub async fn metered<F: Future>(invocation: F) -> (F::Output, StoreCalls) {
+    let meter = Arc::new(Mutex::new(StoreCalls::default()));
+    let output = INVOCATION.scope(meter.clone(), invocation).await;
+    let calls = *lock(&meter);
+    (output, calls)
+}
+
+/// What ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvocationKind {
+    /// The switch's schedule tick.
+    Tick,
+    /// Any other switch invocation (trip, alarm, timers, command).
+    Switch,
+    /// A stream batch of `n` records to the real consumer.
+    RealBatch,
+    /// A stream batch to the fallback consumer.
+    FallbackBatch,
+    /// A search answered from the cache.
+    SearchHit,
+    /// A search that asked the operator through the gateway.
+    SearchMiss,
+    /// Any other search answer (last good, unavailable, refused).
+    SearchOther,
+}
+
+/// Every invocation's store calls.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    entries: Mutex<Vec<(InvocationKind, u64, StoreCalls)>>,
+}
+
+impl Ledger {
+    /// Note an invocation that handled `records` records (1 for anything
+    /// but a batch).
+    pub fn note(&self, kind: InvocationKind, records: u64, calls: StoreCalls) {
+        lock(&self.entries).push((kind, records, calls));
+    }
+
+    /// Invocations of `kind`, the records they handled and their calls.
+    pub fn total(&self, kinds: &[InvocationKind]) -> (u64, u64, StoreCalls) {
+        let entries = lock(&self.entries);
+        let mut sum = StoreCalls::default();
+        let (mut invocations, mut records) = (0, 0);
+        for (kind, n, calls) in entries.iter() {
+            if kinds.contains(kind) {
+                invocations += 1;
+                records += n;
+                sum.add(calls);
+            }
+        }
+        (invocations, records, sum)
+    }
+
+    /// The most items any one invocation read.
+    pub fn max_items_read(&self) -> u64 {
+        lock(&self.entries)
+            .iter()
+            .map(|(_, _, calls)| calls.items_read)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A store whose calls count into the current invocation's meter.
+pub struct Metered<T: ?Sized>(pub Arc<T>);
+
+impl<T: ?Sized> Metered<T> {
+    pub fn new(inner: Arc<T>) -> Arc<Self> {
+        Arc::new(Self(inner))
+    }
+}
+
+#[async_trait]
+impl<T: RequestStore + ?Sized> RequestStore for Metered<T> {
+    async fn put_request(&self, request: &RequestRecord) -> Result<(), StoreError> {
+        note_write();
+        self.0.put_request(request).await
+    }
+
+    async fn get(
+        &self,
+        operator: &OperatorId,
+        request_id: &str,
+    ) -> Result<Option<StoredRequest>, StoreError> {
+        let found = self.0.get(operator, request_id).await;
+        note_read(found.as_ref().map_or(0, |f| usize::from(f.is_some())));
+        found
+    }
+
+    async fn write_outcome(
+        &self,
+        operator: &OperatorId,
+        request_id: &str,
+        outcome: &Outcome,
+    ) -> Result<OutcomeWrite, StoreError> {
+        note_write();
+        self.0.write_outcome(operator, request_id, outcome).await
+    }
+}
+
+#[async_trait]
+impl<T: BreakerStore + ?Sized> BreakerStore for Metered<T> {
+    async fn load(&self, operator: &OperatorId) -> Result<Option<BreakerRecord>, StoreError> {
+        let found = self.0.load(operator).await;
+        note_read(found.as_ref().map_or(0, |f| usize::from(f.is_some())));
+        found
+    }
+
+    async fn load_many(&self, operators: &[OperatorId]) -> Result<Vec<BreakerRecord>, StoreError> {
+        let found = self.0.load_many(operators).await;
+        note_read(found.as_ref().map_or(0, Vec::len));
+        found
+    }
+
+    async fn list(&self) -> Result<Vec<BreakerRecord>, StoreError> {
+        let found = self.0.list().await;
+        note_read(found.as_ref().map_or(0, Vec::len));
+        found
+    }
+
+    async fn save(
+        &self,
+        record: &BreakerRecord,
+        expected_version: Option<u64>,
+    ) -> Result<(), StoreError> {
+        note_write();
+        self.0.save(record, expected_version).await
+    }
+
+    async fn claim_trial(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        limit: u32,
+    ) -> Result<bool, StoreError> {
+        note_write();
+        self.0.claim_trial(operator, version, limit).await
+    }
+
+    async fn record_trial(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        success: bool,
+    ) -> Result<Option<TrialTally>, StoreError> {
+        note_write();
+        self.0.record_trial(operator, version, success).await
+    }
+
+    async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        note_write();
+        self.0.mark_announced(operator, version).await
+    }
+}
+
+#[async_trait]
+impl<T: WindowStore + ?Sized> WindowStore for Metered<T> {
+    async fn add(
+        &self,
+        operator: &OperatorId,
+        bucket_start: DateTime<Utc>,
+        counts: &CallCounts,
+    ) -> Result<(), StoreError> {
+        note_write();
+        self.0.add(operator, bucket_start, counts).await
+    }
+
+    async fn since(
+        &self,
+        operator: &OperatorId,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<Bucket>, StoreError> {
+        let found = self.0.since(operator, since).await;
+        note_read(found.as_ref().map_or(0, Vec::len));
+        found
+    }
+}
+
+#[async_trait]
+impl<T: CacheStore + ?Sized> CacheStore for Metered<T> {
+    async fn get(&self, key: &CacheKey) -> Result<Option<CachedAnswer>, StoreError> {
+        let found = self.0.get(key).await;
+        note_read(found.as_ref().map_or(0, |f| usize::from(f.is_some())));
+        found
+    }
+
+    async fn put(
+        &self,
+        answer: &CachedAnswer,
+        expires_at: DateTime<Utc>,
+    ) -> Result<CacheWrite, StoreError> {
+        note_write();
+        self.0.put(answer, expires_at).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lifeboat_core::memory::MemoryBreakerStore;
+
+    #[tokio::test]
+    async fn calls_count_into_the_invocation_they_run_in() {
+        let store = Metered::new(Arc::new(MemoryBreakerStore::new()));
+        let nordic = OperatorId::new("nordic").unwrap_or_else(|e| panic!("{e}"));
+        let record = BreakerRecord::initial(nordic.clone(), DateTime::UNIX_EPOCH);
+        let ((), calls) = metered(async {
+            let _ = store.save(&record, None).await;
+            let _ = store.load(&nordic).await;
+            let _ = store.load_many(std::slice::from_ref(&nordic)).await;
+        })
+        .await;
+        assert_eq!(
+            calls,
+            StoreCalls {
+                reads: 2,
+                writes: 1,
+                items_read: 2
+            }
+        );
+        // Outside any invocation nothing is counted, and nothing fails.
+        assert!(store.load(&nordic).await.is_ok());
+        let ledger = Ledger::default();
+        ledger.note(InvocationKind::Tick, 1, calls);
+        ledger.note(InvocationKind::RealBatch, 50, calls);
+        assert_eq!(ledger.total(&[InvocationKind::RealBatch]).1, 50);
+        assert_eq!(ledger.max_items_read(), 2);
+    }
+}
