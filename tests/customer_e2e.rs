@@ -206,7 +206,7 @@ async fn sale_record(gateway: &LocalGateway) -> Option<SaleRecord> {
 /// Items in the Requests table, by a consistent `Select: COUNT` scan.
 async fn count_requests(gateway: &LocalGateway) -> i64 {
     let client = aws_sdk_dynamodb::Client::new(gateway.sdk_config());
-    let table = &gateway.resources().names.requests_table;
+    let table = &gateway.resources().requests_table;
     let mut count = 0_i64;
     let mut start = None;
     loop {
@@ -230,7 +230,7 @@ async fn count_requests(gateway: &LocalGateway) -> i64 {
 /// Requests in the table that have no outcome yet (consistent scan).
 async fn requests_without_outcome(gateway: &LocalGateway) -> usize {
     let client = aws_sdk_dynamodb::Client::new(gateway.sdk_config());
-    let table = &gateway.resources().names.requests_table;
+    let table = &gateway.resources().requests_table;
     let mut open = 0;
     let mut start = None;
     loop {

@@ -44,7 +44,9 @@ pub use requests::{
     DynamoRequestStore, RequestHints, RequestTables, request_from_item, request_hints,
     request_to_item,
 };
-pub use router::{LambdaStreamRouter, LaneDiscoveryError, discover_lanes, table_of_stream};
+pub use router::{
+    LambdaStreamRouter, LaneDiscoveryError, discover_lanes, find_lanes, table_of_stream,
+};
 pub use sale::DynamoSaleStatusStore;
 pub use sqs::{SqsBreakerTimers, SqsRedelivery};
 pub use window::DynamoWindowStore;

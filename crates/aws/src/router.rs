@@ -187,6 +187,22 @@ pub async fn discover_lanes(
     fallback_function: &str,
     operators: &[OperatorId],
 ) -> Result<Lanes, LaneDiscoveryError> {
+    let lanes = find_lanes(client, tables, real_function, fallback_function).await?;
+    let lanes = lanes
+        .into_iter()
+        .filter(|lane| lane.operators.iter().all(|o| operators.contains(o)))
+        .collect();
+    Ok(Lanes::new(lanes, operators)?)
+}
+
+/// Every lane whose table has `tables`' prefix, whatever operators the
+/// caller knows of (for `lifeboat status`).
+pub async fn find_lanes(
+    client: &aws_sdk_lambda::Client,
+    tables: &RequestTables,
+    real_function: &str,
+    fallback_function: &str,
+) -> Result<Vec<Lane>, LaneDiscoveryError> {
     let mut lanes: Vec<Lane> = Vec::new();
     for function in [real_function, fallback_function] {
         // By name (what follows `:function:` in an ARN): Lambda takes both,
@@ -214,9 +230,6 @@ pub async fn discover_lanes(
                 let (Some(operator), Some(uuid)) = (operator, mapping.uuid()) else {
                     continue;
                 };
-                if !operators.contains(&operator) {
-                    continue;
-                }
                 lanes.push(Lane {
                     name: operator.to_string(),
                     operators: vec![operator],
@@ -230,7 +243,7 @@ pub async fn discover_lanes(
             }
         }
     }
-    Ok(Lanes::new(lanes, operators)?)
+    Ok(lanes)
 }
 
 #[cfg(test)]

@@ -140,7 +140,12 @@ struct StatusArgs {
     /// The SaleStatus table [default: env SALE_STATUS_TABLE].
     #[arg(long)]
     sale_status_table: Option<String>,
-    /// The Requests stream's event source mapping [default: env
+    /// With a lane per operator (the template's layout), the Requests
+    /// tables' prefix; each operator's mapping is found by its table
+    /// [default: env REQUESTS_TABLE_PREFIX].
+    #[arg(long)]
+    requests_table_prefix: Option<String>,
+    /// With one shared stream, its event source mapping [default: env
     /// REQUESTS_MAPPING_UUID].
     #[arg(long)]
     requests_mapping_uuid: Option<String>,
@@ -213,6 +218,7 @@ async fn status(args: StatusArgs) -> ExitCode {
     let flags = StatusFlags {
         breaker_table: args.breaker_table,
         sale_status_table: args.sale_status_table,
+        requests_table_prefix: args.requests_table_prefix,
         requests_mapping_uuid: args.requests_mapping_uuid,
         real_consumer_function: args.real_consumer_function,
         fallback_consumer_function: args.fallback_consumer_function,
@@ -224,7 +230,7 @@ async fn status(args: StatusArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let adapters = config.adapters(&Clients::load().await);
+    let adapters = config.adapters(&Clients::load().await).await;
     let report = match status::gather(
         &adapters.sources(),
         args.operator.as_ref(),

@@ -305,7 +305,11 @@ async fn lifeboat_local_uses_a_running_moto_and_watch() {
     let (ok, out, err) = lifeboat(&state, &["status", "--json"]);
     assert!(ok, "{out}{err}");
     let status: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(status["stream"]["target"], "fallback", "{status}");
+    // A lane per operator, as the template deploys: each operator's own.
+    assert_eq!(
+        status["operators"][0]["stream"]["target"], "fallback",
+        "{status}"
+    );
     assert_eq!(
         status["operators"][0]["breaker"]["state"], "forced_open",
         "{status}"

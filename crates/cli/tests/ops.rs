@@ -15,13 +15,13 @@ use chrono::{DateTime, TimeZone, Utc};
 use circuit_switch::CircuitSwitch;
 use circuit_switch::input::AlarmMap;
 use lifeboat_cli::ops::breaker::{self, BreakerCommand, BreakerError};
-use lifeboat_cli::ops::status::{self, Lookup, Sources, StatusReport};
+use lifeboat_cli::ops::status::{self, Lookup, Sources, StatusReport, StreamSource};
 use lifeboat_core::breaker::Command;
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::lane::Lanes;
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter};
 use lifeboat_core::metrics::MemoryMetrics;
-use lifeboat_core::ports::{BreakerStore, StoreError};
+use lifeboat_core::ports::{BreakerStore, StoreError, StreamRouter};
 use lifeboat_core::sale::{MemorySaleStatusStore, PendingWrite, SaleRecord, SaleStatusStore};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, ManualClock, OperatorId};
@@ -94,7 +94,7 @@ impl Suite {
         Sources {
             breakers: self.breakers.as_ref(),
             sales: Ok(&self.sales),
-            router: Ok(self.router.as_ref()),
+            streams: Ok(StreamSource::Shared(self.router.as_ref())),
         }
     }
 }
@@ -239,7 +239,7 @@ async fn missing_sale_and_mapping_config_are_unknown() {
         sales: Err(
             "no sale status table: pass --sale-status-table or set SALE_STATUS_TABLE".into(),
         ),
-        router: Err("no requests stream mapping: pass --requests-mapping-uuid".into()),
+        streams: Err("no requests stream mapping: pass --requests-mapping-uuid".into()),
     };
     let report = status::gather(&sources, None, t(125)).await.unwrap();
     assert!(
@@ -291,13 +291,65 @@ async fn a_failed_sale_read_is_shown_and_counted() {
     let sources = Sources {
         breakers: suite.breakers.as_ref(),
         sales: Ok(&Unreachable),
-        router: Ok(suite.router.as_ref()),
+        streams: Ok(StreamSource::Shared(suite.router.as_ref())),
     };
     let report = status::gather(&sources, None, t(125)).await.unwrap();
     assert!(report.has_failures());
     let table = status::render_table(&report);
     assert!(
         table.contains("  sale status: store unavailable: GetItem SaleStatus: ThrottlingException"),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn with_a_lane_per_operator_each_row_shows_its_own_stream() {
+    let suite = outage().await;
+    let (baltic, nordic) = (
+        Arc::new(MemoryStreamRouter::new()),
+        Arc::new(MemoryStreamRouter::new()),
+    );
+    nordic
+        .point_at(ConsumerTarget::Fallback)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let routers: [(OperatorId, Arc<dyn StreamRouter>); 2] =
+        [(op("baltic"), baltic), (op("nordic"), nordic)];
+    let lanes = Lanes::per_operator(routers);
+    let sources = Sources {
+        breakers: suite.breakers.as_ref(),
+        sales: Ok(&suite.sales),
+        streams: Ok(StreamSource::PerOperator(&lanes)),
+    };
+    let report = status::gather(&sources, None, t(125)).await.unwrap();
+    let streams: Vec<(String, Lookup<ConsumerTarget>)> = report
+        .operators
+        .iter()
+        .map(|o| {
+            let target = match &o.stream {
+                Lookup::Ok(view) => Lookup::Ok(view.target),
+                Lookup::Unknown { why } => Lookup::Unknown { why: why.clone() },
+                Lookup::Failed { error } => Lookup::Failed {
+                    error: error.clone(),
+                },
+            };
+            (o.operator.to_string(), target)
+        })
+        .collect();
+    assert_eq!(
+        streams,
+        vec![
+            ("baltic".to_owned(), Lookup::Ok(ConsumerTarget::Real)),
+            ("nordic".to_owned(), Lookup::Ok(ConsumerTarget::Fallback)),
+        ]
+    );
+    let table = status::render_table(&report);
+    assert!(
+        table.starts_with("requests stream: unknown (a stream per operator"),
+        "{table}"
+    );
+    assert!(
+        table.contains("off_sale v1  fallback consumer  force-open"),
         "{table}"
     );
 }
@@ -313,11 +365,11 @@ async fn the_table_shows_one_row_per_operator() {
         "\
 requests stream: real consumer
 
-OPERATOR  BREAKER      VERSION  SINCE                              OPEN UNTIL  SALE         REASON
-baltic    closed       0        2026-12-01T09:00:00Z (1h 02m ago)  -           on_sale v0   initial
+OPERATOR  BREAKER      VERSION  SINCE                              OPEN UNTIL  SALE         STREAM         REASON
+baltic    closed       0        2026-12-01T09:00:00Z (1h 02m ago)  -           on_sale v0   real consumer  initial
   sale write pending: off_sale v7, 2 attempts, next attempt 2026-12-01T10:02:10Z (in 5s), \
 last error: sale switch answered 503 Service Unavailable
-nordic    forced_open  1        2026-12-01T10:00:00Z (2m 05s ago)  -           off_sale v1  force-open: maintenance
+nordic    forced_open  1        2026-12-01T10:00:00Z (2m 05s ago)  -           off_sale v1  real consumer  force-open: maintenance
 "
     );
 }

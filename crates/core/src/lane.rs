@@ -102,6 +102,22 @@ impl Lanes {
         Ok(Self { lanes })
     }
 
+    /// Lanes as found (say, among a stack's mappings), not checked against a
+    /// list of operators; an operator on two lanes keeps its first.
+    pub fn from_found(found: Vec<Lane>) -> Self {
+        let mut lanes: Vec<Lane> = Vec::new();
+        for lane in found {
+            if !lane
+                .operators
+                .iter()
+                .any(|o| lanes.iter().any(|l| l.serves(o)))
+            {
+                lanes.push(lane);
+            }
+        }
+        Self { lanes }
+    }
+
     /// A lane of its own for each operator.
     pub fn per_operator(
         routers: impl IntoIterator<Item = (OperatorId, Arc<dyn StreamRouter>)>,

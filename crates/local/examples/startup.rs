@@ -126,9 +126,9 @@ async fn main() -> Result<(), BoxError> {
     let moto = MotoServer::start_program(&moto_launcher()?).await?;
     let sdk = moto.sdk_config().await;
     let names = GatewayNames::default();
-    let mut resources = create_resources(&sdk, &names).await?;
-    resources.customer = Some(create_customer_resources(&sdk, &names).await?);
     let operator = OperatorId::new("nordic")?;
+    let mut resources = create_resources(&sdk, &names, &operator).await?;
+    resources.customer = Some(create_customer_resources(&sdk, &names).await?);
     let sim = SimServer::start_with(operator.clone(), SimConfig::default(), 0).await?;
     // Every function's environment exactly as `LocalGateway` gives it with
     // the customer half and the template's settings.

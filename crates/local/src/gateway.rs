@@ -69,7 +69,7 @@ use aws_sdk_lambda::types::{
     DestinationConfig, EventSourcePosition, Filter, FunctionResponseType, OnFailure,
 };
 use lifeboat_aws::{
-    DynamoBreakerStore, DynamoCartStore, DynamoRequestStore, DynamoSaleStatusStore,
+    DynamoBreakerStore, DynamoCartStore, DynamoRequestStore, DynamoSaleStatusStore, RequestTables,
 };
 use lifeboat_core::OperatorId;
 use lifeboat_operator::{LatencyModel, SimConfig, SimServer, SimStats};
@@ -113,8 +113,9 @@ pub fn api_function(path: &str) -> Option<&'static str> {
     }
 }
 
-/// The Requests stream mapping's settings in template.yaml
-/// (`RequestsStreamMapping`).
+/// The Requests stream mapping's settings in template.yaml (each lane's
+/// `RequestsMapping&{Operator}`). The local gateway runs one lane for its
+/// operator's requests.
 pub mod template {
     pub const BATCH_SIZE: i32 = 50;
     pub const MAXIMUM_BATCHING_WINDOW_IN_SECONDS: i32 = 0;
@@ -239,7 +240,9 @@ pub enum GatewayError {
 /// binaries, which is how the pump finds them under `cargo lambda watch`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayNames {
-    pub requests_table: String,
+    /// The operator's Requests table is `{requests_table_prefix}{operator}`
+    /// (`REQUESTS_TABLE_PREFIX`), as the template names each lane's table.
+    pub requests_table_prefix: String,
     pub breaker_table: String,
     pub cache_table: String,
     pub bus: String,
@@ -262,7 +265,7 @@ pub struct GatewayNames {
 impl GatewayNames {
     pub fn prefixed(prefix: &str) -> Self {
         Self {
-            requests_table: format!("{prefix}Requests"),
+            requests_table_prefix: format!("{prefix}requests-"),
             breaker_table: format!("{prefix}Breaker"),
             cache_table: format!("{prefix}Cache"),
             bus: format!("{prefix}lifeboat-events"),
@@ -413,6 +416,8 @@ impl GatewayOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayResources {
     pub names: GatewayNames,
+    /// The operator's lane: its Requests table and that table's stream.
+    pub requests_table: String,
     pub stream_arn: String,
     pub bus_arn: String,
     /// The `TripRequestedRule`'s stand-in target.
@@ -506,7 +511,7 @@ impl LocalGateway {
             None => MotoServer::start_program_with(&moto_launcher()?, attach.aws_port).await?,
         };
         let sdk = moto.sdk_config().await;
-        let mut resources = create_resources(&sdk, &options.names).await?;
+        let mut resources = create_resources(&sdk, &options.names, &options.operator).await?;
         if options.customer.is_some() {
             resources.customer = Some(create_customer_resources(&sdk, &options.names).await?);
         }
@@ -675,11 +680,13 @@ impl LocalGateway {
         &self.env
     }
 
-    /// The Requests table in moto, as the functions see it.
+    /// The Requests tables in moto, as the functions see them.
     pub fn request_store(&self) -> DynamoRequestStore {
-        DynamoRequestStore::new(
+        DynamoRequestStore::with_tables(
             aws_sdk_dynamodb::Client::new(&self.sdk),
-            &self.resources.names.requests_table,
+            RequestTables::PerOperator {
+                prefix: self.resources.names.requests_table_prefix.clone(),
+            },
         )
     }
 
@@ -989,11 +996,10 @@ pub fn function_env(
         ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
         ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
         ("AWS_LAMBDA_LOG_LEVEL", options.log_level.clone()),
-        ("REQUESTS_TABLE", names.requests_table.clone()),
+        ("REQUESTS_TABLE_PREFIX", names.requests_table_prefix.clone()),
         ("BREAKER_TABLE", names.breaker_table.clone()),
         ("CACHE_TABLE", names.cache_table.clone()),
         ("EVENT_BUS_NAME", names.bus.clone()),
-        ("REQUESTS_MAPPING_UUID", resources.mapping_uuid.clone()),
         ("REAL_CONSUMER_FUNCTION", REAL_CONSUMER.to_owned()),
         ("FALLBACK_CONSUMER_FUNCTION", FALLBACK_CONSUMER.to_owned()),
         ("OPERATOR_ENDPOINTS", format!("{operator}={operator_url}")),
@@ -1077,7 +1083,7 @@ async fn check_stream_keeps_records(
     let key = aws_sdk_dynamodb::types::AttributeValue::S(probe.clone());
     dynamodb
         .put_item()
-        .table_name(&resources.names.requests_table)
+        .table_name(&resources.requests_table)
         .item("request_id", key.clone())
         .item(
             "record_type",
@@ -1106,7 +1112,7 @@ async fn check_stream_keeps_records(
     }
     let _ = dynamodb
         .delete_item()
-        .table_name(&resources.names.requests_table)
+        .table_name(&resources.requests_table)
         .key("request_id", key)
         .send()
         .await;
@@ -1361,6 +1367,7 @@ pub async fn create_customer_resources(
 pub async fn create_resources(
     sdk: &SdkConfig,
     names: &GatewayNames,
+    operator: &OperatorId,
 ) -> Result<GatewayResources, ResourceError> {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let eventbridge = aws_sdk_eventbridge::Client::new(sdk);
@@ -1368,7 +1375,8 @@ pub async fn create_resources(
     let iam = aws_sdk_iam::Client::new(sdk);
     let lambda = aws_sdk_lambda::Client::new(sdk);
 
-    let requests = resources::create_requests_table(&dynamodb, &names.requests_table).await?;
+    let requests_table = format!("{}{operator}", names.requests_table_prefix);
+    let requests = resources::create_requests_table(&dynamodb, &requests_table).await?;
     resources::create_breaker_table(&dynamodb, &names.breaker_table).await?;
     resources::create_cache_table(&dynamodb, &names.cache_table).await?;
     let bus_arn = resources::create_event_bus(&eventbridge, &names.bus).await?;
@@ -1398,6 +1406,7 @@ pub async fn create_resources(
         create_requests_mapping(&lambda, &requests.stream_arn, &failed_queue.arn).await?;
     Ok(GatewayResources {
         names: names.clone(),
+        requests_table,
         stream_arn: requests.stream_arn,
         bus_arn,
         switch_queue,
@@ -1464,6 +1473,10 @@ pub async fn create_requests_mapping(
 mod tests {
     use super::*;
 
+    fn nordic() -> OperatorId {
+        OperatorId::new("nordic").unwrap()
+    }
+
     const TEMPLATE: &str = include_str!("../../../template.yaml");
 
     /// The text of one resource of the template.
@@ -1487,7 +1500,7 @@ mod tests {
             .unwrap();
         let sdk = moto.sdk_config().await;
         let names = GatewayNames::prefixed("again-");
-        let first = create_resources(&sdk, &names).await.unwrap();
+        let first = create_resources(&sdk, &names, &nordic()).await.unwrap();
         let customer = create_customer_resources(&sdk, &names).await.unwrap();
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         let spec = aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
@@ -1517,7 +1530,7 @@ mod tests {
             Some(aws_sdk_dynamodb::types::TimeToLiveStatus::Disabled)
         );
 
-        let second = create_resources(&sdk, &names).await.unwrap();
+        let second = create_resources(&sdk, &names, &nordic()).await.unwrap();
         assert_eq!(second, first);
         assert_eq!(
             create_customer_resources(&sdk, &names).await.unwrap(),
@@ -1537,14 +1550,14 @@ mod tests {
             .await
             .unwrap();
         let sdk = moto.sdk_config().await;
-        let resources = create_resources(&sdk, &GatewayNames::prefixed("keep-"))
+        let resources = create_resources(&sdk, &GatewayNames::prefixed("keep-"), &nordic())
             .await
             .unwrap();
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         for id in ["a", "b", "c"] {
             dynamodb
                 .put_item()
-                .table_name(&resources.names.requests_table)
+                .table_name(&resources.requests_table)
                 .item(
                     "request_id",
                     aws_sdk_dynamodb::types::AttributeValue::S(id.into()),
@@ -1598,9 +1611,20 @@ mod tests {
         moto.stop().await;
     }
 
+    /// The stream mapping the template stamps out for each operator's lane
+    /// (`RequestsMapping&{Operator}` in `Fn::ForEach::RequestsLanes`).
+    fn lane_mapping() -> &'static str {
+        let start = TEMPLATE
+            .find("\n      RequestsMapping&{Operator}:\n")
+            .unwrap_or_else(|| panic!("no lane mapping in template.yaml"))
+            + 1;
+        let rest = &TEMPLATE[start..];
+        &rest[..rest.find("\n\n").unwrap_or(rest.len())]
+    }
+
     #[test]
     fn the_mapping_has_the_templates_settings() {
-        let mapping = resource("RequestsStreamMapping");
+        let mapping = lane_mapping();
         for line in [
             format!("BatchSize: {}", template::BATCH_SIZE),
             format!(

@@ -29,6 +29,11 @@ pub const REQUESTS_MAPPING_UUID: Setting = Setting {
     flag: "requests-mapping-uuid",
     var: lifeboat_aws::clients::REQUESTS_MAPPING_UUID,
 };
+pub const REQUESTS_TABLE_PREFIX: Setting = Setting {
+    what: "requests table prefix",
+    flag: "requests-table-prefix",
+    var: lifeboat_aws::clients::REQUESTS_TABLE_PREFIX,
+};
 pub const REAL_CONSUMER_FUNCTION: Setting = Setting {
     what: "real consumer function",
     flag: "real-consumer-function",

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use lifeboat_core::events::SaleStatus;
+use lifeboat_core::lane::Lanes;
 use lifeboat_core::ports::{BreakerStore, StoreError, StreamRouter};
 use lifeboat_core::sale::{SaleRecord, SaleStatusStore, status_str};
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, OperatorId};
@@ -169,6 +170,8 @@ pub struct OperatorStatus {
     pub operator: OperatorId,
     pub breaker: BreakerView,
     pub sale: Lookup<SaleView>,
+    /// Where the operator's requests go: its lane's consumer.
+    pub stream: Lookup<StreamView>,
 }
 
 /// What `lifeboat status` shows.
@@ -197,7 +200,24 @@ impl StatusReport {
 pub struct Sources<'a> {
     pub breakers: &'a dyn BreakerStore,
     pub sales: Result<&'a dyn SaleStatusStore, String>,
-    pub router: Result<&'a dyn StreamRouter, String>,
+    pub streams: Result<StreamSource<'a>, String>,
+}
+
+/// Where the Requests streams' targets are read.
+pub enum StreamSource<'a> {
+    /// One mapping for every operator.
+    Shared(&'a dyn StreamRouter),
+    /// A lane per operator (the template's layout).
+    PerOperator(&'a Lanes),
+}
+
+async fn target(router: &dyn StreamRouter) -> Lookup<StreamView> {
+    match router.current().await {
+        Ok(target) => Lookup::Ok(StreamView { target }),
+        Err(e) => Lookup::Failed {
+            error: e.to_string(),
+        },
+    }
 }
 
 /// Read every breaker (or only `only`'s), each operator's sale status and the
@@ -225,8 +245,24 @@ pub async fn gather(
     };
     breakers.sort_by(|a, b| a.0.cmp(&b.0));
 
+    let shared = match &sources.streams {
+        Ok(StreamSource::Shared(router)) => target(*router).await,
+        Ok(StreamSource::PerOperator(_)) => Lookup::Unknown {
+            why: "a stream per operator: see each operator's".to_owned(),
+        },
+        Err(why) => Lookup::Unknown { why: why.clone() },
+    };
     let mut operators = Vec::with_capacity(breakers.len());
     for (operator, breaker) in breakers {
+        let stream = match &sources.streams {
+            Ok(StreamSource::PerOperator(lanes)) => match lanes.of(&operator) {
+                Some(lane) => target(lane.router.as_ref()).await,
+                None => Lookup::Unknown {
+                    why: format!("no stream mapping found for {operator}'s table"),
+                },
+            },
+            _ => shared.clone(),
+        };
         let sale = match &sources.sales {
             Ok(store) => match store.load(&operator).await {
                 Ok(record) => Lookup::Ok(SaleView::of(record)),
@@ -240,22 +276,13 @@ pub async fn gather(
             operator,
             breaker,
             sale,
+            stream,
         });
     }
 
-    let stream = match &sources.router {
-        Ok(router) => match router.current().await {
-            Ok(target) => Lookup::Ok(StreamView { target }),
-            Err(e) => Lookup::Failed {
-                error: e.to_string(),
-            },
-        },
-        Err(why) => Lookup::Unknown { why: why.clone() },
-    };
-
     Ok(StatusReport {
         at: now,
-        stream,
+        stream: shared,
         operators,
     })
 }
@@ -337,9 +364,10 @@ pub fn render_table(report: &StatusReport) -> String {
         "SINCE",
         "OPEN UNTIL",
         "SALE",
+        "STREAM",
         "REASON",
     ];
-    let rows: Vec<[String; 7]> = report
+    let rows: Vec<[String; 8]> = report
         .operators
         .iter()
         .map(|o| {
@@ -352,6 +380,14 @@ pub fn render_table(report: &StatusReport) -> String {
                 b.open_until
                     .map_or_else(|| "-".to_owned(), |u| when(u, now)),
                 sale_cell(&o.sale),
+                match &o.stream {
+                    Lookup::Ok(view) => match view.target {
+                        ConsumerTarget::Real => "real consumer".to_owned(),
+                        ConsumerTarget::Fallback => "fallback consumer".to_owned(),
+                    },
+                    Lookup::Unknown { .. } => "unknown".to_owned(),
+                    Lookup::Failed { .. } => "error".to_owned(),
+                },
                 b.reason.clone(),
             ]
         })
