@@ -134,7 +134,12 @@ async fn main() -> Result<(), BoxError> {
     // the customer half and the template's settings.
     let mut options = GatewayOptions::new(operator.clone());
     options.customer = Some(CustomerOptions::default());
-    let env = function_env(&moto, &resources, &options, &sim.base_url());
+    let env = function_env(
+        &moto,
+        &resources,
+        &options,
+        &[(operator.clone(), sim.base_url())],
+    );
 
     println!("under cargo lambda watch (dev binaries in target/lambda-watch), one instance each:");
     println!(

@@ -322,6 +322,11 @@ pub struct GatewayOptions {
     pub alarm: Option<String>,
     /// Servers to use instead of starting them, and fixed ports.
     pub attach: Attach,
+    /// Healthy operators served beside `operator`, each on a lane of its own
+    /// (table, stream, mapping, as the template makes them) with a simulated
+    /// operator of its own on a free port. Default none. Not for a watch the
+    /// suite attaches to: their ports change from run to run.
+    pub neighbours: Vec<OperatorId>,
 }
 
 /// Servers the suite uses instead of starting its own, and the ports of
@@ -407,9 +412,21 @@ impl GatewayOptions {
             customer: None,
             alarm: Some(format!("lifeboat-{operator}-errors")),
             attach: Attach::default(),
+            neighbours: Vec::new(),
             operator,
         }
     }
+}
+
+/// One neighbour's lane and simulated operator.
+#[derive(Debug)]
+pub struct Neighbour {
+    pub operator: OperatorId,
+    pub requests_table: String,
+    pub mapping_uuid: String,
+    pub sim: SimServer,
+    /// Held for its drop, which stops the lane's pump.
+    _pump: StreamPump,
 }
 
 /// What was created in moto.
@@ -489,6 +506,7 @@ pub struct LocalGateway {
     alarm: Option<LocalAlarm>,
     offsale: Option<QueuePump>,
     timers: QueuePump,
+    neighbours: Vec<Neighbour>,
     watch: Watch,
     operator: SimServer,
     moto: MotoServer,
@@ -528,7 +546,33 @@ impl LocalGateway {
         )
         .await
         .map_err(GatewayError::Operator)?;
-        let env = function_env(&moto, &resources, &options, &operator.base_url());
+        // The neighbours' lanes exist before the switch starts: it finds
+        // every operator's mapping when it starts.
+        let mut lanes = Vec::new();
+        for (n, neighbour) in options.neighbours.iter().enumerate() {
+            let (table, mapping_uuid) = create_lane(&sdk, &resources, neighbour).await?;
+            let sim = SimServer::start_with(
+                neighbour.clone(),
+                SimConfig {
+                    seed: options.sim.seed ^ (n as u64 + 1),
+                    outages: Vec::new(),
+                    ..options.sim.clone()
+                },
+                0,
+            )
+            .await
+            .map_err(GatewayError::Operator)?;
+            lanes.push((neighbour.clone(), table, mapping_uuid, sim));
+        }
+        let endpoints: Vec<(OperatorId, String)> =
+            std::iter::once((options.operator.clone(), operator.base_url()))
+                .chain(
+                    lanes
+                        .iter()
+                        .map(|(o, _, _, sim)| (o.clone(), sim.base_url())),
+                )
+                .collect();
+        let env = function_env(&moto, &resources, &options, &endpoints);
         let watch_started = Instant::now();
         let watch = match &attach.watch {
             Some(running) => attach_watch(running, &env, options.invoke_timeout).await?,
@@ -560,6 +604,25 @@ impl LocalGateway {
             pump_config,
         )
         .await?;
+        let mut neighbours = Vec::new();
+        for (operator, requests_table, mapping_uuid, sim) in lanes {
+            let mut config = PumpConfig::new(&mapping_uuid);
+            config.poll_every = options.poll_every;
+            let pump = StreamPump::start(
+                aws_sdk_dynamodbstreams::Client::new(&sdk),
+                aws_sdk_lambda::Client::new(&sdk),
+                invoker.clone(),
+                config,
+            )
+            .await?;
+            neighbours.push(Neighbour {
+                operator,
+                requests_table,
+                mapping_uuid,
+                sim,
+                _pump: pump,
+            });
+        }
         let drain = BusDrain::start(
             aws_sdk_sqs::Client::new(&sdk),
             invoker.clone(),
@@ -632,6 +695,7 @@ impl LocalGateway {
             alarm,
             offsale,
             timers,
+            neighbours,
             watch,
             operator,
             moto,
@@ -673,6 +737,11 @@ impl LocalGateway {
     /// The simulated operator.
     pub fn operator(&self) -> &SimServer {
         &self.operator
+    }
+
+    /// The healthy operators served beside it, each on its own lane.
+    pub fn neighbours(&self) -> &[Neighbour] {
+        &self.neighbours
     }
 
     /// The environment every function runs with.
@@ -980,13 +1049,17 @@ pub fn moto_launcher() -> Result<PathBuf, GatewayError> {
 
 /// The environment of every function: AWS at moto, the resources, the
 /// operator, and the settings.
+/// `endpoints` are every operator's base URL, `options.operator` first.
 pub fn function_env(
     moto: &MotoServer,
     resources: &GatewayResources,
     options: &GatewayOptions,
-    operator_url: &str,
+    endpoints: &[(OperatorId, String)],
 ) -> Vec<(String, String)> {
     let operator = options.operator.as_str();
+    let join = |item: &dyn Fn(&(OperatorId, String)) -> String| {
+        endpoints.iter().map(item).collect::<Vec<_>>().join(",")
+    };
     let names = &resources.names;
     let mut env: Vec<(String, String)> = [
         ("AWS_ENDPOINT_URL", moto.endpoint()),
@@ -1002,8 +1075,8 @@ pub fn function_env(
         ("EVENT_BUS_NAME", names.bus.clone()),
         ("REAL_CONSUMER_FUNCTION", REAL_CONSUMER.to_owned()),
         ("FALLBACK_CONSUMER_FUNCTION", FALLBACK_CONSUMER.to_owned()),
-        ("OPERATOR_ENDPOINTS", format!("{operator}={operator_url}")),
-        ("OPERATORS", operator.to_owned()),
+        ("OPERATOR_ENDPOINTS", join(&|(o, url)| format!("{o}={url}"))),
+        ("OPERATORS", join(&|(o, _)| o.to_string())),
         ("OPERATOR_SETTINGS", options.operator_settings.clone()),
         ("BREAKER_TIMER_QUEUE_URL", resources.timer_queue.url.clone()),
         (
@@ -1419,6 +1492,25 @@ pub async fn create_resources(
         mapping_uuid,
         customer: None,
     })
+}
+
+/// A neighbour's lane beside the gateway's resources: its Requests table and
+/// the mapping of its stream, as the template makes each operator's.
+pub async fn create_lane(
+    sdk: &SdkConfig,
+    resources: &GatewayResources,
+    operator: &OperatorId,
+) -> Result<(String, String), ResourceError> {
+    let table = format!("{}{operator}", resources.names.requests_table_prefix);
+    let created =
+        resources::create_requests_table(&aws_sdk_dynamodb::Client::new(sdk), &table).await?;
+    let uuid = create_requests_mapping(
+        &aws_sdk_lambda::Client::new(sdk),
+        &created.stream_arn,
+        &resources.failed_queue_arn,
+    )
+    .await?;
+    Ok((table, uuid))
 }
 
 fn resource_error(what: impl Into<String>, e: impl std::fmt::Display) -> ResourceError {
