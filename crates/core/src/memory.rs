@@ -59,18 +59,6 @@ impl MemoryRequestStore {
         Self::default()
     }
 
-    /// Requests inserted at or after stream position `from`, and the next position.
-    pub fn read_stream(&self, from: usize) -> (Vec<RequestRecord>, usize) {
-        let inner = lock(&self.inner);
-        let records = inner
-            .log
-            .iter()
-            .skip(from)
-            .filter_map(|id| inner.items.get(id).map(|s| s.request.clone()))
-            .collect();
-        (records, inner.log.len())
-    }
-
     /// Up to `max` requests at or after stream position `from` that `keep`
     /// accepts, each with its position, and where the next read starts: after
     /// the last request taken, or at the end when fewer than `max` matched

@@ -550,7 +550,13 @@ impl LocalGateway {
         // every operator's mapping when it starts.
         let mut lanes = Vec::new();
         for (n, neighbour) in options.neighbours.iter().enumerate() {
-            let (table, mapping_uuid) = create_lane(&sdk, &resources, neighbour).await?;
+            let lane = create_lane(
+                &sdk,
+                &resources.names,
+                neighbour,
+                &resources.failed_queue_arn,
+            )
+            .await?;
             let sim = SimServer::start_with(
                 neighbour.clone(),
                 SimConfig {
@@ -562,7 +568,12 @@ impl LocalGateway {
             )
             .await
             .map_err(GatewayError::Operator)?;
-            lanes.push((neighbour.clone(), table, mapping_uuid, sim));
+            lanes.push((
+                neighbour.clone(),
+                lane.requests_table,
+                lane.mapping_uuid,
+                sim,
+            ));
         }
         let endpoints: Vec<(OperatorId, String)> =
             std::iter::once((options.operator.clone(), operator.base_url()))
@@ -1448,8 +1459,6 @@ pub async fn create_resources(
     let iam = aws_sdk_iam::Client::new(sdk);
     let lambda = aws_sdk_lambda::Client::new(sdk);
 
-    let requests_table = format!("{}{operator}", names.requests_table_prefix);
-    let requests = resources::create_requests_table(&dynamodb, &requests_table).await?;
     resources::create_breaker_table(&dynamodb, &names.breaker_table).await?;
     resources::create_cache_table(&dynamodb, &names.cache_table).await?;
     let bus_arn = resources::create_event_bus(&eventbridge, &names.bus).await?;
@@ -1475,12 +1484,11 @@ pub async fn create_resources(
         resources::create_stub_function(&lambda, FALLBACK_CONSUMER, &role).await?;
     let switch_function_arn =
         resources::create_stub_function(&lambda, CIRCUIT_SWITCH, &role).await?;
-    let mapping_uuid =
-        create_requests_mapping(&lambda, &requests.stream_arn, &failed_queue.arn).await?;
+    let lane = create_lane(sdk, names, operator, &failed_queue.arn).await?;
     Ok(GatewayResources {
         names: names.clone(),
-        requests_table,
-        stream_arn: requests.stream_arn,
+        requests_table: lane.requests_table,
+        stream_arn: lane.stream_arn,
         bus_arn,
         switch_queue,
         failed_queue_url: failed_queue.url,
@@ -1489,28 +1497,43 @@ pub async fn create_resources(
         real_function_arn,
         fallback_function_arn,
         switch_function_arn,
-        mapping_uuid,
+        mapping_uuid: lane.mapping_uuid,
         customer: None,
     })
 }
 
-/// A neighbour's lane beside the gateway's resources: its Requests table and
-/// the mapping of its stream, as the template makes each operator's.
+/// An operator's lane, as the template makes each: its Requests table and
+/// the mapping of its stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneResources {
+    pub requests_table: String,
+    pub stream_arn: String,
+    pub mapping_uuid: String,
+}
+
+/// `operator`'s lane: the table `{requests_table_prefix}{operator}` and its
+/// stream's mapping into the real consumer (the consumers must exist).
 pub async fn create_lane(
     sdk: &SdkConfig,
-    resources: &GatewayResources,
+    names: &GatewayNames,
     operator: &OperatorId,
-) -> Result<(String, String), ResourceError> {
-    let table = format!("{}{operator}", resources.names.requests_table_prefix);
+    failed_queue_arn: &str,
+) -> Result<LaneResources, ResourceError> {
+    let requests_table = format!("{}{operator}", names.requests_table_prefix);
     let created =
-        resources::create_requests_table(&aws_sdk_dynamodb::Client::new(sdk), &table).await?;
-    let uuid = create_requests_mapping(
+        resources::create_requests_table(&aws_sdk_dynamodb::Client::new(sdk), &requests_table)
+            .await?;
+    let mapping_uuid = create_requests_mapping(
         &aws_sdk_lambda::Client::new(sdk),
         &created.stream_arn,
-        &resources.failed_queue_arn,
+        failed_queue_arn,
     )
     .await?;
-    Ok((table, uuid))
+    Ok(LaneResources {
+        requests_table,
+        stream_arn: created.stream_arn,
+        mapping_uuid,
+    })
 }
 
 fn resource_error(what: impl Into<String>, e: impl std::fmt::Display) -> ResourceError {

@@ -1,6 +1,5 @@
 //! The gateway wired in memory: stream, consumers, switch, bus and schedule.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -11,7 +10,6 @@ use circuit_switch::input::AlarmMap;
 use circuit_switch::{CircuitSwitch, SHARED_LANE, SwitchReport};
 use fallback_consumer::FallbackConsumer;
 use lifeboat_core::events::{LifeboatEvent, SOURCE};
-use lifeboat_core::lane::Lanes;
 use lifeboat_core::memory::{
     MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter,
     MemoryTimers, MemoryWindowStore,
@@ -21,6 +19,8 @@ use lifeboat_core::ports::BreakerTimers;
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
 use lifeboat_core::probe::BreakerTimer;
 
+pub use crate::lane::stream_record;
+use crate::lane::{SimLane, switch_lanes};
 use crate::meter::{InvocationKind, Ledger, Metered, metered};
 use lifeboat_core::request::{CallResult, OperatorCall, RequestRecord};
 use lifeboat_core::settings::Settings;
@@ -60,9 +60,9 @@ pub struct GatewayConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum LaneLayout {
     /// One stream and mapping for every operator.
-    #[default]
     Shared,
-    /// A stream and mapping per operator.
+    /// A stream and mapping per operator, as the template deploys them.
+    #[default]
     PerOperator,
 }
 
@@ -447,150 +447,6 @@ impl Gateway {
     }
 }
 
-/// The switch's view of the gateway's lanes.
-fn switch_lanes(layout: LaneLayout, lanes: &[SimLane]) -> Lanes {
-    match layout {
-        LaneLayout::Shared => lanes
-            .first()
-            .map(|l| Lanes::shared(l.name.clone(), l.operators.clone(), l.router.clone()))
-            .unwrap_or_default(),
-        LaneLayout::PerOperator => Lanes::per_operator(lanes.iter().filter_map(|l| {
-            let router: Arc<dyn StreamRouter> = l.router.clone();
-            l.operators.first().map(|o| (o.clone(), router))
-        })),
-    }
-}
-
-/// One stream of requests, its mapping and its batches in flight.
-struct SimLane {
-    name: String,
-    operators: Vec<OperatorId>,
-    router: Arc<MemoryStreamRouter>,
-    /// Where the next read of the stream starts.
-    position: usize,
-    /// Records a consumer reported as failed, delivered again first.
-    redeliver: Vec<Delivery>,
-    in_flight: JoinSet<Vec<Delivery>>,
-    /// The records of each batch in flight, delivered again if its task dies.
-    in_flight_batches: HashMap<tokio::task::Id, Vec<Delivery>>,
-}
-
-impl SimLane {
-    fn new(name: &str, operators: Vec<OperatorId>) -> Self {
-        Self {
-            name: name.to_owned(),
-            operators,
-            router: Arc::new(MemoryStreamRouter::new()),
-            position: 0,
-            redeliver: Vec::new(),
-            in_flight: JoinSet::new(),
-            in_flight_batches: HashMap::new(),
-        }
-    }
-
-    fn settle(
-        &mut self,
-        done: Result<(tokio::task::Id, Vec<Delivery>), tokio::task::JoinError>,
-        max_retries: u32,
-        discarded: &mut Vec<RequestRecord>,
-    ) {
-        let failed = match done {
-            Ok((id, failed)) => {
-                self.in_flight_batches.remove(&id);
-                failed
-            }
-            Err(e) => {
-                // The consumer's task died: Lambda delivers the whole batch again.
-                tracing::error!(lane = %self.name, error = %e, "a stream batch task failed");
-                self.in_flight_batches.remove(&e.id()).unwrap_or_default()
-            }
-        };
-        for mut delivery in failed {
-            delivery.attempts += 1;
-            if delivery.attempts > max_retries {
-                tracing::error!(request_id = %delivery.record.request_id, "record given up on after {max_retries} retries");
-                discarded.push(delivery.record);
-            } else {
-                self.redeliver.push(delivery);
-            }
-        }
-    }
-
-    /// One batch of this lane's stream to the consumer its mapping points
-    /// at, if fewer than `parallelization` batches are in flight. Records
-    /// reported as failed come back before new ones, with their own sequence
-    /// numbers.
-    async fn deliver(
-        &mut self,
-        config: &GatewayConfig,
-        requests: &MemoryRequestStore,
-        real: &Arc<RealConsumer>,
-        fallback: &Arc<FallbackConsumer>,
-        ledger: &Arc<Ledger>,
-        discarded: &mut Vec<RequestRecord>,
-    ) -> bool {
-        while let Some(done) = self.in_flight.try_join_next_with_id() {
-            self.settle(done, config.max_retries, discarded);
-        }
-        if self.in_flight.len() >= config.parallelization.max(1) {
-            return false;
-        }
-        let mut batch: Vec<Delivery> = std::mem::take(&mut self.redeliver);
-        if batch.len() > config.batch_size {
-            self.redeliver = batch.split_off(config.batch_size);
-        }
-        let room = config.batch_size.saturating_sub(batch.len());
-        if room > 0 {
-            let operators = &self.operators;
-            let (records, next) = requests
-                .read_stream_where(self.position, room, |r| operators.contains(&r.operator));
-            self.position = next;
-            batch.extend(records.into_iter().map(|(position, record)| Delivery {
-                position,
-                record,
-                attempts: 0,
-            }));
-        }
-        if batch.is_empty() {
-            return false;
-        }
-        let payload = json!({
-            "Records": batch.iter().map(|d| stream_record(&d.record, d.position)).collect::<Vec<_>>()
-        });
-        let target = self.router.current().await.unwrap_or(ConsumerTarget::Real);
-        let (real, fallback, ledger) = (real.clone(), fallback.clone(), ledger.clone());
-        let records = batch.clone();
-        let handle = self.in_flight.spawn(async move {
-            let size = batch.len() as u64;
-            let failures = match target {
-                ConsumerTarget::Real => {
-                    let (handled, calls) = metered(real.handle(&payload)).await;
-                    ledger.note(InvocationKind::RealBatch, size, calls);
-                    handled
-                        .map(|r| r.response.batch_item_failures)
-                        .map_err(|e| e.to_string())
-                }
-                ConsumerTarget::Fallback => {
-                    let (handled, calls) = metered(fallback.handle(&payload)).await;
-                    ledger.note(InvocationKind::FallbackBatch, size, calls);
-                    handled
-                        .map(|r| r.response.batch_item_failures)
-                        .map_err(|e| e.to_string())
-                }
-            };
-            match failures {
-                Ok(failures) => failed_from(batch, &failures),
-                Err(e) => {
-                    tracing::error!(error = %e, "consumer failed the batch");
-                    batch
-                }
-            }
-        });
-        self.in_flight_batches.insert(handle.id(), records);
-        true
-    }
-}
-
 /// The switch's prober, counting the calls it makes.
 struct CountedProber {
     inner: Arc<dyn OperatorApi>,
@@ -606,124 +462,5 @@ impl OperatorApi for CountedProber {
     async fn call(&self, call: &OperatorCall) -> CallResult {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.call(call).await
-    }
-}
-
-/// One record on its way to a consumer.
-#[derive(Debug, Clone)]
-struct Delivery {
-    /// Its place in the stream: its sequence number, on every delivery.
-    position: usize,
-    record: RequestRecord,
-    /// Failed deliveries so far.
-    attempts: u32,
-}
-
-/// The records Lambda delivers again after a batch answered `failures`: from
-/// the first failed record on; an identifier that names no record of the
-/// batch fails the whole batch, as Lambda does.
-fn failed_from(
-    batch: Vec<Delivery>,
-    failures: &[aws_lambda_events::event::streams::DynamoDbBatchItemFailure],
-) -> Vec<Delivery> {
-    let mut first: Option<usize> = None;
-    for failure in failures {
-        let index = failure
-            .item_identifier
-            .as_deref()
-            .and_then(|id| id.parse::<usize>().ok())
-            .and_then(|position| batch.iter().position(|d| d.position == position));
-        match index {
-            Some(i) => first = Some(first.map_or(i, |f| f.min(i))),
-            None => return batch,
-        }
-    }
-    match first {
-        Some(i) => batch.into_iter().skip(i).collect(),
-        None => Vec::new(),
-    }
-}
-
-/// A Requests-stream record of `request` as Lambda delivers it.
-pub fn stream_record(request: &RequestRecord, position: usize) -> Value {
-    // The item exactly as the DynamoDB adapter writes it.
-    let image: Value = lifeboat_aws::request_to_item(request)
-        .ok()
-        .and_then(|item| serde_json::to_value(item).ok())
-        .unwrap_or(Value::Null);
-    json!({
-        "eventID": format!("{position}"),
-        "eventName": "INSERT",
-        "eventVersion": "1.1",
-        "eventSource": "aws:dynamodb",
-        "awsRegion": "us-east-1",
-        "dynamodb": {
-            "ApproximateCreationDateTime": request.created_at.timestamp(),
-            "Keys": {"request_id": {"S": request.request_id}},
-            "NewImage": image,
-            "SequenceNumber": format!("{position}"),
-            "SizeBytes": 256,
-            "StreamViewType": "NEW_AND_OLD_IMAGES"
-        },
-        "eventSourceARN": "arn:aws:dynamodb:us-east-1:000000000000:table/Requests/stream/local"
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use aws_lambda_events::event::streams::DynamoDbBatchItemFailure;
-    use chrono::DateTime;
-    use lifeboat_core::Operation;
-
-    fn batch(positions: &[usize]) -> Vec<Delivery> {
-        positions
-            .iter()
-            .map(|&position| Delivery {
-                position,
-                record: RequestRecord {
-                    request_id: format!("r{position}"),
-                    operator: OperatorId::new("nordic").unwrap_or_else(|e| panic!("{e}")),
-                    operation: Operation::Search,
-                    params: Default::default(),
-                    created_at: DateTime::UNIX_EPOCH,
-                    deadline: DateTime::UNIX_EPOCH,
-                },
-                attempts: 0,
-            })
-            .collect()
-    }
-
-    fn failure(id: &str) -> DynamoDbBatchItemFailure {
-        let mut failure = DynamoDbBatchItemFailure::default();
-        failure.item_identifier = Some(id.to_owned());
-        failure
-    }
-
-    fn positions(d: &[Delivery]) -> Vec<usize> {
-        d.iter().map(|d| d.position).collect()
-    }
-
-    #[test]
-    fn failures_send_back_the_batch_from_the_first_failed_record() {
-        // Redelivered records keep their own sequence numbers.
-        let records = batch(&[7, 3, 4, 5]);
-        assert_eq!(
-            positions(&failed_from(records.clone(), &[])),
-            Vec::<usize>::new()
-        );
-        assert_eq!(
-            positions(&failed_from(records.clone(), &[failure("5"), failure("3")])),
-            vec![3, 4, 5]
-        );
-        assert_eq!(
-            positions(&failed_from(records.clone(), &[failure("99")])),
-            vec![7, 3, 4, 5],
-            "an identifier of no record fails the whole batch"
-        );
-        assert_eq!(
-            positions(&failed_from(records, &[failure("not a number")])),
-            vec![7, 3, 4, 5]
-        );
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod clock;
 pub mod gateway;
+mod lane;
 pub mod meter;
 
 pub use clock::TokioClock;
