@@ -516,6 +516,70 @@ async fn fifty_concurrent_claimers_get_exactly_the_trial_limit() {
 }
 
 #[tokio::test]
+async fn one_probe_claim_per_gap_whoever_asks() {
+    let (_moto, config) = moto().await;
+    let client = breaker_table(&config, "breaker-probes").await;
+    let store = Arc::new(DynamoBreakerStore::new(client, "breaker-probes"));
+    let mut open = half_open("nordic", 4);
+    open.state = BreakerState::Open;
+    store.save(&open, None).await.unwrap();
+    let at = |s: i64| t(1_796_000_000 + s);
+
+    // A timer delivered ten times at once: one probe.
+    let claimers = (0..10).map(|_| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            store
+                .claim_probe(&op("nordic"), 4, at(10), at(5))
+                .await
+                .unwrap()
+        })
+    });
+    let granted = join_all(claimers)
+        .await
+        .into_iter()
+        .filter(|r| *r.as_ref().unwrap())
+        .count();
+    assert_eq!(granted, 1);
+    let stored = store.load(&op("nordic")).await.unwrap().unwrap();
+    assert_eq!(stored.probed_at, Some(at(10)));
+    // The next gap: claimed again once the last probe is old enough.
+    assert!(
+        !store
+            .claim_probe(&op("nordic"), 4, at(14), at(9))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_probe(&op("nordic"), 4, at(20), at(15))
+            .await
+            .unwrap()
+    );
+    // Another version, a breaker not open, or none at all: no probe.
+    assert!(
+        !store
+            .claim_probe(&op("nordic"), 3, at(40), at(35))
+            .await
+            .unwrap()
+    );
+    store.save(&half_open("baltic", 2), None).await.unwrap();
+    assert!(
+        !store
+            .claim_probe(&op("baltic"), 2, at(40), at(35))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_probe(&op("nobody"), 0, at(40), at(35))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.load(&op("nobody")).await.unwrap(), None);
+}
+
+#[tokio::test]
 async fn trial_results_are_tallied_until_the_breaker_moves_on() {
     let (_moto, config) = moto().await;
     let client = breaker_table(&config, "breaker-trials").await;

@@ -52,6 +52,9 @@ use lifeboat_local::gateway::{
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
+/// How long the breaker stays closed before the operator goes back on sale.
+const ON_SALE_HOLD: Duration = Duration::from_secs(5);
+
 /// A short open period (so the outage and its recovery fit in a minute, with
 /// room for the checks made while open) and a recent-cache window of 3 s.
 const SETTINGS: &str = r#"{"default":{"breaker":{"open_base":15000,"open_max":30000,"half_open_timeout":15000},"cache":{"recent":3000}}}"#;
@@ -314,7 +317,12 @@ async fn customers_keep_searching_and_buying_through_an_outage_on_the_wired_suit
     let mut options = GatewayOptions::new(nordic());
     options.operator_settings = SETTINGS.to_owned();
     options.tick_every = Duration::from_secs(1);
-    options.customer = Some(CustomerOptions::default());
+    // A short on-sale hold (the template's is a minute), so recovery fits the
+    // test's limits; the hold itself is checked below.
+    options.customer = Some(CustomerOptions {
+        sale_on_sale_hold_s: ON_SALE_HOLD.as_secs() as u32,
+        ..CustomerOptions::default()
+    });
     let gateway = tokio::time::timeout(STARTUP_LIMIT, LocalGateway::start(options))
         .await
         .expect(
@@ -678,6 +686,12 @@ async fn scenario(gateway: &LocalGateway) {
         closed.reason
     );
     assert_eq!(closed.previous, Some(BreakerState::HalfOpen));
+    // Back on sale only once the breaker stayed closed for the hold.
+    assert!(
+        on_sale_at >= closed.since + ON_SALE_HOLD,
+        "on sale at {on_sale_at}, closed at {}",
+        closed.since
+    );
     let final_sale = until(
         "the sale record to hold the closed version",
         Duration::from_secs(15),

@@ -281,6 +281,10 @@ struct BreakerItem {
     trial_successes: u32,
     trial_failures: u32,
     announced_version: u64,
+    /// Epoch milliseconds (a number, so the probe claim's condition can
+    /// compare it); absent unless an open period was probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    probed_at_ms: Option<i64>,
 }
 
 impl From<&BreakerRecord> for BreakerItem {
@@ -299,6 +303,7 @@ impl From<&BreakerRecord> for BreakerItem {
             trial_successes: r.trial_successes,
             trial_failures: r.trial_failures,
             announced_version: r.announced_version,
+            probed_at_ms: r.probed_at.map(|t| t.timestamp_millis()),
         }
     }
 }
@@ -330,6 +335,7 @@ impl TryFrom<BreakerItem> for BreakerRecord {
             trial_successes: i.trial_successes,
             trial_failures: i.trial_failures,
             announced_version: i.announced_version,
+            probed_at: i.probed_at_ms.and_then(DateTime::from_timestamp_millis),
         })
     }
 }
@@ -717,6 +723,43 @@ impl BreakerStore for DynamoBreakerStore {
             .expression_attribute_values(":half_open", s(BreakerState::HalfOpen.as_str()))
             .expression_attribute_values(":v", n(version))
             .expression_attribute_values(":limit", n(limit))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(self.unavailable("UpdateItem", &e)),
+        }
+    }
+
+    async fn claim_probe(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        at: DateTime<Utc>,
+        last_before: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(operator)))
+            .update_expression("SET #probed = :at")
+            .condition_expression(
+                "#state = :open AND #version = :v AND (attribute_not_exists(#probed) OR #probed <= :before)",
+            )
+            .expression_attribute_names("#probed", "probed_at_ms")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_values(":at", n(at.timestamp_millis()))
+            .expression_attribute_values(":open", s(BreakerState::Open.as_str()))
+            .expression_attribute_values(":v", n(version))
+            .expression_attribute_values(":before", n(last_before.timestamp_millis()))
             .send()
             .await;
         match result {

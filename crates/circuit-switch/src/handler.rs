@@ -936,6 +936,32 @@ mod tests {
         assert_eq!(timers.next_due(), None, "nothing left to wake for");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_duplicated_timer_probes_once_and_leaves_one_timer() {
+        // Down for ten minutes: every timer is a probe that fails.
+        let (w, switch, timers) = probing_world(Duration::from_secs(600));
+        switch.handle(&trip(0)).await.unwrap();
+        let mut due = timers.next_due().unwrap();
+        for _ in 0..5 {
+            w.clock.set(due);
+            let batch = timers.take_due(due);
+            assert_eq!(batch.len(), 1, "one timer per breaker at a time");
+            // Delivered twice (SQS delivers at least once): two invocations,
+            // and the duplicate a second later.
+            let first = switch.handle(&timer_batch(&batch)).await.unwrap();
+            w.clock.set(due + TimeDelta::seconds(1));
+            let again = switch.handle(&timer_batch(&batch)).await.unwrap();
+            assert_eq!((first.probe_calls, again.probe_calls), (1, 0));
+            let next = timers.next_due().unwrap();
+            assert!(next - due >= TimeDelta::seconds(10), "{next} after {due}");
+            assert_eq!(timers.take_due(next).len(), 1, "the duplicate set no timer");
+            // Put the one timer back, as SQS would hold it.
+            switch.arm(&state(&w).await).await;
+            due = timers.next_due().unwrap();
+        }
+        assert_eq!(state(&w).await.state, BreakerState::Open);
+    }
+
     #[tokio::test]
     async fn without_probes_the_timer_ends_the_open_period_to_the_second() {
         let w = world();

@@ -29,6 +29,9 @@ impl CircuitSwitch {
                 report.decisions.push(decision);
             }
             BreakerState::Open if self.probes(operator) => {
+                if !self.claim_probe(&record, now).await {
+                    return Ok(());
+                }
                 let (health, detail) = self.probe(operator, report).await;
                 if matches!(health, Health::Success | Health::SlowSuccess) {
                     tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe answered");
@@ -171,6 +174,39 @@ impl CircuitSwitch {
             .open_until
             .and_then(|until| until.checked_add_signed(chrono::TimeDelta::from_std(gap).ok()?));
         overdue.is_some_and(|overdue| self.clock.now() < overdue)
+    }
+
+    /// Claim the probe of `record`'s open period at `now`, so a duplicated
+    /// timer probes once. `false`: another invocation probed within the last
+    /// half gap (this timer is its duplicate, and sets no timer of its own).
+    /// A store that cannot say is not a claim either: the timer is set again
+    /// and the next one probes.
+    async fn claim_probe(&self, record: &BreakerRecord, now: DateTime<chrono::Utc>) -> bool {
+        let gap = self
+            .settings
+            .for_operator(&record.operator)
+            .breaker
+            .probe_every;
+        let last_before = chrono::TimeDelta::from_std(gap / 2)
+            .ok()
+            .and_then(|half| now.checked_sub_signed(half))
+            .unwrap_or(now);
+        match self
+            .breakers
+            .claim_probe(&record.operator, record.version, now, last_before)
+            .await
+        {
+            Ok(true) => true,
+            Ok(false) => {
+                tracing::info!(operator = %record.operator, version = record.version, "probe already made for this gap: duplicate timer dropped");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(operator = %record.operator, version = record.version, error = %e, "probe not claimed; trying at the next timer");
+                self.arm(record).await;
+                false
+            }
+        }
     }
 
     /// Whether `operator` is probed: a prober, and a probe in its settings.

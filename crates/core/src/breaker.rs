@@ -140,6 +140,10 @@ pub struct BreakerRecord {
     /// The newest version whose Breaker State Changed event was published.
     #[serde(default)]
     pub announced_version: u64,
+    /// Open only: when the last probe of this open period was claimed (see
+    /// [`crate::ports::BreakerStore::claim_probe`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probed_at: Option<DateTime<Utc>>,
 }
 
 impl BreakerRecord {
@@ -158,6 +162,7 @@ impl BreakerRecord {
             trial_successes: 0,
             trial_failures: 0,
             announced_version: 0,
+            probed_at: None,
         }
     }
 
@@ -472,6 +477,7 @@ fn successor(current: &BreakerRecord, state: BreakerState, now: DateTime<Utc>) -
         trial_successes: 0,
         trial_failures: 0,
         announced_version: current.announced_version,
+        probed_at: None,
     }
 }
 

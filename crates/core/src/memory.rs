@@ -231,6 +231,27 @@ impl BreakerStore for MemoryBreakerStore {
         }
     }
 
+    async fn claim_probe(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        at: DateTime<Utc>,
+        last_before: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut records = lock(&self.records);
+        match records.get_mut(operator) {
+            Some(r)
+                if r.state == BreakerState::Open
+                    && r.version == version
+                    && r.probed_at.is_none_or(|p| p <= last_before) =>
+            {
+                r.probed_at = Some(at);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     async fn record_trial(
         &self,
         operator: &OperatorId,

@@ -105,6 +105,19 @@ pub trait BreakerStore: Send + Sync {
         limit: u32,
     ) -> Result<bool, StoreError>;
 
+    /// Atomically claim the probe of open period `version` at `at`: succeeds
+    /// only while the breaker is open at `version` and no probe of it was
+    /// claimed after `last_before`. A duplicated timer then probes once, and
+    /// its loser sets no timer of its own, so the operator sees one probe per
+    /// gap however often a timer is delivered. `Ok(false)`: someone else probes.
+    async fn claim_probe(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        at: DateTime<Utc>,
+        last_before: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
     /// Atomically count a trial result in round `version`. `Ok(None)`: the
     /// breaker has moved on and the result no longer matters.
     async fn record_trial(

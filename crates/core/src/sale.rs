@@ -200,7 +200,17 @@ pub struct WritePolicy {
     /// longer than `attempt_timeout`, so a write that was given up on has
     /// ended before anyone else writes.
     pub lease: Duration,
+    /// How long a breaker must stay closed before its operator goes back on
+    /// sale: the on-sale write of a change waits this long, and a new trip
+    /// meanwhile replaces it without any write. An operator that flaps
+    /// (down, back for a few seconds, down again) then costs one off-sale and
+    /// one on-sale write, not two per flap. [`DEFAULT_ON_SALE_HOLD`] unless set.
+    pub on_sale_hold: Duration,
 }
+
+/// How long a breaker stays closed before its operator goes back on sale,
+/// unless the listener's `SALE_ON_SALE_HOLD_S` says otherwise.
+pub const DEFAULT_ON_SALE_HOLD: Duration = Duration::from_secs(60);
 
 impl Default for WritePolicy {
     fn default() -> Self {
@@ -215,7 +225,14 @@ impl WritePolicy {
             schedule,
             attempt_timeout,
             lease: attempt_timeout.saturating_add(LEASE_MARGIN),
+            on_sale_hold: DEFAULT_ON_SALE_HOLD,
         }
+    }
+
+    /// The same policy, holding on-sale writes for `hold` instead.
+    pub fn with_on_sale_hold(mut self, hold: Duration) -> Self {
+        self.on_sale_hold = hold;
+        self
     }
 
     /// Attempts per version, at least one.
@@ -353,7 +370,10 @@ impl SaleRecord {
                 version: change.version,
                 status: change.status,
                 attempts: 0,
-                next_attempt_at: now,
+                next_attempt_at: match change.status {
+                    SaleStatus::OnSale => after(now, policy.on_sale_hold),
+                    SaleStatus::OffSale => now,
+                },
                 last_error: None,
                 since: now,
                 gave_up_at: None,
@@ -986,6 +1006,8 @@ mod tests {
             },
             Duration::from_secs(5),
         )
+        // The write mechanics, without the on-sale hold (tested on its own).
+        .with_on_sale_hold(Duration::ZERO)
     }
 
     /// Plan, save what the plan says, and return the step.
@@ -1127,6 +1149,55 @@ mod tests {
             Step::Done(Settled::Outdated { applied: 6 })
         );
         assert_eq!((r.status(), r.wanted_version()), (SaleStatus::OnSale, 6));
+    }
+
+    #[test]
+    fn on_sale_waits_for_the_hold_and_a_new_trip_meanwhile_writes_nothing() {
+        let p = policy(8).with_on_sale_hold(Duration::from_secs(60));
+        let mut record = SaleRecord::new(nordic());
+        // Off sale at once.
+        let v1 = change(1, BreakerState::Open);
+        assert_eq!(
+            step(&mut record, &v1, secs(0), &p),
+            Step::Attempt { attempt: 1 }
+        );
+        finish(&mut record, &v1, 1, true, secs(0), &p);
+        assert_eq!(record.status(), SaleStatus::OffSale);
+        // Closed at 30 s: the on-sale write waits until 90 s.
+        let v3 = change(3, BreakerState::Closed);
+        assert!(matches!(
+            step(&mut record, &v3, secs(30), &p),
+            Step::Wait { retry_at, why: Wait::NotDue { attempts: 0, .. } } if retry_at == secs(90)
+        ));
+        // Tripped again at 50 s: replaces the held write, and the switch
+        // already holds off sale, so nothing is written.
+        let v4 = change(4, BreakerState::Open);
+        assert_eq!(
+            step(&mut record, &v4, secs(50), &p),
+            Step::Done(Settled::AlreadyHeld)
+        );
+        // The held change comes back at 90 s: outdated.
+        assert!(matches!(
+            step(&mut record, &v3, secs(90), &p),
+            Step::Done(Settled::Outdated { applied: 4 })
+        ));
+        // Closed at 100 s and for good: written at 160 s, once.
+        let v6 = change(6, BreakerState::Closed);
+        assert!(matches!(
+            step(&mut record, &v6, secs(100), &p),
+            Step::Wait { .. }
+        ));
+        assert!(matches!(
+            step(&mut record, &v6, secs(159), &p),
+            Step::Wait { .. }
+        ));
+        assert_eq!(
+            step(&mut record, &v6, secs(160), &p),
+            Step::Attempt { attempt: 1 }
+        );
+        finish(&mut record, &v6, 1, true, secs(160), &p);
+        assert_eq!(record.status(), SaleStatus::OnSale);
+        assert_eq!(record.applied_version, 6);
     }
 
     #[test]

@@ -163,6 +163,8 @@ pub mod template {
     pub const SALE_RETRY_MAX_ATTEMPTS: u32 = 8;
     /// The `SaleSwitchTimeoutMs` default.
     pub const SALE_SWITCH_TIMEOUT_MS: u32 = 2000;
+    /// The `SaleOnSaleHoldSeconds` default.
+    pub const SALE_ON_SALE_HOLD_S: u32 = 60;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -377,6 +379,8 @@ pub struct CustomerOptions {
     pub sale_retry_max_attempts: u32,
     /// `SALE_SWITCH_TIMEOUT_MS` of the off-sale listener.
     pub sale_switch_timeout_ms: u32,
+    /// `SALE_ON_SALE_HOLD_S` of the off-sale listener.
+    pub sale_on_sale_hold_s: u32,
     /// Long-poll wait of each receive from `OffsaleQueue` (Lambda's poller
     /// waits up to 20 s; it answers as soon as a message is there either way).
     pub queue_wait: Duration,
@@ -389,6 +393,7 @@ impl Default for CustomerOptions {
             breaker_cache_ms: template::BREAKER_CACHE_MS,
             sale_retry_max_attempts: template::SALE_RETRY_MAX_ATTEMPTS,
             sale_switch_timeout_ms: template::SALE_SWITCH_TIMEOUT_MS,
+            sale_on_sale_hold_s: template::SALE_ON_SALE_HOLD_S,
             queue_wait: Duration::from_secs(1),
         }
     }
@@ -1120,6 +1125,10 @@ pub fn function_env(
                 (
                     "SALE_SWITCH_TIMEOUT_MS",
                     customer.sale_switch_timeout_ms.to_string(),
+                ),
+                (
+                    "SALE_ON_SALE_HOLD_S",
+                    customer.sale_on_sale_hold_s.to_string(),
                 ),
             ]
             .into_iter()
@@ -1879,6 +1888,11 @@ mod tests {
             entry("SaleSwitchTimeoutMs")
                 .contains(&format!("Default: {}", template::SALE_SWITCH_TIMEOUT_MS))
         );
+        assert!(
+            entry("SaleOnSaleHoldSeconds")
+                .contains(&format!("Default: {}", template::SALE_ON_SALE_HOLD_S))
+        );
+        assert!(listener.contains("SALE_ON_SALE_HOLD_S: !Ref SaleOnSaleHoldSeconds"));
         assert!(
             entry("BreakerCacheMs").contains(&format!("Default: {}", template::BREAKER_CACHE_MS))
         );

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lifeboat_aws::Env;
 use lifeboat_core::retry::RetrySchedule;
-use lifeboat_core::sale::{OnSaleAt, WritePolicy};
+use lifeboat_core::sale::{DEFAULT_ON_SALE_HOLD, OnSaleAt, WritePolicy};
 
 use crate::http::{HttpSwitchConfig, HttpSwitchError};
 
@@ -28,11 +28,16 @@ pub const SALE_STATUS_STORE: &str = "SALE_STATUS_STORE";
 /// When an operator goes back on sale: `closed` (default, once per incident)
 /// or `half_open` (at every half-open round).
 pub const SALE_ON_SALE_AT: &str = "SALE_ON_SALE_AT";
+/// Seconds a breaker must stay closed before its operator goes back on sale
+/// (default 60; 0 writes at once).
+pub const SALE_ON_SALE_HOLD_S: &str = "SALE_ON_SALE_HOLD_S";
 
 /// With `dynamodb`: the SaleStatus table's name (required) and the queue's URL.
 pub use lifeboat_aws::clients::{OFFSALE_QUEUE_URL, SALE_STATUS_TABLE};
 
 const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+/// The longest on-sale hold: an hour.
+const MAX_ON_SALE_HOLD_S: u64 = 3_600;
 
 /// A setting that cannot be used. Names the variable; never echoes the auth
 /// value.
@@ -172,6 +177,20 @@ impl ListenerConfig {
                 expected: "closed or half_open",
             })?,
         };
+        let on_sale_hold = match optional(env, SALE_ON_SALE_HOLD_S)? {
+            None => DEFAULT_ON_SALE_HOLD,
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|s| *s <= MAX_ON_SALE_HOLD_S)
+                .map(Duration::from_secs)
+                .ok_or_else(|| ConfigError::Invalid {
+                    name: SALE_ON_SALE_HOLD_S,
+                    value: v.to_owned(),
+                    expected: "whole seconds from 0 to 3600",
+                })?,
+        };
         Ok(Self {
             switch,
             on_sale_at,
@@ -181,7 +200,8 @@ impl ListenerConfig {
                     ..RetrySchedule::default()
                 },
                 timeout,
-            ),
+            )
+            .with_on_sale_hold(on_sale_hold),
             store,
         })
     }
@@ -205,6 +225,24 @@ mod tests {
         assert_eq!(config.policy.lease, Duration::from_secs(15));
         assert_eq!(config.store, StoreChoice::Memory);
         assert_eq!(config.on_sale_at, OnSaleAt::Closed);
+        assert_eq!(config.policy.on_sale_hold, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn the_on_sale_hold_is_whole_seconds_up_to_an_hour() {
+        let hold = |v: &str| {
+            ListenerConfig::from_env(&env(&[
+                (SALE_STATUS_STORE, "memory"),
+                (SALE_ON_SALE_HOLD_S, v),
+            ]))
+            .map(|c| c.policy.on_sale_hold)
+        };
+        assert_eq!(hold("0").unwrap(), Duration::ZERO);
+        assert_eq!(hold("3600").unwrap(), Duration::from_secs(3600));
+        for bad in ["-1", "3601", "1.5", "soon"] {
+            let err = hold(bad).unwrap_err().to_string();
+            assert!(err.contains(SALE_ON_SALE_HOLD_S), "{err}");
+        }
     }
 
     #[test]

@@ -768,6 +768,7 @@ mod tests {
     use lifeboat_core::events::SaleSwitchWriteFailed;
     use lifeboat_core::memory::MemoryEventBus;
     use lifeboat_core::retry::RetrySchedule;
+    use lifeboat_core::sale::DEFAULT_ON_SALE_HOLD;
     use lifeboat_core::sale::{MemorySaleSwitch, SwitchOutcome};
     use serde_json::json;
 
@@ -842,7 +843,9 @@ mod tests {
                         ..RetrySchedule::default()
                     },
                     Duration::from_secs(5),
-                ),
+                )
+                // The write mechanics, without the on-sale hold.
+                .with_on_sale_hold(Duration::ZERO),
             }
         }
 
@@ -955,10 +958,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn by_default_an_incident_costs_one_off_sale_and_one_on_sale_write() {
-        // Three failed half-open rounds, then a closing one.
+        // Three failed half-open rounds, then a closing one, a trip 20 s
+        // later (the operator flapped), and the close that holds.
         let w = World::paused(8);
         let listener = OffsaleListener {
             on_sale_at: OnSaleAt::Closed,
+            policy: w.policy.with_on_sale_hold(DEFAULT_ON_SALE_HOLD),
             ..w.listener()
         };
         let rounds = [
@@ -969,43 +974,49 @@ mod tests {
             BreakerState::Open,
             BreakerState::HalfOpen,
             BreakerState::Closed,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+            BreakerState::Closed,
         ];
         for (i, to) in rounds.into_iter().enumerate() {
             let version = u64::try_from(i).unwrap() + 1;
             w.send(version, to);
             let report = w.deliver(&listener).await.unwrap();
-            assert!(report.response.batch_item_failures.is_empty());
-            // The operator is off sale until the breaker closes.
-            let expected = if to == BreakerState::Closed {
-                SaleStatus::OnSale
-            } else {
-                SaleStatus::OffSale
-            };
+            // A close comes back when its hold is over.
+            let held = usize::from(to == BreakerState::Closed);
+            assert_eq!(report.response.batch_item_failures.len(), held);
+            // The operator stays off sale, closed breaker included: the
+            // on-sale write waits for the breaker to stay closed a minute.
             assert_eq!(
                 w.switch.status(&nordic()),
-                expected,
+                SaleStatus::OffSale,
                 "after v{version} {to}"
             );
-            assert_eq!(w.record().await.applied_version, version);
+            tokio::time::sleep(Duration::from_secs(10)).await;
         }
+        // The last close at +90 s goes on sale at +150 s; the one at +60 s,
+        // tripped again 10 s later, was never written.
+        w.drain(&listener).await;
+        assert_eq!(w.switch.status(&nordic()), SaleStatus::OnSale);
+        assert_eq!(w.record().await.applied_version, 10);
         assert_eq!(
             w.writes(),
             vec![
                 (0, 1, SwitchOutcome::Accepted),
-                (0, 7, SwitchOutcome::Accepted)
+                (150, 10, SwitchOutcome::Accepted)
             ]
         );
-        // The same incident on sale at half-open (the seed behaviour): a
-        // write per change, but for closing after a half-open round that had
-        // already put the operator on sale.
+        // The same incident on sale at half-open without a hold (the seed
+        // behaviour): a write per change, but for closing after a half-open
+        // round that had already put the operator on sale.
         let w = World::paused(8);
         let listener = w.listener();
         for (i, to) in rounds.into_iter().enumerate() {
             w.send(u64::try_from(i).unwrap() + 1, to);
             w.deliver(&listener).await.unwrap();
         }
-        assert_eq!(w.writes().len(), rounds.len() - 1);
-        assert_eq!(w.record().await.applied_version, 7);
+        assert_eq!(w.writes().len(), rounds.len() - 2);
+        assert_eq!(w.record().await.applied_version, 10);
     }
 
     #[tokio::test(start_paused = true)]

@@ -205,6 +205,17 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Metered<T> {
         self.0.claim_trial(operator, version, limit).await
     }
 
+    async fn claim_probe(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        at: DateTime<Utc>,
+        last_before: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        note_write();
+        self.0.claim_probe(operator, version, at, last_before).await
+    }
+
     async fn record_trial(
         &self,
         operator: &OperatorId,
