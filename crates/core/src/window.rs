@@ -1,8 +1,11 @@
 //! The failure window: the breaker's fast path.
 //!
 //! Consumers count their calls per batch into one-second buckets (one atomic add
-//! per batch, shared by every Lambda instance through the store) and then read the
-//! last few seconds back. Three rules can ask for a trip:
+//! per batch, shared by every Lambda instance through the store, in the bucket
+//! that holds the batch's start: calls are ordered by when they were made, so
+//! a slow answer to a call made before an outage does not break the streak of
+//! the failures made after it) and then read the last few seconds back. These
+//! rules can ask for a trip:
 //!
 //! * failure rate: failures and timeouts over all counted calls, once at least
 //!   `min_calls` calls were made in the window;
@@ -10,6 +13,11 @@
 //!   the same minimum;
 //! * consecutive timeouts: timeouts since the last success, counted back from
 //!   the newest bucket to the newest bucket that holds a success;
+//! * consecutive errors: fast failures (refused, 5xx, 429, …; not timeouts)
+//!   since the last success, over the same lookback as the next rule: three
+//!   in a row open an operator with one call a second within about three
+//!   seconds, while a healthy operator's stray 5xx (about 1 %) makes three in
+//!   a row about once in a million calls;
 //! * consecutive failures: failures of any kind (refused, 5xx, 429, timeouts)
 //!   since the last success, counted the same way over a longer lookback
 //!   (`streak_length`, a minute by default), so an operator too quiet for the
@@ -91,7 +99,7 @@ pub struct WindowConfig {
     /// How far back the window looks.
     #[serde(with = "crate::budget::millis")]
     pub length: Duration,
-    /// Bucket width. Counts are added to the bucket that holds the batch's end.
+    /// Bucket width. Counts are added to the bucket that holds the batch's start.
     #[serde(with = "crate::budget::millis")]
     pub bucket: Duration,
     /// No rate rule trips with fewer calls than this in the window.
@@ -105,6 +113,9 @@ pub struct WindowConfig {
     /// Trip after this many failures of any kind (timeouts included) with
     /// no success in between, within `streak_length`. 0 turns it off.
     pub consecutive_failures: u32,
+    /// Trip after this many fast failures (not timeouts) with no success in
+    /// between, within `streak_length`. 0 turns it off.
+    pub consecutive_errors: u32,
     /// How far back `consecutive_failures` looks (at least `length`).
     #[serde(with = "crate::budget::millis")]
     pub streak_length: Duration,
@@ -120,6 +131,7 @@ impl Default for WindowConfig {
             slow_rate: 0.8,
             consecutive_timeouts: 5,
             consecutive_failures: 5,
+            consecutive_errors: 3,
             streak_length: Duration::from_secs(60),
         }
     }
@@ -133,6 +145,7 @@ pub enum WindowVerdict {
     SlowCalls { rate: f64, calls: u32 },
     ConsecutiveTimeouts { count: u32 },
     ConsecutiveFailures { count: u32 },
+    ConsecutiveErrors { count: u32 },
 }
 
 impl std::fmt::Display for WindowVerdict {
@@ -149,6 +162,9 @@ impl std::fmt::Display for WindowVerdict {
             }
             WindowVerdict::ConsecutiveFailures { count } => {
                 write!(f, "{count} consecutive failed calls")
+            }
+            WindowVerdict::ConsecutiveErrors { count } => {
+                write!(f, "{count} consecutive errors (refused, 5xx, 429, …)")
             }
         }
     }
@@ -206,6 +222,12 @@ impl WindowConfig {
         let streak = Self::streak(&read, oldest, |c| c.timeouts);
         if self.consecutive_timeouts > 0 && streak >= self.consecutive_timeouts {
             return Some(WindowVerdict::ConsecutiveTimeouts { count: streak });
+        }
+        // Consecutive fast failures: the quickest sign of an operator that
+        // refuses or errors, whatever its traffic.
+        let errors = Self::streak(&read, self.oldest_read(now), |c| c.failures);
+        if self.consecutive_errors > 0 && errors >= self.consecutive_errors {
+            return Some(WindowVerdict::ConsecutiveErrors { count: errors });
         }
         if let Some(verdict) = self.rates(&read, oldest) {
             return Some(verdict);
@@ -289,9 +311,10 @@ mod tests {
 
     #[test]
     fn failure_rate_needs_the_minimum_number_of_calls() {
-        // (Failures in a row alone would trip on the streak rule.)
+        // (Failures in a row alone would trip on the streak rules.)
         let cfg = WindowConfig {
             consecutive_failures: 0,
+            consecutive_errors: 0,
             ..WindowConfig::default()
         };
         let few = [bucket(0, |c| many(c, Health::Failure, 9))];
@@ -326,8 +349,12 @@ mod tests {
     #[test]
     fn a_quiet_operators_failures_in_a_row_trip_within_the_streak() {
         // One fast failure every 12 s: never ten calls in the window, never
-        // two in one bucket; the fifth in a row within a minute trips.
-        let cfg = WindowConfig::default();
+        // two in one bucket; the fifth in a row within a minute trips (the
+        // errors rule, tested on its own, off here).
+        let cfg = WindowConfig {
+            consecutive_errors: 0,
+            ..WindowConfig::default()
+        };
         let buckets: Vec<Bucket> = (0..5)
             .map(|i| bucket(i * 12, |c| many(c, Health::Failure, 1)))
             .collect();
@@ -353,8 +380,45 @@ mod tests {
     }
 
     #[test]
-    fn old_buckets_fall_out_of_the_window() {
+    fn three_errors_in_a_row_trip_and_timeouts_between_them_do_not_reset_the_count() {
         let cfg = WindowConfig::default();
+        // One call a second: refused, a timeout, refused, refused.
+        let buckets = [
+            bucket(0, |c| many(c, Health::Success, 1)),
+            bucket(1, |c| many(c, Health::Failure, 1)),
+            bucket(2, |c| many(c, Health::Timeout, 1)),
+            bucket(3, |c| many(c, Health::Failure, 1)),
+        ];
+        assert_eq!(cfg.evaluate(&buckets, at(3_500)), None);
+        let mut third = buckets.to_vec();
+        third.push(bucket(4, |c| many(c, Health::Failure, 1)));
+        assert_eq!(
+            cfg.evaluate(&third, at(4_500)),
+            Some(WindowVerdict::ConsecutiveErrors { count: 3 })
+        );
+        // A busy operator's stray errors sit beside successes: no streak.
+        let busy: Vec<Bucket> = (0..10)
+            .map(|s| {
+                bucket(s, |c| {
+                    many(c, Health::Success, 9);
+                    many(c, Health::Failure, 1);
+                })
+            })
+            .collect();
+        assert_eq!(cfg.evaluate(&busy, at(9_500)), None);
+        let off = WindowConfig {
+            consecutive_errors: 0,
+            ..cfg
+        };
+        assert_eq!(off.evaluate(&third, at(4_500)), None);
+    }
+
+    #[test]
+    fn old_buckets_fall_out_of_the_window() {
+        let cfg = WindowConfig {
+            consecutive_errors: 0,
+            ..WindowConfig::default()
+        };
         let buckets = [bucket(0, |c| many(c, Health::Failure, 50))];
         assert!(matches!(
             cfg.evaluate(&buckets, at(9_999)),

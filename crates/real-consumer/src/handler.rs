@@ -169,6 +169,9 @@ impl RealConsumer {
 
     /// Handle one stream batch.
     pub async fn handle(&self, payload: &Value) -> Result<BatchReport, ConsumerError> {
+        // The batch's calls are counted in the window at the time they were
+        // made, not answered (see lifeboat_core::window).
+        let started = self.clock.now();
         let batch = read_batch(payload, self.requests.as_ref(), self.clock.now(), NAME)
             .await
             .map_err(ConsumerError::NotABatch)?;
@@ -222,7 +225,10 @@ impl RealConsumer {
 
         for (operator, counts) in &counts {
             let view = views.get(operator).cloned().flatten();
-            if let Some(event) = self.update_window(operator, counts, view.as_ref()).await {
+            if let Some(event) = self
+                .update_window(operator, counts, started, view.as_ref())
+                .await
+            {
                 report.trips_requested += 1;
                 events.push(event);
             }
@@ -497,13 +503,14 @@ impl RealConsumer {
         &self,
         operator: &OperatorId,
         counts: &CallCounts,
+        started: DateTime<Utc>,
         view: Option<&BreakerRecord>,
     ) -> Option<LifeboatEvent> {
         let cfg = self.settings.for_operator(operator).window;
         let now = self.clock.now();
         if let Err(e) = self
             .window
-            .add(operator, cfg.bucket_start(now), counts)
+            .add(operator, cfg.bucket_start(started), counts)
             .await
         {
             tracing::warn!(operator = %operator, error = %e, "window counts not written");
@@ -518,8 +525,8 @@ impl RealConsumer {
         let since = cfg.oldest_read(now).max(record.since);
         let buckets: Vec<lifeboat_core::window::Bucket> =
             match self.window.since(operator, since).await {
-                // A bucket is counted at its batch's end: one that starts at or
-                // before the close may hold calls made before it.
+                // A bucket that starts at or before the close may hold calls
+                // made before it.
                 Ok(b) => b.into_iter().filter(|b| b.start > record.since).collect(),
                 Err(e) => {
                     tracing::warn!(operator = %operator, error = %e, "window unreadable");
@@ -770,8 +777,10 @@ mod tests {
             .count()
     }
 
+    /// A breaker in `state` since a minute ago.
     async fn put_breaker(w: &World, state: BreakerState, version: u64) {
-        let mut record = BreakerRecord::initial(OperatorId::new("nordic").unwrap(), w.clock.now());
+        let since = w.clock.now() - chrono::TimeDelta::seconds(60);
+        let mut record = BreakerRecord::initial(OperatorId::new("nordic").unwrap(), since);
         record.state = state;
         record.version = version;
         w.breakers.save(&record, None).await.unwrap();
