@@ -63,9 +63,21 @@ pub enum ConfigError {
 }
 
 /// A snapshot of the environment variables that configure lifeboat's adapters.
-#[derive(Debug, Clone, Default)]
+///
+/// Its `Debug` lists the variables' names only: the environment holds the
+/// session token and the sale switch's auth value, and a `{:?}` in a log line
+/// must not print them.
+#[derive(Clone, Default)]
 pub struct Env {
     vars: BTreeMap<String, OsString>,
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env")
+            .field("names", &self.vars.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Env {
@@ -282,6 +294,20 @@ impl Clients {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_prints_names_not_values() {
+        let env = Env::from_pairs([
+            ("AWS_SESSION_TOKEN", "IQoJb3JpZ2luX2Vj"),
+            ("SALE_SWITCH_AUTH_VALUE", "Bearer s3cret"),
+        ]);
+        let printed = format!("{env:?}");
+        assert!(printed.contains("AWS_SESSION_TOKEN"), "{printed}");
+        assert!(
+            !printed.contains("IQoJ") && !printed.contains("s3cret"),
+            "{printed}"
+        );
+    }
 
     #[test]
     fn required_variables_say_which_is_wrong() {

@@ -29,7 +29,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lifeboat_core::cart::{
-    Cart, CartPolicy, CartPrice, CartRefusal, CartSettings, CartStore, ConfirmStep, Sailing,
+    Cart, CartPolicy, CartPrice, CartRefusal, CartSettings, CartStore, ConfirmStep,
+    MAX_PRICE_CENTS, Sailing,
 };
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::StoreError;
@@ -185,7 +186,7 @@ impl CartService {
         }
         cart.revision = 1;
         self.save(&cart, None).await?;
-        tracing::info!(cart_id = %cart.cart_id, operator = %cart.operator, off_sale = !on_sale, "cart opened");
+        tracing::info!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, off_sale = !on_sale, "cart opened");
         Ok(Reply::json(201, self.view(&cart, on_sale)))
     }
 
@@ -210,16 +211,20 @@ impl CartService {
             self.save(&cart, Some(read_revision)).await?;
         }
         let (status, extra) = outcome?;
-        let mut view = self.view(&cart, on_sale);
-        if let Some((name, value, detail)) = extra {
-            view[name] = value;
-            view["detail"] = json!(detail);
-        }
+        let view = self.view(&cart, on_sale);
         tracing::info!(
-            cart_id = %cart.cart_id, operator = %cart.operator, step, on_sale,
+            cart = %log_ref(&cart.cart_id), operator = %cart.operator, step, on_sale,
             degraded = cart.degraded.is_some(), confirmed = cart.confirmation.is_some(), status, "cart step"
         );
-        Ok(Reply::json(status, view))
+        Ok(match extra {
+            // A price to show before confirming: a problem document (RFC
+            // 9457) with the price and the cart as extension members.
+            Some((name, value, detail)) => Problem::new(status, title_of(name), detail)
+                .with(name, value)
+                .with("cart", view)
+                .reply(),
+            None => Reply::json(status, view),
+        })
     }
 
     /// One step on a loaded cart: the status to answer and, for a 409 with
@@ -309,7 +314,7 @@ impl CartService {
                         other => cannot_price_now(cart, other),
                     })?;
                 if step == ConfirmStep::Confirmed {
-                    tracing::info!(cart_id = %cart.cart_id, operator = %cart.operator, age_s = cart.price_age_s(now), "confirmed on a cached price");
+                    tracing::info!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, age_s = cart.price_age_s(now), "confirmed on a cached price");
                 }
                 step
             }
@@ -453,11 +458,25 @@ impl CartService {
 }
 
 /// An amount in cents and its currency, from `object[amount]` and `object.currency`.
+/// How a cart is named in logs: the cart id is what lets a caller act on the
+/// cart, so logs carry a stable fingerprint of it (12 hex digits of SipHash
+/// with fixed keys), enough to follow one cart through the log lines and
+/// not enough to act on it.
+fn log_ref(cart_id: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    cart_id.hash(&mut hasher);
+    format!("{:012x}", hasher.finish() >> 16)
+}
+
+/// An operator's amount and currency, if the amount is a price at all: from
+/// 0 to [`MAX_PRICE_CENTS`], so no arithmetic on prices can overflow.
 fn money(object: &Value, amount: &str) -> Option<(i64, String)> {
-    Some((
-        object.get(amount)?.as_i64()?,
-        object.get("currency")?.as_str()?.to_owned(),
-    ))
+    let cents = object
+        .get(amount)?
+        .as_i64()
+        .filter(|c| (0..=MAX_PRICE_CENTS).contains(c))?;
+    Some((cents, object.get("currency")?.as_str()?.to_owned()))
 }
 
 fn cart_price((amount_cents, currency): (i64, String), answer: &Answer) -> CartPrice {
@@ -481,6 +500,13 @@ fn json_body<T: for<'de> Deserialize<'de>>(request: &HttpRequest) -> Result<T, P
             .unwrap_or("body");
         Problem::invalid(field, &reason)
     })
+}
+
+fn title_of(member: &str) -> &'static str {
+    match member {
+        "price_changed" => "price changed",
+        _ => "price to confirm",
+    }
 }
 
 /// A step's answer: the status and, for a 409 that shows a price, the

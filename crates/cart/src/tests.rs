@@ -254,7 +254,12 @@ async fn a_cart_never_priced_shows_its_price_before_confirming() {
     let shown = call(&mut w, confirm.clone()).await;
     assert_eq!(shown.status, 409, "{}", shown.body);
     assert!(shown.body["price_to_confirm"]["amount_cents"].is_i64());
-    assert_eq!(shown.body["status"], "open");
+    assert_eq!(
+        shown.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(shown.body["status"], 409);
+    assert_eq!(shown.body["cart"]["status"], "open");
     let confirmed = call(&mut w, confirm).await;
     assert_eq!(confirmed.status, 200, "{}", confirmed.body);
     assert_eq!(
@@ -351,7 +356,8 @@ async fn a_changed_price_is_shown_old_new_and_difference() {
     assert_eq!(change["old_cents"].as_i64(), Some(old));
     assert_eq!(change["difference_cents"].as_i64(), Some(new - old));
     assert!(new > old);
-    assert_eq!(changed.body["status"], "open");
+    assert_eq!(changed.body["title"], "price changed");
+    assert_eq!(changed.body["cart"]["status"], "open");
 
     let accepted = call(
         &mut w,
@@ -477,4 +483,40 @@ async fn off_sale_a_sailing_never_priced_takes_its_fare_from_the_cached_search()
     )
     .await;
     assert_eq!(confirmed.body["status"], "confirmed");
+}
+
+#[test]
+fn only_amounts_that_are_prices_are_read() {
+    let read = |cents: Value| {
+        money(
+            &json!({"amount_cents": cents, "currency": "EUR"}),
+            "amount_cents",
+        )
+    };
+    assert_eq!(read(json!(9_900)), Some((9_900, "EUR".to_owned())));
+    assert_eq!(read(json!(0)), Some((0, "EUR".to_owned())));
+    assert_eq!(
+        read(json!(MAX_PRICE_CENTS)),
+        Some((MAX_PRICE_CENTS, "EUR".to_owned()))
+    );
+    for bad in [
+        json!(-1),
+        json!(i64::MIN),
+        json!(MAX_PRICE_CENTS + 1),
+        json!(i64::MAX),
+        json!(99.5),
+        json!("9900"),
+    ] {
+        assert_eq!(read(bad.clone()), None, "{bad}");
+    }
+}
+
+#[test]
+fn logs_name_a_cart_by_a_fingerprint() {
+    let id = "c-4f9a1b2c3d4e5f60718293a4b5c6d7e8";
+    let named = log_ref(id);
+    assert_eq!(named, log_ref(id), "stable across lines");
+    assert_eq!(named.len(), 12);
+    assert!(!id.contains(&named) && !named.contains(&id[2..10]));
+    assert_ne!(named, log_ref("c-4f9a1b2c3d4e5f60718293a4b5c6d7e9"));
 }

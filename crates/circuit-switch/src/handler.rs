@@ -257,7 +257,7 @@ impl CircuitSwitch {
             alarms,
             operators,
             repoint_backoff: Duration::from_millis(500),
-            metrics: Arc::new(StdoutMetrics),
+            metrics: Arc::new(StdoutMetrics::from_env()),
             timers: match env.optional(BREAKER_TIMER_QUEUE_URL)? {
                 Some(url) => Some(Arc::new(clients.breaker_timers(url))),
                 None => None,

@@ -136,6 +136,9 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
     let _suite = ONE_SUITE.lock().await;
     let mut config = config("alarm");
     config.outage = Some(Duration::from_secs(30));
+    // The functions log at WARN, and the alarm reads only what Lambda's
+    // log-level filter would keep: the metric lines must pass it.
+    config.log_level = "WARN".to_owned();
     config.operator_settings = LOCAL_SETTINGS.replace(
         r#""breaker""#,
         r#""window":{"min_calls":100000,"consecutive_timeouts":100000,"consecutive_failures":0,"consecutive_errors":0},"breaker""#,

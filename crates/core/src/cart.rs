@@ -57,6 +57,10 @@ pub enum Extras {
     SkippedWhileOffSale,
 }
 
+/// The largest price the cart accepts from an operator, in cents (a
+/// billion in any currency): far above any ticket, far below overflow.
+pub const MAX_PRICE_CENTS: i64 = 100_000_000_000;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CartPrice {
     pub amount_cents: i64,
@@ -400,7 +404,10 @@ impl Cart {
                 let change = PriceChange {
                     old_cents: old.amount_cents,
                     new_cents: price.amount_cents,
-                    difference_cents: price.amount_cents - old.amount_cents,
+                    // Prices are checked at the edge (the cart refuses
+                    // amounts outside 0..=MAX_PRICE_CENTS); saturating all
+                    // the same, so no amount can wrap or panic here.
+                    difference_cents: price.amount_cents.saturating_sub(old.amount_cents),
                     currency: price.currency.clone(),
                     at: now,
                 };

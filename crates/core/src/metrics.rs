@@ -16,6 +16,13 @@
 //! use 10-second periods. Dimension sets are kept small and fixed, one per
 //! metric family, because every distinct set of dimension values is a
 //! separate (billed) CloudWatch metric.
+//!
+//! Each line also carries a `level`: with the JSON log format Lambda filters
+//! application logs by that field, and a line without one counts as INFO, so
+//! a function configured at WARN would drop every metric (no
+//! `FailedOperatorCalls`, an alarm that never fires, blank dashboards). The
+//! level written is the one Lambda filters at (INFO at least), so a metric
+//! line always passes; [`LogLevel::lets_through`] is Lambda's rule, for tests.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -183,9 +190,103 @@ pub trait MetricsSink: Send + Sync {
     fn emit(&self, sets: &[MetricSet], at: DateTime<Utc>);
 }
 
+/// Lambda's application log levels, least severe first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    #[default]
+    Info,
+    Warn,
+    Error,
+    Fatal,
+}
+
+impl LogLevel {
+    pub const ALL: [LogLevel; 6] = [
+        LogLevel::Trace,
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Warn,
+        LogLevel::Error,
+        LogLevel::Fatal,
+    ];
+
+    /// A level name in any case (`WARNING` for WARN too).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_uppercase().as_str() {
+            "TRACE" => Some(Self::Trace),
+            "DEBUG" => Some(Self::Debug),
+            "INFO" => Some(Self::Info),
+            "WARN" | "WARNING" => Some(Self::Warn),
+            "ERROR" => Some(Self::Error),
+            "FATAL" => Some(Self::Fatal),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Trace => "TRACE",
+            Self::Debug => "DEBUG",
+            Self::Info => "INFO",
+            Self::Warn => "WARN",
+            Self::Error => "ERROR",
+            Self::Fatal => "FATAL",
+        }
+    }
+
+    /// The level Lambda filters application logs at: `AWS_LAMBDA_LOG_LEVEL`,
+    /// which Lambda sets from the function's `ApplicationLogLevel`; INFO
+    /// (Lambda's default) when unset or unknown.
+    pub fn from_lambda_env() -> Self {
+        std::env::var("AWS_LAMBDA_LOG_LEVEL")
+            .ok()
+            .and_then(|v| Self::parse(&v))
+            .unwrap_or_default()
+    }
+
+    /// Whether Lambda, filtering at `self`, sends `line` to CloudWatch Logs:
+    /// a JSON object's `level` (any case), INFO when missing or not a level
+    /// (also for a line that is not JSON), kept when at least `self`.
+    pub fn lets_through(self, line: &str) -> bool {
+        let level = serde_json::from_str::<Value>(line)
+            .ok()
+            .and_then(|v| v.get("level")?.as_str().and_then(Self::parse))
+            .unwrap_or_default();
+        level >= self
+    }
+}
+
 /// Standard output, one line per set: what Lambda sends to CloudWatch Logs.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct StdoutMetrics;
+pub struct StdoutMetrics {
+    /// The level Lambda filters at: each line is written at it (INFO at
+    /// least), so the filter never drops a metric.
+    filter: LogLevel,
+}
+
+impl StdoutMetrics {
+    /// Lines that pass Lambda's filter at [`LogLevel::from_lambda_env`].
+    pub fn from_env() -> Self {
+        Self::filtered_at(LogLevel::from_lambda_env())
+    }
+
+    /// Lines that pass Lambda's filter at `filter`.
+    pub fn filtered_at(filter: LogLevel) -> Self {
+        Self { filter }
+    }
+
+    /// The line written for `set` at `at`.
+    pub fn line(&self, set: &MetricSet, at: DateTime<Utc>) -> String {
+        let mut emf = set.to_emf(at);
+        if let Value::Object(fields) = &mut emf {
+            let level = self.filter.max(LogLevel::Info);
+            fields.insert("level".into(), Value::String(level.as_str().into()));
+        }
+        emf.to_string()
+    }
+}
 
 impl MetricsSink for StdoutMetrics {
     fn emit(&self, sets: &[MetricSet], at: DateTime<Utc>) {
@@ -193,7 +294,7 @@ impl MetricsSink for StdoutMetrics {
         let mut out = std::io::stdout().lock();
         for set in sets.iter().filter(|s| !s.is_empty()) {
             // A closed stdout loses the metric, never the invocation.
-            let _ = writeln!(out, "{}", set.to_emf(at));
+            let _ = writeln!(out, "{}", self.line(set, at));
         }
     }
 }
@@ -363,6 +464,33 @@ pub fn extract(line: &Value) -> Result<Vec<Datapoint>, EmfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metric_lines_pass_lambdas_log_level_filter_at_every_level() {
+        let at = DateTime::from_timestamp(1_796_104_800, 0).unwrap();
+        let set = MetricSet::new()
+            .dimension("Operator", "nordic".to_owned())
+            .count(names::FAILED_CALLS, 3);
+        for filter in LogLevel::ALL {
+            let line = StdoutMetrics::filtered_at(filter).line(&set, at);
+            assert!(filter.lets_through(&line), "{filter:?} dropped {line}");
+            // Still the same EMF: the level is one more property.
+            let mut emf: Value = serde_json::from_str(&line).unwrap();
+            emf.as_object_mut().unwrap().remove("level");
+            assert_eq!(emf, set.to_emf(at));
+        }
+        // Without a level, Lambda's WARN filter would drop it (the bug).
+        let bare = set.to_emf(at).to_string();
+        assert!(LogLevel::Info.lets_through(&bare));
+        assert!(!LogLevel::Warn.lets_through(&bare));
+        assert!(!LogLevel::Warn.lets_through("not json"));
+        assert!(LogLevel::Warn.lets_through(r#"{"level": "error"}"#));
+        assert!(!LogLevel::Warn.lets_through(r#"{"level": "loud"}"#));
+        assert_eq!(
+            StdoutMetrics::filtered_at(LogLevel::Debug).line(&set, at),
+            StdoutMetrics::default().line(&set, at)
+        );
+    }
 
     /// A metric as CloudWatch extracts it: name, value (the sum of a
     /// series), dimension names and values.

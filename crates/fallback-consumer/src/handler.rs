@@ -70,7 +70,7 @@ impl FallbackConsumer {
             requests: Arc::new(clients.request_store(env)?),
             events: Arc::new(clients.publisher(env)?),
             clock: Arc::new(lifeboat_core::SystemClock),
-            metrics: Arc::new(StdoutMetrics),
+            metrics: Arc::new(StdoutMetrics::from_env()),
         })
     }
 

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use lifeboat_core::metrics::{self, Datapoint};
+use lifeboat_core::metrics::{self, Datapoint, LogLevel};
 use serde_json::{Value, json};
 
 use crate::pump::Invoker;
@@ -525,6 +525,9 @@ pub struct AlarmConfig {
     /// Read only what is written from now on: the log of a watch that ran
     /// before holds metrics of earlier runs.
     pub from_end: bool,
+    /// The functions' `AWS_LAMBDA_LOG_LEVEL`: lines Lambda's log-level
+    /// filter would drop at it never reach CloudWatch, so they are not read.
+    pub filter: LogLevel,
 }
 
 impl AlarmConfig {
@@ -536,6 +539,7 @@ impl AlarmConfig {
             every: Duration::from_secs(1),
             grace: Duration::from_secs(2),
             from_end: false,
+            filter: LogLevel::Info,
         }
     }
 }
@@ -673,7 +677,7 @@ async fn run(
         let transition = {
             let mut shared = lock(&shared);
             shared.stats.lines_read += lines.len() as u64;
-            for line in &lines {
+            for line in lines.iter().filter(|l| config.filter.lets_through(l)) {
                 for point in datapoints(line) {
                     if shared.evaluator.observe(&point) {
                         shared.stats.datapoints += 1;

@@ -72,6 +72,7 @@ use lifeboat_aws::{
     DynamoBreakerStore, DynamoCartStore, DynamoRequestStore, DynamoSaleStatusStore, RequestTables,
 };
 use lifeboat_core::OperatorId;
+use lifeboat_core::metrics::LogLevel;
 use lifeboat_operator::{LatencyModel, SimConfig, SimServer, SimStats};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -684,6 +685,7 @@ impl LocalGateway {
                     CIRCUIT_SWITCH,
                 );
                 config.from_end = watch.is_attached();
+                config.filter = LogLevel::parse(&options.log_level).unwrap_or_default();
                 LocalAlarm::start(invoker.clone(), config)
             });
         let ticker = Ticker::start(

@@ -73,7 +73,7 @@ pub fn lookup(env: &Env, clients: &Clients) -> Result<Lookup, StartupError> {
         clock,
         settings: Settings::from_json(env.optional(OPERATOR_SETTINGS)?.unwrap_or(""))?,
         polling: Polling::default(),
-        metrics: Arc::new(lifeboat_core::metrics::StdoutMetrics),
+        metrics: Arc::new(lifeboat_core::metrics::StdoutMetrics::from_env()),
     })
 }
 

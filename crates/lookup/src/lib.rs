@@ -199,7 +199,7 @@ impl Lookup {
             clock,
             settings,
             polling: Polling::default(),
-            metrics: Arc::new(StdoutMetrics),
+            metrics: Arc::new(StdoutMetrics::from_env()),
         }
     }
 

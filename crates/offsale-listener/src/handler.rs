@@ -403,7 +403,7 @@ impl OffsaleListener {
             clock,
             policy: config.policy,
             on_sale_at: config.on_sale_at,
-            metrics: Arc::new(StdoutMetrics),
+            metrics: Arc::new(StdoutMetrics::from_env()),
         })
     }
 

@@ -28,7 +28,9 @@ pub const OPERATOR_PLACEHOLDER: &str = "{operator}";
 pub enum HttpSwitchError {
     #[error("sale switch url {template:?} is not a valid url: {reason}")]
     BadUrl { template: String, reason: String },
-    #[error("sale switch url {0:?} must start with http:// or https://")]
+    #[error(
+        "sale switch url {0:?} must start with https:// (http:// only to a loopback address: the auth header and the status would cross the network in the clear)"
+    )]
     BadScheme(String),
     #[error("sale switch method {0:?} is not supported: use PUT or POST")]
     BadMethod(String),
@@ -66,7 +68,16 @@ impl HttpSwitchConfig {
             template: url_template.clone(),
             reason: e.to_string(),
         })?;
-        if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
+        let loopback = url.host_str().is_some_and(|host| {
+            host.eq_ignore_ascii_case("localhost")
+                || host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        });
+        let secure = url.scheme() == "https" || (url.scheme() == "http" && loopback);
+        if !secure || url.cannot_be_a_base() {
             return Err(HttpSwitchError::BadScheme(url_template));
         }
         let method = match method.trim().to_ascii_uppercase().as_str() {
@@ -459,6 +470,8 @@ mod tests {
             HttpSwitchConfig::new("https://legacy.example/{operator}", "GET", None, t),
             HttpSwitchConfig::new("https://legacy.example", "PUT", Some(("bad name", "v")), t),
             HttpSwitchConfig::new("https://legacy.example", "PUT", Some(("x-key", "a\nb")), t),
+            HttpSwitchConfig::new("http://legacy.example/{operator}", "PUT", None, t),
+            HttpSwitchConfig::new("http://10.0.0.7/{operator}", "PUT", None, t),
         ];
         let errors: Vec<String> = cases
             .into_iter()
@@ -469,6 +482,18 @@ mod tests {
         assert!(errors[2].contains("PUT or POST"), "{}", errors[2]);
         assert!(errors[3].contains("header name"), "{}", errors[3]);
         assert!(!errors[4].contains("a\nb"), "{}", errors[4]);
+        assert!(errors[5].contains("https://"), "{}", errors[5]);
+        assert!(errors[6].contains("loopback"), "{}", errors[6]);
+        for local in [
+            "http://127.0.0.1:8080/{operator}",
+            "http://[::1]/x",
+            "http://localhost/x",
+        ] {
+            assert!(
+                HttpSwitchConfig::new(local, "PUT", None, t).is_ok(),
+                "{local}"
+            );
+        }
         let ok = HttpSwitchConfig::new(" https://legacy.example/ops/{operator} ", "post", None, t)
             .unwrap();
         assert_eq!(ok.method(), Method::POST);

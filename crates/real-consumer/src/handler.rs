@@ -159,7 +159,7 @@ impl RealConsumer {
             window: Arc::new(clients.window_store(env)?),
             events: Arc::new(clients.publisher(env)?),
             cache: Arc::new(clients.cache_store(env)?),
-            metrics: Arc::new(StdoutMetrics),
+            metrics: Arc::new(StdoutMetrics::from_env()),
             operator: Arc::new(lifeboat_operator::HttpOperatorApi::parse(endpoints)?),
             clock: Arc::new(lifeboat_core::SystemClock),
             settings,

@@ -241,7 +241,9 @@ async fn run_cart(shop: &Shop, rng: &mut SimRng, new_cart: &Value, seen: &mut Ca
 }
 
 fn note(seen: &mut CartSeen, reply: &Reply) {
-    if reply.body.get("degraded").is_some_and(|d| !d.is_null()) {
+    // A 409 that shows a price carries the cart as its `cart` member.
+    let cart = reply.body.get("cart").unwrap_or(&reply.body);
+    if cart.get("degraded").is_some_and(|d| !d.is_null()) {
         seen.degraded = true;
     }
 }

@@ -76,6 +76,8 @@ pub struct LocalConfig {
     pub attach: Attach,
     /// End the run this long after the suite is up (Ctrl-C ends it before).
     pub run_for: Option<Duration>,
+    /// `AWS_LAMBDA_LOG_LEVEL` of the functions (the template's `LogLevel`).
+    pub log_level: String,
 }
 
 impl LocalConfig {
@@ -96,6 +98,7 @@ impl LocalConfig {
             seed: 7,
             attach: Attach::default(),
             run_for: None,
+            log_level: "INFO".to_owned(),
         }
     }
 }
@@ -201,6 +204,7 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     options.operator_settings = config.operator_settings.clone();
     options.concurrency = config.concurrency;
     options.tick_every = config.tick_every;
+    options.log_level = config.log_level.clone();
     let start = LocalGateway::start(options);
     let gateway = tokio::select! {
         gateway = start => Arc::new(gateway.map_err(LocalError::Start)?),
