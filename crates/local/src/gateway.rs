@@ -1808,6 +1808,32 @@ mod tests {
         }
     }
 
+    #[test]
+    fn every_table_is_encrypted_and_no_delivery_is_lost_silently() {
+        assert_eq!(
+            TEMPLATE.matches("Type: AWS::DynamoDB::Table").count(),
+            TEMPLATE.matches("SSEEnabled: true").count(),
+            "a table without SSESpecification"
+        );
+        let policy = entry("DeliveryDeadLetterQueuePolicy");
+        for rule in [
+            "BreakerStateChangedRule",
+            "AlarmStateChangeRule",
+            "TripRequestedRule",
+            "HalfOpenScheduleRule",
+        ] {
+            assert!(
+                entry(rule).contains("Arn: !GetAtt DeliveryDeadLetterQueue.Arn"),
+                "{rule} has no dead-letter target"
+            );
+            assert!(policy.contains(&format!("!GetAtt {rule}.Arn")), "{rule}");
+        }
+        let switch = entry("CircuitSwitchFunction");
+        assert!(switch.contains("Destination: !GetAtt DeliveryDeadLetterQueue.Arn"));
+        assert!(entry("DeliveryDeadLetterAlarm").contains("DeliveryDeadLetterQueue.QueueName"));
+        assert!(entry("LifeboatHttpApi").contains("DestinationArn: !GetAtt ApiAccessLogGroup.Arn"));
+    }
+
     /// The text of one top-level entry (a parameter or a resource): up to
     /// the next line indented by two spaces only.
     fn entry(name: &str) -> &'static str {
