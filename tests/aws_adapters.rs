@@ -194,6 +194,42 @@ async fn exactly_one_outcome_under_twenty_concurrent_writers() {
 }
 
 #[tokio::test]
+async fn an_outcome_too_big_for_an_item_is_rejected_not_unavailable() {
+    let (_moto, config) = moto().await;
+    let store = requests_store(&config, "requests-too-big").await;
+    store.put_request(&request("r-1")).await.unwrap();
+    let mut outcome = Outcome::failed(
+        FailureReason::Timeout,
+        "",
+        t(1_796_000_004),
+        "real-consumer",
+    );
+    outcome.kind = OutcomeKind::Answered {
+        body: "x".repeat(500 * 1024),
+    };
+    let refused = store.write_outcome(&op("nordic"), "r-1", &outcome).await;
+    assert!(
+        matches!(refused, Err(StoreError::Rejected(_))),
+        "{refused:?}"
+    );
+    // The request is untouched, and a small outcome still goes in.
+    assert!(
+        store
+            .get(&op("nordic"), "r-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .outcome
+            .is_none()
+    );
+    outcome.kind = OutcomeKind::Answered { body: "{}".into() };
+    store
+        .write_outcome(&op("nordic"), "r-1", &outcome)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn an_outcome_for_a_missing_request_is_a_conflict() {
     let (_moto, config) = moto().await;
     let store = requests_store(&config, "requests-missing").await;

@@ -23,6 +23,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use chrono::TimeDelta;
@@ -373,6 +374,12 @@ impl RequestStore for DynamoRequestStore {
                         }
                     }
                 }
+                // An item too large (or otherwise invalid) is refused
+                // whatever happens next: retrying would only call the
+                // operator again.
+                Some(service) if service.code() == Some("ValidationException") => Err(
+                    StoreError::Rejected(describe(&format!("UpdateItem {table}"), &e)),
+                ),
                 _ => Err(StoreError::Unavailable(describe(
                     &format!("UpdateItem {table}"),
                     &e,

@@ -24,6 +24,10 @@ pub enum StoreError {
     /// An item exists but cannot be read as what it should be.
     #[error("stored item is corrupt: {0}")]
     Corrupt(String),
+    /// The store refused the item itself (too large, not valid): the same
+    /// write will never succeed, so it is not retried.
+    #[error("store refused the item: {0}")]
+    Rejected(String),
 }
 
 /// A request with its outcome, if one was written.

@@ -254,6 +254,13 @@ impl CallClass {
     }
 }
 
+/// The largest answer lifeboat keeps (256 KiB): stored whole in the
+/// request's outcome and in the answer cache, it must fit a DynamoDB item
+/// (400 KB) beside the request's own attributes. A larger answer is a bad
+/// payload: a permanent failure, never a write that fails and brings the
+/// record back to call the operator again.
+pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
+
 /// The result of one operator call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallResult {
@@ -266,6 +273,23 @@ pub struct CallResult {
 }
 
 impl CallResult {
+    /// This result, with an answer larger than `max` bytes turned into a bad
+    /// payload (its body dropped), whatever adapter made the call.
+    pub fn within(self, max: usize) -> Self {
+        match &self.body {
+            Some(body) if body.len() > max => CallResult {
+                class: CallClass::BadPayload,
+                detail: format!(
+                    "answer of {} bytes, larger than the {max} lifeboat keeps",
+                    body.len()
+                ),
+                body: None,
+                elapsed: self.elapsed,
+            },
+            _ => self,
+        }
+    }
+
     /// The request outcome this call leads to.
     pub fn into_outcome(self, at: DateTime<Utc>, by: &str) -> Outcome {
         let call_ms = Some(u64::try_from(self.elapsed.as_millis()).unwrap_or(u64::MAX));

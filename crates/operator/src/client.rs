@@ -174,8 +174,10 @@ pub struct HttpOperatorApi {
 impl HttpOperatorApi {
     /// The longest a connection attempt may take, budget permitting.
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-    /// Answers larger than this are refused as bad payloads (1 MiB).
-    pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+    /// Answers larger than this are refused as bad payloads, without reading
+    /// the rest: what lifeboat keeps of an answer
+    /// ([`lifeboat_core::request::MAX_ANSWER_BYTES`], 256 KiB).
+    pub const DEFAULT_MAX_BODY_BYTES: usize = lifeboat_core::request::MAX_ANSWER_BYTES;
 
     /// A client for the operators in `urls`.
     pub fn new(urls: OperatorUrls) -> Result<Self, HttpApiError> {

@@ -55,6 +55,9 @@ pub enum OutageMode {
     /// after `brownout_factor` × the budget (in time, counted as slow), the
     /// rest as when healthy.
     Brownout,
+    /// Answers in time with a valid JSON answer of `oversized_bytes` (1 MiB
+    /// by default): more than lifeboat keeps of an answer.
+    Oversized,
 }
 
 impl std::str::FromStr for OutageMode {
@@ -64,7 +67,7 @@ impl std::str::FromStr for OutageMode {
     fn from_str(name: &str) -> Result<Self, String> {
         serde_json::from_value(serde_json::Value::String(name.to_owned())).map_err(|_| {
             format!(
-                "unknown outage mode {name:?}: use hang, refuse, server_error, slow, garbage, rate_limited or brownout"
+                "unknown outage mode {name:?}: use hang, refuse, server_error, slow, garbage, rate_limited, brownout or oversized"
             )
         })
     }
@@ -81,6 +84,7 @@ impl OutageMode {
             OutageMode::Garbage => "garbage",
             OutageMode::RateLimited => "rate_limited",
             OutageMode::Brownout => "brownout",
+            OutageMode::Oversized => "oversized",
         }
     }
 }
@@ -130,6 +134,8 @@ pub struct SimConfig {
     /// In `brownout` mode, a slow call answers after this many times the
     /// budget. Default 0.95: in time, after `slow_after`.
     pub brownout_factor: f64,
+    /// In `oversized` mode, the size of every answer in bytes. Default 1 MiB.
+    pub oversized_bytes: usize,
     /// The budgets `slow` mode is measured against when the caller's budget
     /// is not known, that is over HTTP. Default: lifeboat's default budgets.
     pub budgets: Budgets,
@@ -145,6 +151,7 @@ impl Default for SimConfig {
             price_drift: None,
             brownout_share: 0.7,
             brownout_factor: 0.95,
+            oversized_bytes: 1 << 20,
             budgets: Budgets::default(),
         }
     }
@@ -168,6 +175,8 @@ pub struct ModeCounts {
     pub garbage: u64,
     pub rate_limited: u64,
     pub brownout: u64,
+    #[serde(default)]
+    pub oversized: u64,
 }
 
 /// What the simulated operator has received since it started (or since
@@ -337,6 +346,14 @@ impl SimulatedOperator {
                 delay: quick,
                 reply: error_reply(429, "too many requests"),
             },
+            Some(OutageMode::Oversized) => Plan {
+                delay: config.latency.sample(&mut state.rng),
+                reply: Reply::Answer {
+                    status: 200,
+                    content_type: "application/json",
+                    body: oversized_answer(config.oversized_bytes),
+                },
+            },
             Some(OutageMode::Brownout) => {
                 let slow = state.rng.next_f64() < config.brownout_share;
                 let delay = if slow {
@@ -442,8 +459,22 @@ impl State {
             Some(OutageMode::Garbage) => by_mode.garbage += 1,
             Some(OutageMode::RateLimited) => by_mode.rate_limited += 1,
             Some(OutageMode::Brownout) => by_mode.brownout += 1,
+            Some(OutageMode::Oversized) => by_mode.oversized += 1,
         }
     }
+}
+
+/// A valid JSON search answer of `bytes` bytes (at least a few dozen): one
+/// sailing whose notes run on.
+fn oversized_answer(bytes: usize) -> String {
+    let head = r#"{"sailings":[{"sailing_id":"x","notes":""#;
+    let tail = r#""}]}"#;
+    let fill = bytes.saturating_sub(head.len() + tail.len());
+    let mut body = String::with_capacity(bytes.max(head.len() + tail.len()));
+    body.push_str(head);
+    body.extend(std::iter::repeat_n('x', fill));
+    body.push_str(tail);
+    body
 }
 
 fn error_reply(status: u16, message: &str) -> Reply {
@@ -664,6 +695,12 @@ mod tests {
         );
         assert!(brownout.body.is_some());
 
+        sim.set_mode(Some(OutageMode::Oversized));
+        let oversized = sim.call(&call(Operation::Search)).await;
+        let body = oversized.body.expect("an answer, only too big");
+        assert_eq!(body.len(), 1 << 20);
+        assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok());
+
         sim.set_mode(None);
         let healthy = sim.call(&call(Operation::Search)).await;
         assert!(matches!(
@@ -672,11 +709,11 @@ mod tests {
         ));
 
         let stats = sim.stats();
-        assert_eq!(stats.total, 8);
+        assert_eq!(stats.total, 9);
         assert_eq!(
             stats.by_operation,
             OperationCounts {
-                search: 7,
+                search: 8,
                 price: 1
             }
         );
@@ -689,6 +726,7 @@ mod tests {
             garbage: 1,
             rate_limited: 1,
             brownout: 1,
+            oversized: 1,
         };
         assert_eq!(stats.by_mode, one);
         assert_eq!(sim.last_request_id().as_deref(), Some("req-1"));

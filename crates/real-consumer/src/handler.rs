@@ -33,7 +33,9 @@ use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names}
 use lifeboat_core::ports::{
     BreakerStore, EventPublisher, OperatorApi, RequestStore, StoreError, WindowStore,
 };
-use lifeboat_core::request::{FailureReason, Health, OperatorCall, Outcome, RequestRecord};
+use lifeboat_core::request::{
+    FailureReason, Health, MAX_ANSWER_BYTES, OperatorCall, Outcome, RequestRecord,
+};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::window::CallCounts;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, Operation, OperatorId};
@@ -413,7 +415,7 @@ impl RealConsumer {
             params: request.params.clone(),
             budget,
         };
-        let result = self.operator.call(&call).await;
+        let result = self.operator.call(&call).await.within(MAX_ANSWER_BYTES);
         let health = result.class.health(
             &self
                 .settings
@@ -457,6 +459,16 @@ impl RealConsumer {
         done.written = lifeboat_stream::write_outcome(self.requests.as_ref(), &request, &outcome)
             .await
             .map(Some);
+        if let Err(StoreError::Rejected(why)) = &done.written {
+            // The outcome can never be stored as it is: store that it
+            // failed instead, rather than send the record back to call the
+            // operator again.
+            tracing::error!(operator = %request.operator, request_id = %request.request_id, error = %why, "outcome refused by the store; written as failed");
+            let detail = "the answer could not be stored";
+            return self
+                .fail(done, &request, FailureReason::UpstreamError, detail)
+                .await;
+        }
         if matches!(done.written, Ok(Some(false))) {
             done.event = None;
         }
@@ -941,6 +953,31 @@ mod tests {
         assert_eq!((report.calls, report.outcomes_written), (0, 10));
         assert_eq!(w.sim.stats().total, 0);
         assert_eq!(events_of(&w.bus, "Operator Request Failed"), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_too_big_to_keep_is_a_failed_outcome_not_a_retry() {
+        let w = world();
+        w.sim.set_mode(Some(OutageMode::Oversized));
+        let report = w
+            .consumer
+            .handle(&batch(&w, "nordic", 3, 10).await)
+            .await
+            .unwrap();
+        // Called once each, answered failed, and nothing comes back.
+        assert_eq!((report.calls, report.outcomes_written), (3, 3));
+        assert!(report.response.batch_item_failures.is_empty());
+        assert_eq!(w.sim.stats().total, 3);
+        for stored in w.requests.all() {
+            match stored.outcome.map(|o| o.kind) {
+                Some(OutcomeKind::Failed { reason, detail }) => {
+                    assert_eq!(reason, FailureReason::UpstreamError);
+                    assert!(detail.contains("larger than the 262144"), "{detail}");
+                }
+                other => panic!("expected a failed outcome, got {other:?}"),
+            }
+        }
+        assert_eq!(events_of(&w.bus, "Operator Request Failed"), 3);
     }
 
     #[tokio::test(start_paused = true)]
