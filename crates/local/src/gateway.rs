@@ -1834,6 +1834,31 @@ mod tests {
         assert!(entry("LifeboatHttpApi").contains("DestinationArn: !GetAtt ApiAccessLogGroup.Arn"));
     }
 
+    #[test]
+    fn only_lifeboats_functions_put_events_and_the_listener_checks_changes() {
+        let policy = entry("EventBusPolicy");
+        assert!(policy.contains("Effect: Deny") && policy.contains("ArnNotEquals"));
+        for function in [
+            "RealConsumerFunction",
+            "FallbackConsumerFunction",
+            "CircuitSwitchFunction",
+            "OffsaleListenerFunction",
+        ] {
+            // Every function allowed to put events is one the policy lets through.
+            assert!(entry(function).contains("events:PutEvents"), "{function}");
+            assert!(
+                policy.contains(&format!("!GetAtt {function}Role.Arn")),
+                "{function}"
+            );
+        }
+        for function in ["SearchFunction", "CartFunction"] {
+            assert!(!entry(function).contains("events:PutEvents"), "{function}");
+        }
+        let listener = entry("OffsaleListenerFunction");
+        assert!(listener.contains("OPERATORS: !Join"));
+        assert!(listener.contains("Resource: !GetAtt BreakerTable.Arn"));
+    }
+
     /// The text of one top-level entry (a parameter or a resource): up to
     /// the next line indented by two spaces only.
     fn entry(name: &str) -> &'static str {

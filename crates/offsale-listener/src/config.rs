@@ -31,6 +31,9 @@ pub const SALE_ON_SALE_AT: &str = "SALE_ON_SALE_AT";
 /// Seconds a breaker must stay closed before its operator goes back on sale
 /// (default 60; 0 writes at once).
 pub const SALE_ON_SALE_HOLD_S: &str = "SALE_ON_SALE_HOLD_S";
+/// The operators lifeboat serves (comma-separated): changes of any other
+/// operator are dropped.
+pub const OPERATORS: &str = "OPERATORS";
 
 /// With `dynamodb`: the SaleStatus table's name (required) and the queue's URL.
 pub use lifeboat_aws::clients::{OFFSALE_QUEUE_URL, SALE_STATUS_TABLE};
@@ -91,6 +94,8 @@ pub struct ListenerConfig {
     pub policy: WritePolicy,
     pub store: StoreChoice,
     pub on_sale_at: OnSaleAt,
+    /// `OPERATORS`: the operators whose changes are applied (`None`: any).
+    pub operators: Option<std::collections::BTreeSet<lifeboat_core::OperatorId>>,
 }
 
 /// A variable that may be unset or empty.
@@ -191,8 +196,25 @@ impl ListenerConfig {
                     expected: "whole seconds from 0 to 3600",
                 })?,
         };
+        let operators = match optional(env, OPERATORS)? {
+            None => None,
+            Some(list) => Some(
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|o| !o.is_empty())
+                    .map(|o| {
+                        lifeboat_core::OperatorId::new(o).map_err(|_| ConfigError::Invalid {
+                            name: OPERATORS,
+                            value: o.to_owned(),
+                            expected: "operator ids of lowercase letters, digits and '-'",
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
         Ok(Self {
             switch,
+            operators,
             on_sale_at,
             policy: WritePolicy::new(
                 RetrySchedule {

@@ -102,6 +102,7 @@
 
 pub mod config;
 pub mod http;
+pub mod trust;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -193,6 +194,8 @@ pub struct OffsaleListener {
     pub on_sale_at: OnSaleAt,
     /// Sale changes and faults, as EMF lines.
     pub metrics: Arc<dyn MetricsSink>,
+    /// Which changes are believed (see [`trust`]).
+    pub trust: trust::Trust,
 }
 
 /// Why a message comes back.
@@ -337,13 +340,28 @@ impl OffsaleListener {
     ) -> Result<Self, StartupError> {
         let config = ListenerConfig::from_env(env)?;
         let (store, redelivery) = Self::store_ports(&config.store, clients);
-        Self::with_ports(
+        let mut listener = Self::with_ports(
             &config,
             store,
             redelivery,
             Arc::new(clients.publisher(env)?),
             Arc::new(lifeboat_core::SystemClock),
-        )
+        )?;
+        match env.optional(lifeboat_aws::clients::BREAKER_TABLE)? {
+            Some(table) => {
+                listener.trust.breakers = Some(Arc::new(lifeboat_aws::DynamoBreakerStore::new(
+                    clients.dynamodb.clone(),
+                    table,
+                )));
+            }
+            None => tracing::warn!(
+                "BREAKER_TABLE is not set: state changes are applied without the Breaker table confirming them"
+            ),
+        }
+        if listener.trust.operators.is_none() {
+            tracing::warn!("OPERATORS is not set: changes of any operator are applied");
+        }
+        Ok(listener)
     }
 
     /// The sale status store and the redelivery `store` asks for: the
@@ -404,6 +422,10 @@ impl OffsaleListener {
             policy: config.policy,
             on_sale_at: config.on_sale_at,
             metrics: Arc::new(StdoutMetrics::from_env()),
+            trust: trust::Trust {
+                operators: config.operators.clone(),
+                breakers: None,
+            },
         })
     }
 
@@ -424,12 +446,40 @@ impl OffsaleListener {
                 Err(p) => poison.push(p),
             }
         }
-        for deliveries in by_operator.values_mut() {
+        let mut unconfirmed = Vec::new();
+        let mut believed = Vec::new();
+        for (operator, deliveries) in by_operator {
+            match self.trust.read(&operator).await {
+                Ok(stored) => {
+                    let mut kept = Vec::with_capacity(deliveries.len());
+                    for d in deliveries {
+                        match self.trust.refuse(&d.change, &stored) {
+                            None => kept.push(d),
+                            Some(reason) => {
+                                tracing::warn!(operator = %operator, version = d.change.version, state = %d.change.breaker, reason, "state change not believed; dropped");
+                                poison.push(Poison {
+                                    message_id: Some(d.message_id),
+                                    operator: Some(operator.to_string()),
+                                    reason,
+                                });
+                            }
+                        }
+                    }
+                    believed.push(kept);
+                }
+                Err(e) => {
+                    for d in deliveries {
+                        unconfirmed.push(self.unconfirmed(d, &e).await);
+                    }
+                }
+            }
+        }
+        for deliveries in &mut believed {
             // Newest first: an older change in the same batch then costs nothing.
             deliveries.sort_by_key(|d| std::cmp::Reverse(d.change.version));
         }
         let mut report = ListenerReport {
-            messages: futures::stream::iter(by_operator.into_values())
+            messages: futures::stream::iter(believed)
                 .map(|deliveries| self.process_all(deliveries))
                 .buffer_unordered(OPERATOR_CONCURRENCY)
                 .flat_map(futures::stream::iter)
@@ -437,6 +487,7 @@ impl OffsaleListener {
                 .await,
             ..ListenerReport::default()
         };
+        report.messages.extend(unconfirmed);
         report.poison_not_reported = self.report_poison(&poison).await;
         report
             .messages
@@ -462,6 +513,25 @@ impl OffsaleListener {
             "off-sale batch done"
         );
         Ok(report)
+    }
+
+    /// A change the Breaker table could not be read for: back after the
+    /// schedule's first gap, unjudged.
+    async fn unconfirmed(&self, d: Delivery, e: &StoreError) -> MessageReport {
+        let delay = self.policy.schedule.first;
+        tracing::warn!(operator = %d.change.operator, version = d.change.version, error = %e, "Breaker table unreadable: the change comes back");
+        if let Err(e) = self.redelivery.redeliver_after(&d.handle, delay).await {
+            tracing::warn!(message_id = %d.message_id, error = %e, "could not set when the message comes back; the queue's visibility timeout decides");
+        }
+        MessageReport {
+            message_id: Some(d.message_id),
+            change: Some(d.change),
+            attempts: Vec::new(),
+            disposition: Disposition::Retry {
+                delay,
+                why: RetryReason::Failed(format!("Breaker table unreadable: {e}")),
+            },
+        }
     }
 
     async fn process_all(&self, deliveries: Vec<Delivery>) -> Vec<MessageReport> {
@@ -861,6 +931,7 @@ mod tests {
                 policy: self.policy,
                 on_sale_at: OnSaleAt::HalfOpen,
                 metrics: self.metrics.clone(),
+                trust: trust::Trust::default(),
             }
         }
 
@@ -1017,6 +1088,50 @@ mod tests {
         }
         assert_eq!(w.writes().len(), rounds.len() - 2);
         assert_eq!(w.record().await.applied_version, 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forged_changes_and_strangers_are_dropped_with_a_fault() {
+        let w = World::paused(8);
+        let breakers = Arc::new(lifeboat_core::memory::MemoryBreakerStore::new());
+        let mut open = lifeboat_core::BreakerRecord::initial(nordic(), t0());
+        open.state = BreakerState::Open;
+        open.version = 3;
+        lifeboat_core::ports::BreakerStore::save(breakers.as_ref(), &open, None)
+            .await
+            .unwrap();
+        let listener = OffsaleListener {
+            trust: trust::Trust {
+                operators: Some([nordic()].into()),
+                breakers: Some(breakers.clone()),
+            },
+            ..w.listener()
+        };
+        // A forged change far in the future, a stranger, and a state the
+        // table does not hold: all acknowledged, none written.
+        w.send(1 << 62, BreakerState::Open);
+        let mut stranger = change(2, BreakerState::Open);
+        stranger.operator = OperatorId::new("zzz").unwrap();
+        w.queue.send(rule_message(&stranger));
+        w.send(3, BreakerState::Closed);
+        let report = w.deliver(&listener).await.unwrap();
+        assert!(report.response.batch_item_failures.is_empty());
+        assert_eq!(report.messages.len(), 3);
+        assert!(
+            report
+                .messages
+                .iter()
+                .all(|m| matches!(m.disposition, Disposition::Poison { .. })),
+            "{:?}",
+            report.messages
+        );
+        assert!(w.writes().is_empty());
+        assert_eq!(w.events.events().len(), 3, "a fault event each");
+        // The real change goes through, and the forged one blocks nothing.
+        w.send(3, BreakerState::Open);
+        w.deliver(&listener).await.unwrap();
+        assert_eq!(w.switch.status(&nordic()), SaleStatus::OffSale);
+        assert_eq!(w.record().await.applied_version, 3);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1421,6 +1536,7 @@ mod tests {
             policy: w.policy,
             store: StoreChoice::Memory,
             on_sale_at: OnSaleAt::HalfOpen,
+            operators: None,
         };
         let listener = OffsaleListener::with_ports(
             &config,

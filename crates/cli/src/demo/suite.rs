@@ -77,6 +77,11 @@ impl SaleDesk {
             policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2)),
             on_sale_at: OnSaleAt::default(),
             metrics: gateway.metrics.clone(),
+            // As deployed: the served operators, confirmed by the breakers.
+            trust: offsale_listener::trust::Trust {
+                operators: Some(gateway.switch.operators.iter().cloned().collect()),
+                breakers: Some(gateway.breakers.clone()),
+            },
         };
         Self {
             listener,
