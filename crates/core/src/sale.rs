@@ -535,6 +535,24 @@ impl SaleRecord {
         (next != *self).then(|| next.bumped())
     }
 
+    /// The record with the given-up write of `version` started again (its
+    /// attempts from 0, due at `now`, a new fault if this round fails too),
+    /// or `None` if `version` is not a given-up write.
+    pub fn restart_given_up(&self, version: u64, now: DateTime<Utc>) -> Option<SaleRecord> {
+        let mut next = self.clone();
+        match next.pending.as_mut() {
+            Some(p) if p.version == version && p.gave_up_at.is_some() => {
+                p.attempts = 0;
+                p.gave_up_at = None;
+                p.fault_published = false;
+                p.next_attempt_at = now;
+                next.lease = None;
+                Some(next.bumped())
+            }
+            _ => None,
+        }
+    }
+
     /// The record once the fault of `version` is published, or `None` if
     /// there is nothing to mark.
     pub fn fault_published(&self, version: u64) -> Option<SaleRecord> {
@@ -1127,6 +1145,40 @@ mod tests {
         assert_eq!(
             step(&mut r, &v2, secs(100), &p),
             Step::Attempt { attempt: 1 }
+        );
+    }
+
+    #[test]
+    fn a_given_up_write_starts_again_when_asked() {
+        let p = policy(1);
+        let mut record = SaleRecord::new(nordic());
+        let v2 = change(2, BreakerState::Open);
+        assert_eq!(
+            step(&mut record, &v2, secs(0), &p),
+            Step::Attempt { attempt: 1 }
+        );
+        finish(&mut record, &v2, 1, false, secs(0), &p);
+        assert!(matches!(
+            step(&mut record, &v2, secs(10), &p),
+            Step::Fault(_)
+        ));
+        assert!(
+            record.restart_given_up(3, secs(300)).is_none(),
+            "not that version"
+        );
+        record = record.restart_given_up(2, secs(300)).unwrap();
+        assert_eq!(
+            step(&mut record, &v2, secs(300), &p),
+            Step::Attempt { attempt: 1 }
+        );
+        finish(&mut record, &v2, 1, true, secs(300), &p);
+        assert_eq!(
+            (record.applied_version, record.status()),
+            (2, SaleStatus::OffSale)
+        );
+        assert!(
+            record.restart_given_up(2, secs(600)).is_none(),
+            "nothing given up"
         );
     }
 

@@ -1821,6 +1821,7 @@ mod tests {
             "AlarmStateChangeRule",
             "TripRequestedRule",
             "HalfOpenScheduleRule",
+            "SaleSweepRule",
         ] {
             assert!(
                 entry(rule).contains("Arn: !GetAtt DeliveryDeadLetterQueue.Arn"),

@@ -102,6 +102,7 @@
 
 pub mod config;
 pub mod http;
+pub mod sweep;
 pub mod trust;
 
 use std::collections::{BTreeMap, HashSet};
@@ -143,12 +144,19 @@ const MAX_DETAIL_CHARS: usize = 400;
 pub enum ListenerError {
     #[error("payload is not an SQS batch: {0}")]
     NotABatch(String),
+    /// The batch response could not be written: the whole batch comes back.
+    #[error("batch response not serialisable: {0}")]
+    Response(String),
 }
 
 impl From<ListenerError> for Diagnostic {
     fn from(e: ListenerError) -> Self {
+        let error_type = match e {
+            ListenerError::NotABatch(_) => "NotABatch",
+            ListenerError::Response(_) => "Response",
+        };
         Diagnostic {
-            error_type: "NotABatch".into(),
+            error_type: error_type.into(),
             error_message: e.to_string(),
         }
     }
@@ -750,12 +758,20 @@ fn batch_metrics(messages: &[MessageReport]) -> Vec<MetricSet> {
                 .count(names::SALE_CHANGES, n)
         })
         .collect();
+    let total: u64 = faults.values().sum();
     sets.extend(faults.into_iter().map(|(operator, n)| {
         MetricSet::new()
             .dimension("Operator", operator)
             .count(names::FAULTS, n)
     }));
+    sets.extend(fault_total(total));
     sets
+}
+
+/// The faults of every operator together, without dimensions: what
+/// `FaultEventsAlarm` watches.
+pub(crate) fn fault_total(n: u64) -> Option<MetricSet> {
+    (n > 0).then(|| MetricSet::new().count(names::FAULTS, n))
 }
 
 /// The SQS message body the `Breaker State Changed` rule delivers for `change`.
@@ -1279,6 +1295,77 @@ mod tests {
             1.0
         );
         assert_eq!(sum(names::SALE_CHANGES, &[("Status", "off_sale")]), 0.0);
+    }
+
+    /// A listener that trusts nordic's breakers in `breakers` (and sweeps them).
+    fn trusting(
+        w: &World,
+        breakers: &Arc<lifeboat_core::memory::MemoryBreakerStore>,
+    ) -> OffsaleListener {
+        OffsaleListener {
+            on_sale_at: OnSaleAt::Closed,
+            trust: trust::Trust {
+                operators: Some([nordic()].into()),
+                breakers: Some(breakers.clone()),
+            },
+            ..w.listener()
+        }
+    }
+
+    async fn put_breaker(
+        breakers: &lifeboat_core::memory::MemoryBreakerStore,
+        version: u64,
+        state: BreakerState,
+    ) {
+        let mut record = lifeboat_core::BreakerRecord::initial(nordic(), t0());
+        record.version = version;
+        record.state = state;
+        let stored = lifeboat_core::ports::BreakerStore::load(breakers, &nordic())
+            .await
+            .unwrap()
+            .map(|r| r.version);
+        lifeboat_core::ports::BreakerStore::save(breakers, &record, stored)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sweep_writes_a_given_up_change_again_and_a_lost_one_at_all() {
+        let w = World::paused(2);
+        let breakers = Arc::new(lifeboat_core::memory::MemoryBreakerStore::new());
+        let listener = trusting(&w, &breakers);
+        // In step: nothing to do.
+        assert_eq!(listener.sweep().await.in_step, 1);
+
+        // Open at v1; the switch is down for both attempts: given up.
+        put_breaker(&breakers, 1, BreakerState::Open).await;
+        w.switch.fail_next(2);
+        w.send(1, BreakerState::Open);
+        w.drain(&listener).await;
+        assert_eq!(w.faults().len(), 1);
+        assert_eq!(w.switch.status(&nordic()), SaleStatus::OnSale);
+        // The switch is back: the next sweep writes it.
+        let swept = listener.sweep().await;
+        assert_eq!(swept.settled.len(), 1, "{swept:?}");
+        assert_eq!(w.switch.status(&nordic()), SaleStatus::OffSale);
+        assert_eq!(w.record().await.applied_version, 1);
+
+        // Closed at v3, and its event lost: the sweep starts the on-sale
+        // write, which waits for its hold like any other, then writes it.
+        put_breaker(&breakers, 3, BreakerState::Closed).await;
+        let listener = OffsaleListener {
+            policy: w.policy.with_on_sale_hold(Duration::from_secs(60)),
+            ..listener
+        };
+        assert_eq!(listener.sweep().await.waiting.len(), 1);
+        assert_eq!(w.switch.status(&nordic()), SaleStatus::OffSale);
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        let swept = listener.sweep().await;
+        assert_eq!(swept.settled.len(), 1, "{swept:?}");
+        assert_eq!(w.switch.status(&nordic()), SaleStatus::OnSale);
+        assert_eq!(listener.sweep().await.in_step, 1);
+        // Without OPERATORS and the Breaker table it does nothing.
+        assert!(w.listener().sweep().await.skipped.is_some());
     }
 
     #[tokio::test(start_paused = true)]

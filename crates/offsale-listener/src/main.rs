@@ -12,10 +12,13 @@ async fn main() -> Result<(), Error> {
     let function = OffsaleListener::from_env(&env, &Clients::load().await)?;
     let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
-        function
-            .handle(&event.payload)
-            .await
-            .map(|report| report.response)
+        // The schedule's tick sweeps; anything else is an SQS batch.
+        if offsale_listener::sweep::is_schedule(&event.payload) {
+            return Ok::<Value, offsale_listener::ListenerError>(function.sweep().await.to_json());
+        }
+        let report = function.handle(&event.payload).await?;
+        serde_json::to_value(report.response)
+            .map_err(|e| offsale_listener::ListenerError::Response(e.to_string()))
     }))
     .await
 }
