@@ -1836,6 +1836,29 @@ mod tests {
     }
 
     #[test]
+    fn the_public_api_is_authenticated_throttled_and_capped() {
+        let api = entry("LifeboatHttpApi");
+        assert!(api.contains("ThrottlingRateLimit: !Ref ApiRateLimit"));
+        assert!(api.contains("- AWS_IAM"));
+        assert!(entry("ApiAuth").contains("Default: iam"));
+        for (function, reserved) in [
+            ("RealConsumerFunction", "!Ref RealConsumerConcurrency"),
+            ("FallbackConsumerFunction", "10"),
+            ("CircuitSwitchFunction", "20"),
+            ("OffsaleListenerFunction", "5"),
+            ("SearchFunction", "!Ref SearchConcurrencyCap"),
+            ("CartFunction", "!Ref CartConcurrencyCap"),
+        ] {
+            assert!(
+                entry(function).contains(&format!(
+                    "ReservedConcurrentExecutions: !If [ReservesConcurrency, {reserved}, !Ref AWS::NoValue]"
+                )),
+                "{function}"
+            );
+        }
+    }
+
+    #[test]
     fn only_lifeboats_functions_put_events_and_the_listener_checks_changes() {
         let policy = entry("EventBusPolicy");
         assert!(policy.contains("Effect: Deny") && policy.contains("ArnNotEquals"));

@@ -38,8 +38,13 @@ pub fn port(name: &str, value: &str) -> Result<String, Problem> {
     }
 }
 
+/// How far ahead a travel date may be: ferry operators sell about a year
+/// ahead, and every distinct date is a question that costs a request, an
+/// operator call and a cache item, so dates far beyond are refused.
+pub const DATE_HORIZON_DAYS: i64 = 400;
+
 /// A travel date, `YYYY-MM-DD`, not before yesterday (UTC; it is already
-/// today somewhere).
+/// today somewhere) and at most [`DATE_HORIZON_DAYS`] ahead.
 pub fn date(name: &str, value: &str, now: DateTime<Utc>) -> Result<NaiveDate, Problem> {
     let date = NaiveDate::parse_from_str(value, "%Y-%m-%d")
         .ok()
@@ -47,6 +52,12 @@ pub fn date(name: &str, value: &str, now: DateTime<Utc>) -> Result<NaiveDate, Pr
         .ok_or_else(|| Problem::invalid(name, "must be a date as YYYY-MM-DD"))?;
     if date < (now - TimeDelta::days(1)).date_naive() {
         return Err(Problem::invalid(name, "is in the past"));
+    }
+    if date > (now + TimeDelta::days(DATE_HORIZON_DAYS)).date_naive() {
+        return Err(Problem::invalid(
+            name,
+            &format!("is more than {DATE_HORIZON_DAYS} days ahead"),
+        ));
     }
     Ok(date)
 }
@@ -132,6 +143,19 @@ mod tests {
             "yesterday is fine"
         );
         assert!(date("date", "2026-11-01", now()).is_err());
+        let far = date("date", "9999-12-31", now()).unwrap_err().reply();
+        assert!(
+            far.body["detail"]
+                .as_str()
+                .unwrap()
+                .contains("400 days ahead"),
+            "{}",
+            far.body
+        );
+        let last = (now() + TimeDelta::days(DATE_HORIZON_DAYS)).date_naive();
+        assert!(date("date", &last.to_string(), now()).is_ok());
+        let beyond = last + TimeDelta::days(1);
+        assert!(date("date", &beyond.to_string(), now()).is_err());
         assert!(date("date", "2026-13-01", now()).is_err());
         assert!(date("date", "2026-1-01", now()).is_err());
         assert_eq!(passengers("passengers", "2").ok(), Some(2));
