@@ -90,6 +90,7 @@ fn answer(body: &str, as_of: DateTime<Utc>) -> CachedAnswer {
         operation: Operation::Search,
         body: body.to_owned(),
         as_of,
+        refused: None,
     }
 }
 

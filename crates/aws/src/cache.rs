@@ -11,6 +11,7 @@
 //! | `body` | S | the operator's answer, as JSON text |
 //! | `as_of` | S | RFC 3339: when the operator gave the answer |
 //! | `as_of_ms` | N | `as_of` in epoch milliseconds, for the write condition |
+//! | `refused` | N | a negative answer: the operator's 4xx (absent otherwise) |
 //! | `expires_at` | N | epoch seconds, the table's TTL |
 //!
 //! A write is one `PutItem` with the condition
@@ -43,6 +44,8 @@ struct CacheItem {
     as_of: String,
     as_of_ms: i64,
     expires_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    refused: Option<u16>,
 }
 
 impl CacheItem {
@@ -55,6 +58,7 @@ impl CacheItem {
             as_of: format_time(answer.as_of),
             as_of_ms: answer.as_of.timestamp_millis(),
             expires_at: expires_at.timestamp(),
+            refused: answer.refused,
         }
     }
 }
@@ -86,6 +90,7 @@ impl TryFrom<CacheItem> for CachedAnswer {
             operation,
             body: i.body,
             as_of: parse_time("as_of", &i.as_of)?,
+            refused: i.refused,
         })
     }
 }
@@ -187,6 +192,7 @@ mod tests {
             operation: Operation::Search,
             body: r#"{"sailings":[]}"#.into(),
             as_of: DateTime::from_timestamp(1_700_000_000, 250_000_000).unwrap(),
+            refused: None,
         }
     }
 

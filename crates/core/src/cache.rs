@@ -65,6 +65,11 @@ pub struct CachedAnswer {
     pub body: String,
     /// When the operator gave this answer.
     pub as_of: DateTime<Utc>,
+    /// A negative answer: the operator refused the question with this 4xx
+    /// (404: no such sailing). Served for [`CachePolicy::negative`] without
+    /// asking again, never as a last good answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<u16>,
 }
 
 /// How old a cached answer may be, per use.
@@ -79,6 +84,11 @@ pub struct CachePolicy {
     /// the store may forget it after that.
     #[serde(with = "crate::budget::millis")]
     pub last_good: Duration,
+    /// Answer an operator's refusal (a 4xx) from the cache for this long:
+    /// a question nobody can answer costs one operator call a minute, not
+    /// one per asker.
+    #[serde(with = "crate::budget::millis")]
+    pub negative: Duration,
 }
 
 impl Default for CachePolicy {
@@ -86,6 +96,7 @@ impl Default for CachePolicy {
         Self {
             recent: Duration::from_secs(5 * 60),
             last_good: Duration::from_secs(7 * 24 * 3600),
+            negative: Duration::from_secs(60),
         }
     }
 }

@@ -49,6 +49,11 @@ pub enum FailureReason {
     Expired,
     /// The stream record was not a request lifeboat can read.
     Malformed,
+    /// The operator answered 404 or 410: there is no such sailing or route.
+    NotFound,
+    /// The operator refused the question with another 4xx its settings do
+    /// not count as a failure: asking again will not change that.
+    Rejected,
 }
 
 impl FailureReason {
@@ -59,6 +64,18 @@ impl FailureReason {
             FailureReason::UpstreamError => "upstream_error",
             FailureReason::Expired => "expired",
             FailureReason::Malformed => "malformed",
+            FailureReason::NotFound => "not_found",
+            FailureReason::Rejected => "rejected",
+        }
+    }
+
+    /// The reason an operator's 4xx `status` (one that is not a failure)
+    /// gives a request.
+    pub fn refused(status: u16) -> Self {
+        if matches!(status, 404 | 410) {
+            FailureReason::NotFound
+        } else {
+            FailureReason::Rejected
         }
     }
 }

@@ -28,7 +28,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::cache::{CacheKey, CacheStore, CachedAnswer, Freshness, age_s};
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
-use lifeboat_core::ports::{BreakerStore, RequestStore};
+use lifeboat_core::ports::{BreakerStore, RequestStore, StoreError};
 use lifeboat_core::request::{FailureReason, OutcomeKind, RequestRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, Operation, OperatorId};
@@ -63,6 +63,30 @@ pub enum UnavailableReason {
     UpstreamError,
     /// Our own stores could not be used.
     StoreUnavailable,
+    /// The operator answered that there is no such sailing or route (404,
+    /// 410), now or within the last minute (a negative answer).
+    NotFound,
+    /// The operator refused the question with another 4xx.
+    Rejected,
+}
+
+impl UnavailableReason {
+    /// The reason an operator's refusal with `status` gives.
+    pub fn refused(status: u16) -> Self {
+        match FailureReason::refused(status) {
+            FailureReason::NotFound => UnavailableReason::NotFound,
+            _ => UnavailableReason::Rejected,
+        }
+    }
+
+    /// Whether the operator itself said no: no last good answer stands in,
+    /// and asking again soon will not change it.
+    pub fn is_refusal(self) -> bool {
+        matches!(
+            self,
+            UnavailableReason::NotFound | UnavailableReason::Rejected
+        )
+    }
 }
 
 /// No answer now: ask again after `retry_after`.
@@ -90,8 +114,11 @@ pub struct Looked {
     pub result: Result<Answer, Unavailable>,
     /// The breaker state that was read, if it was read.
     pub breaker: Option<BreakerState>,
-    /// Whether a request record was written.
+    /// Whether a request record was written (not when the question joined
+    /// an identical one in flight).
     pub requested: bool,
+    /// Whether the question joined an identical one already in flight.
+    pub joined: bool,
     /// Reads of the cache and breaker stores (cached breaker reads not counted).
     pub store_reads: u32,
 }
@@ -250,6 +277,7 @@ impl Lookup {
             }),
             breaker: None,
             requested: false,
+            joined: false,
             store_reads: 1,
         };
         let cached = match self.cache.get(&key).await {
@@ -259,6 +287,19 @@ impl Lookup {
                 None
             }
         };
+        // A refusal of the operator's within the last minute: the same
+        // answer, without asking again.
+        if let Some((entry, status)) = cached.as_ref().and_then(|e| Some((e, e.refused?)))
+            && mode != Mode::Reprice
+            && (now - entry.as_of).to_std().unwrap_or_default() <= policy.negative
+        {
+            looked.result = Err(Unavailable {
+                reason: UnavailableReason::refused(status),
+                retry_after: policy.negative,
+            });
+            return looked;
+        }
+        let cached = cached.filter(|e| e.refused.is_none());
         if let Some(entry) = cached.as_ref().filter(|_| mode != Mode::Reprice)
             && policy.freshness(entry.as_of, now) == Freshness::Recent
         {
@@ -282,10 +323,20 @@ impl Lookup {
                         retry_after: retry_after_open(&open, self.clock.now()),
                     },
                     None => {
-                        looked.requested = true;
-                        match self.ask_gateway(operator, operation, params).await {
+                        let (asked, written) = self.ask_gateway(operator, operation, params).await;
+                        looked.requested = written;
+                        looked.joined =
+                            !written && asked != Err(UnavailableReason::StoreUnavailable);
+                        match asked {
                             Ok(live) => {
                                 looked.result = Ok(live);
+                                return looked;
+                            }
+                            Err(reason) if reason.is_refusal() => {
+                                looked.result = Err(Unavailable {
+                                    reason,
+                                    retry_after: policy.negative,
+                                });
                                 return looked;
                             }
                             Err(reason) => Unavailable {
@@ -304,13 +355,15 @@ impl Lookup {
         looked
     }
 
-    /// Write a request record and wait for its outcome within the budget.
+    /// Write a request record, or join the identical question already in
+    /// flight, and wait for its outcome within the budget. The flag says
+    /// whether a record was written.
     async fn ask_gateway(
         &self,
         operator: &OperatorId,
         operation: Operation,
         params: &BTreeMap<String, String>,
-    ) -> Result<Answer, UnavailableReason> {
+    ) -> (Result<Answer, UnavailableReason>, bool) {
         let budget = self
             .settings
             .for_operator(operator)
@@ -319,23 +372,59 @@ impl Lookup {
         let created_at = self.clock.now();
         let wait = TimeDelta::from_std(budget.timeout).unwrap_or(TimeDelta::zero());
         let deadline = created_at + wait;
-        let request = RequestRecord {
-            request_id: uuid::Uuid::new_v4().to_string(),
+        let mut request = RequestRecord {
+            request_id: merged_request_id(&CacheKey::new(operator, operation, params), created_at),
             operator: operator.clone(),
             operation,
             params: params.clone(),
             created_at,
             deadline,
         };
-        if let Err(e) = self.requests.put_request(&request).await {
-            tracing::warn!(operator = %operator, operation = %operation, error = %e, "request not written");
-            return Err(UnavailableReason::StoreUnavailable);
-        }
+        let written = match self.requests.put_request(&request).await {
+            Ok(()) => true,
+            // The same question asked within the merge window: wait for
+            // that request's outcome instead of asking the operator again,
+            // unless the id is another question's (a hash collision).
+            Err(StoreError::Conflict(_)) => {
+                match self.requests.get(operator, &request.request_id).await {
+                    Ok(Some(stored))
+                        if stored.request.operation == operation
+                            && stored.request.params == *params =>
+                    {
+                        false
+                    }
+                    _ => {
+                        request.request_id = uuid::Uuid::new_v4().to_string();
+                        if let Err(e) = self.requests.put_request(&request).await {
+                            tracing::warn!(operator = %operator, operation = %operation, error = %e, "request not written");
+                            return (Err(UnavailableReason::StoreUnavailable), false);
+                        }
+                        true
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(operator = %operator, operation = %operation, error = %e, "request not written");
+                return (Err(UnavailableReason::StoreUnavailable), false);
+            }
+        };
+        (self.await_outcome(&request, budget.timeout).await, written)
+    }
+
+    /// Poll `request`'s outcome until its asker's budget (`timeout` from its
+    /// creation) runs out.
+    async fn await_outcome(
+        &self,
+        request: &RequestRecord,
+        timeout: Duration,
+    ) -> Result<Answer, UnavailableReason> {
+        let (operator, operation, deadline) =
+            (&request.operator, request.operation, request.deadline);
         let mut pause = self.polling.first;
         // The deadline is read from the clock and the pauses from tokio's
         // timer; both follow the same time in every runtime lifeboat uses,
         // and the bound on polls ends the loop even if they did not.
-        let max_polls = budget.timeout.as_millis() / self.polling.first.as_millis().max(1) + 2;
+        let max_polls = timeout.as_millis() / self.polling.first.as_millis().max(1) + 2;
         for _ in 0..max_polls {
             let now = self.clock.now();
             if now >= deadline {
@@ -375,6 +464,8 @@ impl Lookup {
                             FailureReason::UpstreamError | FailureReason::Malformed => {
                                 UnavailableReason::UpstreamError
                             }
+                            FailureReason::NotFound => UnavailableReason::NotFound,
+                            FailureReason::Rejected => UnavailableReason::Rejected,
                         });
                     }
                     None => {}
@@ -387,6 +478,26 @@ impl Lookup {
         }
         Err(UnavailableReason::Timeout)
     }
+}
+
+/// How long identical questions share one request: a question asked again
+/// within the same window joins the request in flight (or reads its
+/// outcome) instead of writing another and calling the operator again.
+pub const MERGE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The request id of question `key` asked at `at`: the same for every asker
+/// within one [`MERGE_WINDOW`], so the conditional put of a second asker
+/// fails and it joins the first.
+fn merged_request_id(key: &CacheKey, at: DateTime<Utc>) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.as_str().hash(&mut hasher);
+    let window = i64::try_from(MERGE_WINDOW.as_millis()).unwrap_or(1).max(1);
+    format!(
+        "q{:016x}-{}",
+        hasher.finish(),
+        at.timestamp_millis().div_euclid(window)
+    )
 }
 
 fn answer(source: Source, entry: &CachedAnswer, now: DateTime<Utc>) -> Answer {

@@ -187,3 +187,83 @@ async fn reprice_skips_the_recent_cache() {
     assert!(looked.requested);
     assert_eq!(w.sim.stats().total, 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn identical_questions_in_flight_share_one_request_and_one_call() {
+    let w = world();
+    let until = w.clock.now() + TimeDelta::seconds(5);
+    let (operator, params) = (nordic(), route());
+    let mut other = route();
+    other.insert("passengers".to_owned(), "3".to_owned());
+    // Five askers of one question and one of another, at once.
+    let ask = |p| {
+        w.lookup
+            .answer(&operator, Operation::Search, p, Mode::AskOperator)
+    };
+    let mut gateway = w.gateway;
+    let (a, b, c, d, e, f, ()) = tokio::join!(
+        ask(&params),
+        ask(&params),
+        ask(&params),
+        ask(&params),
+        ask(&params),
+        ask(&other),
+        gateway.run_until(until)
+    );
+    let looked = [a, b, c, d, e, f];
+    for l in &looked {
+        assert_eq!(
+            l.result.as_ref().map(|a| a.source),
+            Ok(Source::Live),
+            "{l:?}"
+        );
+    }
+    assert_eq!(looked.iter().filter(|l| l.requested).count(), 2);
+    assert_eq!(looked.iter().filter(|l| l.joined).count(), 4);
+    assert_eq!(gateway.requests.counts().total, 2, "a request per question");
+    assert_eq!(w.sim.stats().total, 2, "a call per question");
+    let bodies: std::collections::BTreeSet<&str> = looked[..5]
+        .iter()
+        .map(|l| l.result.as_ref().unwrap().body.as_str())
+        .collect();
+    assert_eq!(bodies.len(), 1, "every asker got the same answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_operators_refusal_is_answered_as_such_and_cached_a_minute() {
+    let mut w = world();
+    // The simulated operator answers 400 to a sailing id it cannot read.
+    let bad = BTreeMap::from([
+        ("sailing_id".to_owned(), "no such id!".to_owned()),
+        ("passengers".to_owned(), "1".to_owned()),
+    ]);
+    let ask_bad = async |w: &mut World, for_s: i64| {
+        let until = w.clock.now() + TimeDelta::seconds(for_s);
+        let operator = nordic();
+        let (looked, ()) = tokio::join!(
+            w.lookup
+                .answer(&operator, Operation::Price, &bad, Mode::AskOperator),
+            w.gateway.run_until(until)
+        );
+        looked
+    };
+    let first = ask_bad(&mut w, 5).await;
+    let refused = first.result.unwrap_err();
+    assert_eq!(refused.reason, UnavailableReason::Rejected);
+    assert!(first.requested);
+    // Within the minute: the same refusal, from the cache, no request.
+    let again = ask_bad(&mut w, 30).await;
+    assert_eq!(
+        again.result.unwrap_err().reason,
+        UnavailableReason::Rejected
+    );
+    assert!(!again.requested);
+    assert_eq!(w.sim.stats().total, 1);
+    // After it: asked again.
+    tokio::time::advance(Duration::from_secs(40)).await;
+    let later = ask_bad(&mut w, 5).await;
+    assert!(later.requested);
+    assert_eq!(w.sim.stats().total, 2);
+    // A refusal is never shown as a last good answer, and does not trip.
+    assert!(w.gateway.transitions.is_empty());
+}

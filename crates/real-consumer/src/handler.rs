@@ -34,7 +34,7 @@ use lifeboat_core::ports::{
     BreakerStore, EventPublisher, OperatorApi, RequestStore, StoreError, WindowStore,
 };
 use lifeboat_core::request::{
-    FailureReason, Health, MAX_ANSWER_BYTES, OperatorCall, Outcome, RequestRecord,
+    CallClass, FailureReason, Health, MAX_ANSWER_BYTES, OperatorCall, Outcome, RequestRecord,
 };
 use lifeboat_core::settings::Settings;
 use lifeboat_core::window::CallCounts;
@@ -443,11 +443,30 @@ impl RealConsumer {
                 Health::Neutral => None,
             };
         }
-        let outcome = result.into_outcome(self.clock.now(), NAME);
+        let refused = match (&result.class, health) {
+            (CallClass::ClientError { status }, Health::Neutral) => Some(*status),
+            _ => None,
+        };
+        let mut outcome = result.into_outcome(self.clock.now(), NAME);
+        if let Some(status) = refused
+            && let lifeboat_core::request::OutcomeKind::Failed { reason, .. } = &mut outcome.kind
+        {
+            // The operator said no to the question itself: a 404 or 422 for
+            // the caller, not a 503 to retry.
+            *reason = FailureReason::refused(status);
+        }
         if let lifeboat_core::request::OutcomeKind::Answered { body } = &outcome.kind {
             // The cache first: whoever sees the outcome also finds the cache
             // refreshed. A failed cache write costs freshness, not the answer.
-            self.refresh_cache(&request, body, outcome.at).await;
+            self.refresh_cache(&request, body, None, outcome.at).await;
+        }
+        if let (Some(status), lifeboat_core::request::OutcomeKind::Failed { detail, .. }) =
+            (refused, &outcome.kind)
+        {
+            // Cached briefly as a negative answer: askers of the same
+            // question get the refusal without another call.
+            self.refresh_cache(&request, detail, Some(status), outcome.at)
+                .await;
         }
         if let Some(reason) = outcome.failure_reason() {
             let detail = match &outcome.kind {
@@ -475,7 +494,13 @@ impl RealConsumer {
         done
     }
 
-    async fn refresh_cache(&self, request: &RequestRecord, body: &str, at: DateTime<Utc>) {
+    async fn refresh_cache(
+        &self,
+        request: &RequestRecord,
+        body: &str,
+        refused: Option<u16>,
+        at: DateTime<Utc>,
+    ) {
         let policy = self.settings.for_operator(&request.operator).cache;
         let answer = CachedAnswer {
             key: CacheKey::new(&request.operator, request.operation, &request.params),
@@ -483,6 +508,7 @@ impl RealConsumer {
             operation: request.operation,
             body: body.to_owned(),
             as_of: at,
+            refused,
         };
         if let Err(e) = self.cache.put(&answer, policy.expires_at(at)).await {
             tracing::warn!(

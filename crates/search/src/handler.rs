@@ -152,6 +152,24 @@ fn reply(question: &Question, answer: &Answer) -> Reply {
 }
 
 fn unavailable_reply(operator: &OperatorId, unavailable: Unavailable) -> Reply {
+    // The operator's own no: not a retry later, a 404 or 422 now.
+    match unavailable.reason {
+        UnavailableReason::NotFound => {
+            return Problem::not_found(format!("{operator} has no such sailing or route"))
+                .with("reason", json!(unavailable.reason))
+                .reply();
+        }
+        UnavailableReason::Rejected => {
+            return Problem::new(
+                422,
+                "question refused",
+                format!("{operator} refused this question as it was asked"),
+            )
+            .with("reason", json!(unavailable.reason))
+            .reply();
+        }
+        _ => {}
+    }
     let detail = match unavailable.reason {
         UnavailableReason::BreakerOpen => {
             format!("{operator} is not answering right now and nothing recent is saved for this")
@@ -162,7 +180,9 @@ fn unavailable_reply(operator: &OperatorId, unavailable: Unavailable) -> Reply {
         UnavailableReason::UpstreamError => {
             format!("{operator} could not answer and nothing recent is saved for this")
         }
-        UnavailableReason::StoreUnavailable => "lifeboat could not look this up".to_owned(),
+        UnavailableReason::StoreUnavailable
+        | UnavailableReason::NotFound
+        | UnavailableReason::Rejected => "lifeboat could not look this up".to_owned(),
     };
     Problem::unavailable(detail, unavailable.retry_after)
         .with("reason", json!(unavailable.reason))

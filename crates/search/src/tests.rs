@@ -226,3 +226,29 @@ async fn an_operator_that_does_not_answer_in_time_is_a_503_not_an_empty_list() {
     );
     assert!(w.clock.now() - started >= TimeDelta::seconds(3));
 }
+
+#[test]
+fn an_operators_no_is_a_404_or_a_422_not_a_503() {
+    let nordic = OperatorId::new("nordic").unwrap();
+    let reply = |reason| {
+        unavailable_reply(
+            &nordic,
+            Unavailable {
+                reason,
+                retry_after: Duration::from_secs(60),
+            },
+        )
+    };
+    let not_found = reply(UnavailableReason::NotFound);
+    assert_eq!(not_found.status, 404);
+    assert_eq!(
+        not_found.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(not_found.header("retry-after"), None);
+    assert_eq!(not_found.body["reason"], "not_found");
+    let refused = reply(UnavailableReason::Rejected);
+    assert_eq!(refused.status, 422);
+    assert_eq!(refused.body["reason"], "rejected");
+    assert_eq!(reply(UnavailableReason::Timeout).status, 503);
+}
