@@ -252,3 +252,90 @@ fn an_operators_no_is_a_404_or_a_422_not_a_503() {
     assert_eq!(refused.body["reason"], "rejected");
     assert_eq!(reply(UnavailableReason::Timeout).status, 503);
 }
+
+/// 10,000 questions at once, as a flood would send them: 2,000 that no
+/// operator could answer (dates past the horizon or in the past, malformed),
+/// 4,000 distinct valid ones, and 4,000 repeats of the 100 most popular.
+/// Counts what the flood cost: requests written and operator calls (the
+/// in-memory gateway has the template's stream settings, so most of the
+/// flood's requests expire in the queue and are never called).
+/// `cargo test -p search flood -- --nocapture` prints the figures.
+#[tokio::test(start_paused = true)]
+async fn a_flood_costs_one_request_and_one_call_per_distinct_valid_question() {
+    let w = world();
+    let routes = [
+        ("HEL", "TLL"),
+        ("TLL", "HEL"),
+        ("HEL", "STO"),
+        ("STO", "HEL"),
+    ];
+    let day = |n: i64| (base() + TimeDelta::days(n)).format("%Y-%m-%d").to_string();
+    let question = |from: &str, to: &str, date: String, passengers: u8| {
+        vec![
+            ("operator".to_owned(), "nordic".to_owned()),
+            ("from".to_owned(), from.to_owned()),
+            ("to".to_owned(), to.to_owned()),
+            ("date".to_owned(), date),
+            ("passengers".to_owned(), passengers.to_string()),
+        ]
+    };
+    let mut distinct = Vec::new();
+    for (from, to) in routes {
+        for n in 1..=250 {
+            for passengers in 1..=4 {
+                distinct.push(question(from, to, day(n), passengers));
+            }
+        }
+    }
+    let mut flood = distinct.clone();
+    for popular in &distinct[..100] {
+        flood.extend(std::iter::repeat_n(popular.clone(), 40));
+    }
+    for i in 0..2_000 {
+        let date = match i % 4 {
+            0 => day(401 + i64::from(i)),
+            1 => "9999-12-31".to_owned(),
+            2 => day(-3),
+            _ => format!("2027-02-{}", 30 + i % 9),
+        };
+        flood.push(question("HEL", "TLL", date, 1));
+    }
+    assert_eq!(flood.len(), 10_000);
+
+    let requests: Vec<HttpRequest> = flood
+        .iter()
+        .map(|q| {
+            let pairs: Vec<(&str, &str)> =
+                q.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            HttpRequest::get("/sailings", &pairs)
+        })
+        .collect();
+    let mut gateway = w.gateway;
+    let until = w.clock.now() + TimeDelta::seconds(120);
+    let (replies, ()) = tokio::join!(
+        futures::future::join_all(requests.iter().map(|r| w.search.handle(r))),
+        gateway.run_until(until)
+    );
+    let mut by_status = std::collections::BTreeMap::<u16, usize>::new();
+    for reply in &replies {
+        *by_status.entry(reply.status).or_default() += 1;
+    }
+    let written = gateway.requests.counts().total;
+    let calls = w.sim.stats().total;
+    eprintln!(
+        "flood: 10,000 questions (4,000 distinct valid, 4,000 repeats of 100, 2,000 refused at the door): {written} requests written, {calls} operator calls, replies by status {by_status:?}"
+    );
+    assert_eq!(by_status.get(&400), Some(&2_000), "{by_status:?}");
+    assert_eq!(written, 4_000, "one request per distinct valid question");
+    // The gateway calls a request only before its deadline: what the flood
+    // queued past its 3 s is answered `expired` without calling anyone.
+    assert!(
+        calls <= 4_000,
+        "at most one operator call per distinct valid question"
+    );
+    assert_eq!(
+        gateway.requests.counts().with_outcome,
+        4_000,
+        "every request answered"
+    );
+}
