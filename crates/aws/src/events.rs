@@ -34,6 +34,7 @@ fn event_time(event: &LifeboatEvent) -> DateTime<Utc> {
         LifeboatEvent::TripRequested(e) => e.at,
         LifeboatEvent::TrialsPassed(e) => e.at,
         LifeboatEvent::SaleSwitchWriteFailed(e) => e.at,
+        LifeboatEvent::SelfFaultSuspected(e) => e.at,
     }
 }
 

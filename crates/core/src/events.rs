@@ -23,6 +23,7 @@ pub const OPERATOR_REQUEST_FAILED: &str = "Operator Request Failed";
 pub const TRIP_REQUESTED: &str = "Trip Requested";
 pub const TRIALS_PASSED: &str = "Trials Passed";
 pub const SALE_SWITCH_WRITE_FAILED: &str = "Sale Switch Write Failed";
+pub const SELF_FAULT_SUSPECTED: &str = "Self Fault Suspected";
 
 fn schema_version() -> u32 {
     SCHEMA_VERSION
@@ -114,6 +115,25 @@ pub struct SaleSwitchWriteFailed {
     pub at: DateTime<Utc>,
 }
 
+/// Most operators are open at once: more likely lifeboat's own egress (DNS,
+/// NAT, TLS roots, a credential) than that many operators down together. The
+/// off-sale listener keeps `operator` on sale rather than take the
+/// marketplace off sale on a fault of ours.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SelfFaultSuspected {
+    #[serde(default = "schema_version")]
+    pub schema_version: u32,
+    /// The operator whose off-sale write was held back.
+    pub operator: OperatorId,
+    /// The breaker version of that change.
+    pub version: u64,
+    /// Operators whose breakers were open (or forced open).
+    pub open: usize,
+    /// Operators served.
+    pub of: usize,
+    pub at: DateTime<Utc>,
+}
+
 /// Any lifeboat event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LifeboatEvent {
@@ -122,6 +142,7 @@ pub enum LifeboatEvent {
     TripRequested(TripRequested),
     TrialsPassed(TrialsPassed),
     SaleSwitchWriteFailed(SaleSwitchWriteFailed),
+    SelfFaultSuspected(SelfFaultSuspected),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +168,7 @@ impl LifeboatEvent {
             LifeboatEvent::TripRequested(_) => TRIP_REQUESTED,
             LifeboatEvent::TrialsPassed(_) => TRIALS_PASSED,
             LifeboatEvent::SaleSwitchWriteFailed(_) => SALE_SWITCH_WRITE_FAILED,
+            LifeboatEvent::SelfFaultSuspected(_) => SELF_FAULT_SUSPECTED,
         }
     }
 
@@ -158,6 +180,7 @@ impl LifeboatEvent {
             LifeboatEvent::TripRequested(e) => serde_json::to_string(e),
             LifeboatEvent::TrialsPassed(e) => serde_json::to_string(e),
             LifeboatEvent::SaleSwitchWriteFailed(e) => serde_json::to_string(e),
+            LifeboatEvent::SelfFaultSuspected(e) => serde_json::to_string(e),
         };
         // These types hold only strings, numbers and enums: serializing cannot fail.
         value.unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
@@ -171,6 +194,7 @@ impl LifeboatEvent {
             LifeboatEvent::TripRequested(e) => Some(e.operator.as_str()),
             LifeboatEvent::TrialsPassed(e) => Some(e.operator.as_str()),
             LifeboatEvent::SaleSwitchWriteFailed(e) => Some(e.operator.as_str()),
+            LifeboatEvent::SelfFaultSuspected(e) => Some(e.operator.as_str()),
         }
     }
 
@@ -206,6 +230,9 @@ impl LifeboatEvent {
             }
             SALE_SWITCH_WRITE_FAILED => {
                 LifeboatEvent::SaleSwitchWriteFailed(serde_json::from_value(detail).map_err(bad)?)
+            }
+            SELF_FAULT_SUSPECTED => {
+                LifeboatEvent::SelfFaultSuspected(serde_json::from_value(detail).map_err(bad)?)
             }
             other => return Err(EventError::UnknownType(other.to_owned())),
         })

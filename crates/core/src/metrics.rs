@@ -54,6 +54,9 @@ pub mod names {
     pub const SALE_CHANGES: &str = "SaleStatusChanges";
     /// Fault events published (Sale Switch Write Failed, poison messages).
     pub const FAULTS: &str = "FaultEvents";
+    /// Off-sale writes held back because most operators were open at once
+    /// (lifeboat's own fault suspected), without dimensions.
+    pub const SELF_FAULT: &str = "SelfFaultSuspected";
 }
 
 /// CloudWatch units lifeboat uses.

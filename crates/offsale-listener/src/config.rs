@@ -34,6 +34,9 @@ pub const SALE_ON_SALE_HOLD_S: &str = "SALE_ON_SALE_HOLD_S";
 /// The operators lifeboat serves (comma-separated): changes of any other
 /// operator are dropped.
 pub const OPERATORS: &str = "OPERATORS";
+/// The share of served operators open at once from which an off-sale write
+/// is held as lifeboat's own fault (default 0.5; above 1 turns it off).
+pub const SELF_FAULT_SHARE: &str = "SELF_FAULT_SHARE";
 
 /// With `dynamodb`: the SaleStatus table's name (required) and the queue's URL.
 pub use lifeboat_aws::clients::{OFFSALE_QUEUE_URL, SALE_STATUS_TABLE};
@@ -94,6 +97,8 @@ pub struct ListenerConfig {
     pub policy: WritePolicy,
     pub store: StoreChoice,
     pub on_sale_at: OnSaleAt,
+    /// `SELF_FAULT_SHARE`.
+    pub self_fault: crate::selffault::SelfFaultRule,
     /// `OPERATORS`: the operators whose changes are applied (`None`: any).
     pub operators: Option<std::collections::BTreeSet<lifeboat_core::OperatorId>>,
 }
@@ -212,8 +217,24 @@ impl ListenerConfig {
                     .collect::<Result<_, _>>()?,
             ),
         };
+        let self_fault = match optional(env, SELF_FAULT_SHARE)? {
+            None => crate::selffault::SelfFaultRule::default(),
+            Some(v) => crate::selffault::SelfFaultRule {
+                share: v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0)
+                    .ok_or_else(|| ConfigError::Invalid {
+                        name: SELF_FAULT_SHARE,
+                        value: v.to_owned(),
+                        expected: "a share above 0 (above 1 turns the rule off)",
+                    })?,
+            },
+        };
         Ok(Self {
             switch,
+            self_fault,
             operators,
             on_sale_at,
             policy: WritePolicy::new(

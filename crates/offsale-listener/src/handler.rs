@@ -102,6 +102,7 @@
 
 pub mod config;
 pub mod http;
+pub mod selffault;
 pub mod sweep;
 pub mod trust;
 
@@ -204,6 +205,8 @@ pub struct OffsaleListener {
     pub metrics: Arc<dyn MetricsSink>,
     /// Which changes are believed (see [`trust`]).
     pub trust: trust::Trust,
+    /// When open operators are too many to be theirs (see [`selffault`]).
+    pub self_fault: selffault::SelfFaultRule,
 }
 
 /// Why a message comes back.
@@ -224,6 +227,10 @@ pub enum Disposition {
     Retry { delay: Duration, why: RetryReason },
     /// Unreadable or not for this listener: reported once, acknowledged.
     Poison { reason: String },
+    /// An off-sale change held back: most operators are open at once, more
+    /// likely a fault of lifeboat's own than theirs (see [`selffault`]).
+    /// Acknowledged; the sale sweep looks again every 5 minutes.
+    HeldOnSale { open: usize, of: usize },
 }
 
 /// One message of a batch.
@@ -434,6 +441,7 @@ impl OffsaleListener {
                 operators: config.operators.clone(),
                 breakers: None,
             },
+            self_fault: config.self_fault,
         })
     }
 
@@ -554,6 +562,14 @@ impl OffsaleListener {
     async fn process(&self, d: Delivery) -> MessageReport {
         let change = &d.change;
         let mut attempts = Vec::new();
+        if let Some((open, of)) = self.suspect_self(change).await {
+            return MessageReport {
+                message_id: Some(d.message_id),
+                change: Some(d.change),
+                attempts,
+                disposition: Disposition::HeldOnSale { open, of },
+            };
+        }
         let disposition = match self.settle(change, &mut attempts).await {
             Ok(Progress::Settled(settled)) => Disposition::Settled(settled),
             Ok(Progress::Wait { retry_at, why }) => Disposition::Retry {
@@ -584,7 +600,7 @@ impl OffsaleListener {
                     tracing::warn!(%operator, version, message_id = %d.message_id, error = %e, "could not set when the message comes back; the queue's visibility timeout decides");
                 }
             }
-            Disposition::Poison { .. } => {}
+            Disposition::Poison { .. } | Disposition::HeldOnSale { .. } => {}
         }
         MessageReport {
             message_id: Some(d.message_id),
@@ -730,6 +746,7 @@ impl OffsaleListener {
 fn batch_metrics(messages: &[MessageReport]) -> Vec<MetricSet> {
     let mut changes: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
+    let mut held = 0u64;
     for m in messages {
         let operator = m
             .change
@@ -746,6 +763,7 @@ fn batch_metrics(messages: &[MessageReport]) -> Vec<MetricSet> {
                 *faults.entry(operator).or_default() += 1;
             }
             (Disposition::Poison { .. }, _) => *faults.entry(operator).or_default() += 1,
+            (Disposition::HeldOnSale { .. }, _) => held += 1,
             _ => {}
         }
     }
@@ -765,6 +783,9 @@ fn batch_metrics(messages: &[MessageReport]) -> Vec<MetricSet> {
             .count(names::FAULTS, n)
     }));
     sets.extend(fault_total(total));
+    if held > 0 {
+        sets.push(MetricSet::new().count(names::SELF_FAULT, held));
+    }
     sets
 }
 
@@ -948,6 +969,7 @@ mod tests {
                 on_sale_at: OnSaleAt::HalfOpen,
                 metrics: self.metrics.clone(),
                 trust: trust::Trust::default(),
+                self_fault: selffault::SelfFaultRule::default(),
             }
         }
 
@@ -1369,6 +1391,71 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn when_most_operators_open_at_once_none_goes_off_sale() {
+        // Four operators, three open together: our own egress, most likely.
+        let w = World::paused(8);
+        let breakers = Arc::new(lifeboat_core::memory::MemoryBreakerStore::new());
+        let names = ["nordic", "baltic", "aland", "gotland"];
+        let listener = OffsaleListener {
+            on_sale_at: OnSaleAt::Closed,
+            trust: trust::Trust {
+                operators: Some(names.iter().map(|n| OperatorId::new(*n).unwrap()).collect()),
+                breakers: Some(breakers.clone()),
+            },
+            ..w.listener()
+        };
+        let open = async |name: &str| {
+            let mut r = lifeboat_core::BreakerRecord::initial(OperatorId::new(name).unwrap(), t0());
+            r.state = BreakerState::Open;
+            r.version = 1;
+            lifeboat_core::ports::BreakerStore::save(breakers.as_ref(), &r, None)
+                .await
+                .unwrap();
+            let mut change = change(1, BreakerState::Open);
+            change.operator = OperatorId::new(name).unwrap();
+            w.queue.send(rule_message(&change));
+        };
+        // One down: off sale as usual.
+        open("nordic").await;
+        w.deliver(&listener).await.unwrap();
+        assert_eq!(w.switch.status(&nordic()), SaleStatus::OffSale);
+        // Two of four: half, "most" by the default share: held on sale.
+        open("baltic").await;
+        let report = w.deliver(&listener).await.unwrap();
+        assert_eq!(
+            report.messages[0].disposition,
+            Disposition::HeldOnSale { open: 2, of: 4 }
+        );
+        assert!(report.response.batch_item_failures.is_empty());
+        let baltic = OperatorId::new("baltic").unwrap();
+        assert_eq!(w.switch.status(&baltic), SaleStatus::OnSale);
+        let suspected = w
+            .events
+            .events()
+            .into_iter()
+            .filter(|e| matches!(e, LifeboatEvent::SelfFaultSuspected(_)))
+            .count();
+        assert_eq!(suspected, 1);
+        assert_eq!(w.metrics.sum(names::SELF_FAULT, &[]), 1.0);
+        // The fault passes (baltic's own breaker stays open): the sweep
+        // writes what was held.
+        let mut nordic_closed = lifeboat_core::BreakerRecord::initial(nordic(), t0());
+        nordic_closed.version = 2;
+        lifeboat_core::ports::BreakerStore::save(breakers.as_ref(), &nordic_closed, Some(1))
+            .await
+            .unwrap();
+        let swept = listener.sweep().await;
+        assert!(
+            swept
+                .settled
+                .iter()
+                .any(|(o, v, _)| *o == baltic && *v == 1),
+            "{swept:?}"
+        );
+        assert_eq!(w.switch.status(&baltic), SaleStatus::OffSale);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_newer_state_supersedes_a_pending_retry() {
         let w = World::paused(8);
         w.switch.fail_next(1);
@@ -1624,6 +1711,7 @@ mod tests {
             store: StoreChoice::Memory,
             on_sale_at: OnSaleAt::HalfOpen,
             operators: None,
+            self_fault: selffault::SelfFaultRule::default(),
         };
         let listener = OffsaleListener::with_ports(
             &config,

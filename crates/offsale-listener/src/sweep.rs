@@ -110,6 +110,12 @@ impl OffsaleListener {
                 report.in_step += 1;
                 continue;
             }
+            if self.suspect_self(&change).await.is_some() {
+                // Most operators open at once: the off-sale write waits for
+                // that to pass (see selffault).
+                report.waiting.push((operator.clone(), change.version));
+                continue;
+            }
             let given_up = record
                 .pending
                 .as_ref()

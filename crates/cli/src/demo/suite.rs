@@ -82,6 +82,7 @@ impl SaleDesk {
                 operators: Some(gateway.switch.operators.iter().cloned().collect()),
                 breakers: Some(gateway.breakers.clone()),
             },
+            self_fault: offsale_listener::selffault::SelfFaultRule::default(),
         };
         Self {
             listener,
