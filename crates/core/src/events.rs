@@ -300,6 +300,14 @@ mod tests {
                 last_error: "503 from sale switch".into(),
                 at: at(),
             }),
+            LifeboatEvent::SelfFaultSuspected(SelfFaultSuspected {
+                schema_version: SCHEMA_VERSION,
+                operator: op(),
+                version: 3,
+                open: 31,
+                of: 50,
+                at: at(),
+            }),
         ]
     }
 
