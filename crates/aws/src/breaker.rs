@@ -54,6 +54,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, Put, ReturnValue, TransactWriteItem,
 };
@@ -395,6 +396,23 @@ impl DynamoBreakerStore {
         StoreError::Unavailable(describe(&format!("{op} {}", self.table), e))
     }
 
+    /// A conditional claim's answer: made, lost to its condition, or failed.
+    fn claimed<O, R: std::fmt::Debug>(
+        &self,
+        result: Result<O, aws_sdk_dynamodb::error::SdkError<UpdateItemError, R>>,
+    ) -> Result<bool, StoreError> {
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(self.unavailable("UpdateItem", &e)),
+        }
+    }
+
     fn not_at(&self, record: &BreakerRecord, expected_version: Option<u64>) -> StoreError {
         StoreError::Conflict(format!(
             "breaker {} is not at version {expected_version:?}",
@@ -725,16 +743,7 @@ impl BreakerStore for DynamoBreakerStore {
             .expression_attribute_values(":limit", n(limit))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(self.unavailable("UpdateItem", &e)),
-        }
+        self.claimed(result)
     }
 
     async fn claim_probe(
@@ -762,16 +771,7 @@ impl BreakerStore for DynamoBreakerStore {
             .expression_attribute_values(":before", n(last_before.timestamp_millis()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(self.unavailable("UpdateItem", &e)),
-        }
+        self.claimed(result)
     }
 
     async fn record_trial(
