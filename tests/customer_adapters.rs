@@ -568,6 +568,7 @@ async fn the_listener_keeps_its_records_in_dynamodb_and_times_retries_with_the_q
         .await
         .unwrap();
     let clients = Clients::new(&config);
+    let ssm = aws_sdk_ssm::Client::new(&config);
     let switch_url = refusing_url();
     let base = [
         (SALE_STATUS_TABLE, "SaleStatus"),
@@ -587,7 +588,9 @@ async fn the_listener_keeps_its_records_in_dynamodb_and_times_retries_with_the_q
             ("SALE_SWITCH_TIMEOUT_MS", "500"),
         ]),
         &clients,
+        &ssm,
     )
+    .await
     .unwrap();
     let body = offsale_listener::rule_message(&breaker_change(7, BreakerState::Open));
     sqs.send_message()
@@ -629,7 +632,9 @@ async fn the_listener_keeps_its_records_in_dynamodb_and_times_retries_with_the_q
     let (again, waited) = receive_within(&sqs, &queue.url, Duration::from_secs(15)).await;
     assert_eq!(again.len(), 1, "the message is back within 15 s");
     assert!(waited >= Duration::from_secs(3), "back after {waited:?}");
-    let table = OffsaleListener::from_env(&env(&base), &clients).unwrap();
+    let table = OffsaleListener::from_env(&env(&base), &clients, &ssm)
+        .await
+        .unwrap();
     let report = table.handle(&sqs_event(&again, &queue.arn)).await.unwrap();
     assert!(report.response.batch_item_failures.is_empty());
     let record = store.load(&op("nordic")).await.unwrap().unwrap();
@@ -637,4 +642,74 @@ async fn the_listener_keeps_its_records_in_dynamodb_and_times_retries_with_the_q
         (record.applied_version, record.status(), record.pending),
         (7, SaleStatus::OffSale, None)
     );
+}
+
+#[tokio::test]
+async fn the_sale_switch_auth_value_comes_from_an_ssm_secure_string() {
+    let (_moto, config) = moto().await;
+    let ssm = aws_sdk_ssm::Client::new(&config);
+    ssm.put_parameter()
+        .name("/lifeboat/sale-switch-auth")
+        .value("Bearer s3cret")
+        .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .send()
+        .await
+        .unwrap();
+    // A switch that answers 204 and keeps what it was sent.
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://{}/operators/{{operator}}/sale-status",
+        server.local_addr().unwrap()
+    );
+    let seen = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut socket, _) = server.accept().await.unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = socket.read(&mut buf).await.unwrap();
+            request.extend_from_slice(&buf[..n]);
+        }
+        socket
+            .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&request).to_lowercase()
+    });
+    let clients = Clients::new(&config);
+    let settings = |parameter: &str| {
+        env(&[
+            ("SALE_STATUS_STORE", "memory"),
+            ("EVENT_BUS_NAME", "lifeboat"),
+            ("SALE_SWITCH", "http"),
+            ("SALE_SWITCH_URL", &url),
+            ("SALE_SWITCH_AUTH_HEADER", "x-api-key"),
+            ("SALE_SWITCH_AUTH_PARAMETER", parameter),
+        ])
+    };
+    // A parameter that is not there stops the start, naming it.
+    let missing = OffsaleListener::from_env(&settings("/lifeboat/nope"), &clients, &ssm)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(missing.contains("/lifeboat/nope"), "{missing}");
+    let listener =
+        OffsaleListener::from_env(&settings("/lifeboat/sale-switch-auth"), &clients, &ssm)
+            .await
+            .unwrap();
+    let body = offsale_listener::rule_message(&breaker_change(3, BreakerState::Open));
+    let event = json!({"Records": [{
+        "messageId": "m-1", "receiptHandle": "r-1", "body": body,
+        "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:offsale",
+        "awsRegion": "us-east-1",
+    }]});
+    let report = listener.handle(&event).await.unwrap();
+    assert!(
+        report.response.batch_item_failures.is_empty(),
+        "{:?}",
+        report.messages
+    );
+    let request = seen.await.unwrap();
+    assert!(request.contains("x-api-key: bearer s3cret"), "{request}");
 }

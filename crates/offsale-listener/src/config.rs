@@ -19,6 +19,9 @@ pub const SALE_SWITCH_METHOD: &str = "SALE_SWITCH_METHOD";
 pub const SALE_SWITCH_AUTH_HEADER: &str = "SALE_SWITCH_AUTH_HEADER";
 /// Its value.
 pub const SALE_SWITCH_AUTH_VALUE: &str = "SALE_SWITCH_AUTH_VALUE";
+/// Instead of the value itself: the name of the SSM SecureString parameter
+/// that holds it, read (decrypted) once at start.
+pub const SALE_SWITCH_AUTH_PARAMETER: &str = "SALE_SWITCH_AUTH_PARAMETER";
 /// Milliseconds one write may take (default 5000).
 pub const SALE_SWITCH_TIMEOUT_MS: &str = "SALE_SWITCH_TIMEOUT_MS";
 /// Attempts per version before the fault is raised (default 8).
@@ -59,7 +62,9 @@ pub enum ConfigError {
     },
     #[error("{SALE_SWITCH}=http needs {SALE_SWITCH_URL}")]
     NoUrl,
-    #[error("set both {SALE_SWITCH_AUTH_HEADER} and {SALE_SWITCH_AUTH_VALUE}, or neither")]
+    #[error(
+        "set {SALE_SWITCH_AUTH_HEADER} with one of {SALE_SWITCH_AUTH_VALUE} or {SALE_SWITCH_AUTH_PARAMETER}, or none of them"
+    )]
     HalfAuth,
     #[error(transparent)]
     Http(#[from] HttpSwitchError),
@@ -90,6 +95,14 @@ pub enum StoreChoice {
     Memory,
 }
 
+/// An auth header whose value is an SSM SecureString parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthSecret {
+    pub header: String,
+    /// The parameter's name (not its value).
+    pub parameter: String,
+}
+
 /// Everything the environment says.
 #[derive(Debug, Clone)]
 pub struct ListenerConfig {
@@ -97,6 +110,8 @@ pub struct ListenerConfig {
     pub policy: WritePolicy,
     pub store: StoreChoice,
     pub on_sale_at: OnSaleAt,
+    /// The sale switch's auth header whose value is in SSM, still to read.
+    pub auth_secret: Option<AuthSecret>,
     /// `SELF_FAULT_SHARE`.
     pub self_fault: crate::selffault::SelfFaultRule,
     /// `OPERATORS`: the operators whose changes are applied (`None`: any).
@@ -124,6 +139,7 @@ fn number(env: &Env, name: &'static str, default: u64) -> Result<u64, ConfigErro
 
 impl ListenerConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let mut auth_secret = None;
         let timeout =
             Duration::from_millis(number(env, SALE_SWITCH_TIMEOUT_MS, DEFAULT_TIMEOUT_MS)?);
         let max_attempts = number(
@@ -147,12 +163,25 @@ impl ListenerConfig {
                 let auth = match (
                     optional(env, SALE_SWITCH_AUTH_HEADER)?,
                     optional(env, SALE_SWITCH_AUTH_VALUE)?,
+                    optional(env, SALE_SWITCH_AUTH_PARAMETER)?,
                 ) {
-                    (Some(name), Some(value)) => Some((name, value)),
-                    (None, None) => None,
+                    (Some(name), Some(value), None) => Some((name, value)),
+                    (Some(name), None, Some(parameter)) => {
+                        auth_secret = Some(AuthSecret {
+                            header: name.to_owned(),
+                            parameter: parameter.to_owned(),
+                        });
+                        None
+                    }
+                    (None, None, None) => None,
                     _ => return Err(ConfigError::HalfAuth),
                 };
-                SwitchTarget::Http(HttpSwitchConfig::new(url, method, auth, timeout)?)
+                let http = HttpSwitchConfig::new(url, method, auth, timeout)?;
+                if let Some(secret) = &auth_secret {
+                    // The header name is checked now; its value comes later.
+                    HttpSwitchConfig::new(url, method, Some((&secret.header, "x")), timeout)?;
+                }
+                SwitchTarget::Http(http)
             }
             Some(other) => {
                 return Err(ConfigError::Invalid {
@@ -234,6 +263,7 @@ impl ListenerConfig {
         };
         Ok(Self {
             switch,
+            auth_secret,
             self_fault,
             operators,
             on_sale_at,
@@ -302,6 +332,47 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(err.to_string().contains("closed or half_open"), "{err}");
+    }
+
+    #[test]
+    fn the_auth_value_or_its_ssm_parameter_but_not_both() {
+        let with = |pairs: &[(&str, &str)]| {
+            let mut all = vec![
+                (SALE_STATUS_STORE, "memory"),
+                (SALE_SWITCH, "http"),
+                (SALE_SWITCH_URL, "https://legacy.example/{operator}"),
+            ];
+            all.extend_from_slice(pairs);
+            ListenerConfig::from_env(&env(&all))
+        };
+        let from_ssm = with(&[
+            (SALE_SWITCH_AUTH_HEADER, "x-api-key"),
+            (SALE_SWITCH_AUTH_PARAMETER, "/lifeboat/auth"),
+        ])
+        .unwrap();
+        assert_eq!(
+            from_ssm.auth_secret,
+            Some(AuthSecret {
+                header: "x-api-key".into(),
+                parameter: "/lifeboat/auth".into()
+            })
+        );
+        for bad in [
+            vec![
+                (SALE_SWITCH_AUTH_HEADER, "x-api-key"),
+                (SALE_SWITCH_AUTH_VALUE, "v"),
+                (SALE_SWITCH_AUTH_PARAMETER, "/lifeboat/auth"),
+            ],
+            vec![(SALE_SWITCH_AUTH_PARAMETER, "/lifeboat/auth")],
+            vec![(SALE_SWITCH_AUTH_HEADER, "x-api-key")],
+        ] {
+            assert!(matches!(with(&bad), Err(ConfigError::HalfAuth)), "{bad:?}");
+        }
+        let bad_name = with(&[
+            (SALE_SWITCH_AUTH_HEADER, "bad name"),
+            (SALE_SWITCH_AUTH_PARAMETER, "/lifeboat/auth"),
+        ]);
+        assert!(bad_name.is_err());
     }
 
     #[test]

@@ -172,6 +172,10 @@ pub enum StartupError {
     Aws(#[from] lifeboat_aws::ConfigError),
     #[error(transparent)]
     Http(#[from] HttpSwitchError),
+    /// The secret named by `SALE_SWITCH_AUTH_PARAMETER` could not be read
+    /// (the message names the parameter, never a value).
+    #[error("{0}")]
+    Secret(String),
 }
 
 /// Why one message could not be settled this time (it is retried).
@@ -346,14 +350,44 @@ fn read(record: &Value, on_sale_at: OnSaleAt) -> Result<Delivery, Poison> {
     }
 }
 
+/// The decrypted value of SSM SecureString parameter `name`.
+async fn read_secure_string(ssm: &aws_sdk_ssm::Client, name: &str) -> Result<String, StartupError> {
+    let output = ssm
+        .get_parameter()
+        .name(name)
+        .with_decryption(true)
+        .send()
+        .await
+        .map_err(|e| {
+            StartupError::Secret(format!(
+                "SSM parameter {name} not read: {}",
+                aws_sdk_ssm::error::DisplayErrorContext(&e)
+            ))
+        })?;
+    output
+        .parameter
+        .and_then(|p| p.value)
+        .filter(|v| !v.trim().is_empty())
+        .ok_or_else(|| StartupError::Secret(format!("SSM parameter {name} has no value")))
+}
+
 impl OffsaleListener {
     /// Build the listener from the environment (see the crate documentation)
-    /// and the bus named by `EVENT_BUS_NAME`.
-    pub fn from_env(
+    /// and the bus named by `EVENT_BUS_NAME`, reading the sale switch's auth
+    /// value from SSM when `SALE_SWITCH_AUTH_PARAMETER` names it (once, here:
+    /// every write of this instance then uses it).
+    pub async fn from_env(
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
+        ssm: &aws_sdk_ssm::Client,
     ) -> Result<Self, StartupError> {
-        let config = ListenerConfig::from_env(env)?;
+        let mut config = ListenerConfig::from_env(env)?;
+        if let Some(secret) = config.auth_secret.take() {
+            let value = read_secure_string(ssm, &secret.parameter).await?;
+            if let SwitchTarget::Http(http) = &mut config.switch {
+                *http = http.clone().with_auth(&secret.header, &value)?;
+            }
+        }
         let (store, redelivery) = Self::store_ports(&config.store, clients);
         let mut listener = Self::with_ports(
             &config,
@@ -1712,6 +1746,7 @@ mod tests {
             on_sale_at: OnSaleAt::HalfOpen,
             operators: None,
             self_fault: selffault::SelfFaultRule::default(),
+            auth_secret: None,
         };
         let listener = OffsaleListener::with_ports(
             &config,

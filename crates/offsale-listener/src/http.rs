@@ -104,6 +104,18 @@ impl HttpSwitchConfig {
         })
     }
 
+    /// The same switch, sending header `name` with `value` on every write
+    /// (a value read from a secret store at start).
+    pub fn with_auth(mut self, name: &str, value: &str) -> Result<Self, HttpSwitchError> {
+        let name = HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|_| HttpSwitchError::BadHeaderName(name.to_owned()))?;
+        let mut value =
+            HeaderValue::from_str(value.trim()).map_err(|_| HttpSwitchError::BadHeaderValue)?;
+        value.set_sensitive(true);
+        self.auth = Some((name, value));
+        Ok(self)
+    }
+
     pub fn url_template(&self) -> &str {
         &self.url_template
     }

@@ -9,7 +9,9 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let env = Env::from_process();
-    let function = OffsaleListener::from_env(&env, &Clients::load().await)?;
+    let sdk = lifeboat_aws::clients::load_sdk_config().await;
+    let ssm = aws_sdk_ssm::Client::new(&sdk);
+    let function = OffsaleListener::from_env(&env, &Clients::new(&sdk), &ssm).await?;
     let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         // The schedule's tick sweeps; anything else is an SQS batch.
