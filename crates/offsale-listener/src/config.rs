@@ -418,7 +418,7 @@ mod tests {
                 (SALE_SWITCH_URL, "https://legacy.example"),
                 (SALE_SWITCH_AUTH_HEADER, "x-key"),
             ])
-            .contains("both")
+            .contains(SALE_SWITCH_AUTH_VALUE)
         );
         assert!(err(&[store, (SALE_RETRY_MAX_ATTEMPTS, "0")]).contains(SALE_RETRY_MAX_ATTEMPTS));
         assert!(err(&[store, (SALE_RETRY_MAX_ATTEMPTS, "many")]).contains("whole number"));
