@@ -18,7 +18,6 @@
 //!   keeps the two from writing at once).
 
 use lifeboat_core::OperatorId;
-use lifeboat_core::events::SaleStatus;
 use lifeboat_core::metrics::{MetricSet, names};
 use lifeboat_core::sale::{SaleChange, Settled};
 
@@ -140,7 +139,7 @@ impl OffsaleListener {
                     tracing::warn!(operator = %operator, version, "sale sweep: writing a given-up change again");
                 }
                 None => {
-                    tracing::warn!(operator = %operator, version = change.version, status = status(change.status), "sale sweep: a change the listener never settled");
+                    tracing::warn!(operator = %operator, version = change.version, status = lifeboat_core::sale::status_str(change.status), "sale sweep: a change the listener never settled");
                 }
             }
             let mut attempts = Vec::new();
@@ -184,10 +183,6 @@ impl OffsaleListener {
         );
         report
     }
-}
-
-fn status(s: SaleStatus) -> &'static str {
-    lifeboat_core::sale::status_str(s)
 }
 
 #[cfg(test)]
