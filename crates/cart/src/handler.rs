@@ -24,6 +24,12 @@
 //! the difference, and the customer confirms again to accept it. While off
 //! sale, a cart is confirmed on its cached price (with its age) when the
 //! operator's cart policy allows it.
+//!
+//! The sailing id is put in the operator's case (`ids` in
+//! `OPERATOR_SETTINGS`) before it is stored, priced or cached, so its case
+//! variants find the same price. Accommodation and extra codes are only
+//! stored on the cart (no operator call or cache key uses them) and are
+//! kept as sent.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -160,8 +166,10 @@ impl CartService {
                 "must be a whole number from 1 to 9",
             ));
         }
+        // In the operator's case: the cart asks, caches and shows one spelling.
+        let ids = self.lookup.settings.for_operator(&operator).ids;
         let sailing = Sailing {
-            sailing_id: params::code("sailing_id", &body.sailing_id)?,
+            sailing_id: params::id("sailing_id", &body.sailing_id, ids)?,
             from,
             to,
             date: params::date("date", &body.date, self.lookup.clock.now())?.to_string(),
@@ -346,12 +354,16 @@ impl CartService {
     /// `None` when nothing can be shown.
     async fn price(&self, cart: &Cart, mode: Mode) -> Result<Option<CartPrice>, Problem> {
         let s = &cart.sailing;
+        // A cart stored before its operator's `ids` said so is asked in the
+        // operator's case too.
+        let ids = self.lookup.settings.for_operator(&cart.operator).ids;
+        let sailing_id = ids.normalise(&s.sailing_id);
         let priced = self
             .lookup
             .answer(
                 &cart.operator,
                 Operation::Price,
-                &price_params(&s.sailing_id, s.passengers),
+                &price_params(&sailing_id, s.passengers),
                 mode,
             )
             .await;
@@ -391,7 +403,11 @@ impl CartService {
                 v.get("sailings")?
                     .as_array()?
                     .iter()
-                    .find(|x| x.get("sailing_id").and_then(Value::as_str) == Some(&s.sailing_id))
+                    .find(|x| {
+                        x.get("sailing_id")
+                            .and_then(Value::as_str)
+                            .is_some_and(|id| ids.same(id, &sailing_id))
+                    })
                     .and_then(|x| money(x, "price_cents"))
             });
         Ok(fare.map(|fare| cart_price(fare, &answer)))

@@ -9,7 +9,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::Clock;
 use lifeboat_core::memory::MemoryCartStore;
 use lifeboat_core::sale::{MemorySaleStatusStore, SaleRecord};
-use lifeboat_core::settings::Settings;
+use lifeboat_core::settings::{IdCase, Settings};
 use lifeboat_operator::{PriceDrift, SimConfig, SimulatedOperator};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
 
@@ -31,6 +31,17 @@ struct World {
 }
 
 fn world(sim: SimConfig, settings: CartSettings) -> World {
+    world_with(sim, settings, Settings::default())
+}
+
+/// Settings with nordic's ids compared as `case`.
+fn ids(case: IdCase) -> Settings {
+    let mut settings = Settings::default();
+    settings.default.ids = case;
+    settings
+}
+
+fn world_with(sim: SimConfig, settings: CartSettings, operators: Settings) -> World {
     let clock = Arc::new(TokioClock::starting_at(base()));
     let sim = SimulatedOperator::new(nordic(), sim, clock.clone());
     let gateway = Gateway::new(
@@ -50,7 +61,7 @@ fn world(sim: SimConfig, settings: CartSettings) -> World {
             gateway.cache.clone(),
             gateway.breakers.clone(),
             clock.clone(),
-            Settings::default(),
+            operators,
         )
         .with_metrics(gateway.metrics.clone()),
         operators: BTreeSet::from([nordic()]),
@@ -456,33 +467,94 @@ async fn bad_requests_name_what_is_wrong() {
 
 #[tokio::test(start_paused = true)]
 async fn off_sale_a_sailing_never_priced_takes_its_fare_from_the_cached_search() {
-    let mut w = world(SimConfig::default(), CartSettings::default());
-    let search = lifeboat_lookup::params::search_params("HEL", "TLL", "2026-12-24", 2);
-    let operator = nordic();
-    let (looked, ()) = tokio::join!(
-        w.carts
-            .lookup
-            .answer(&operator, Operation::Search, &search, Mode::AskOperator),
-        w.gateway.run_until(w.clock.now() + TimeDelta::seconds(4))
+    // With `lower` ids the cart asks in small letters, and still finds its
+    // sailing among the operator's capitals.
+    for case in [IdCase::Exact, IdCase::Lower] {
+        let mut w = world_with(SimConfig::default(), CartSettings::default(), ids(case));
+        let search = lifeboat_lookup::params::search_params("HEL", "TLL", "2026-12-24", 2);
+        let operator = nordic();
+        let (looked, ()) = tokio::join!(
+            w.carts
+                .lookup
+                .answer(&operator, Operation::Search, &search, Mode::AskOperator),
+            w.gateway.run_until(w.clock.now() + TimeDelta::seconds(4))
+        );
+        let body: Value = serde_json::from_str(&looked.result.unwrap().body).unwrap();
+        let sailing = &body["sailings"][1];
+        set_sale(&w, SaleStatus::OffSale, 2).await;
+        let mut new = new_cart();
+        new["sailing_id"] = sailing["sailing_id"].clone();
+        let cart = call(&mut w, HttpRequest::with_json("POST", "/carts", &new)).await;
+        assert_eq!(
+            cart.body["price"]["amount_cents"], sailing["price_cents"],
+            "{}",
+            cart.body
+        );
+        assert_eq!(cart.body["price"]["source"], "fresh");
+        let confirmed = call(
+            &mut w,
+            HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+        )
+        .await;
+        assert_eq!(confirmed.body["status"], "confirmed");
+        let id = sailing["sailing_id"].as_str().unwrap();
+        assert_eq!(cart.body["sailing"]["sailing_id"], case.normalise(id));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_case_variant_of_the_sailing_id_finds_the_same_cached_price() {
+    let mut w = world_with(
+        SimConfig::default(),
+        CartSettings::default(),
+        ids(IdCase::Upper),
     );
-    let body: Value = serde_json::from_str(&looked.result.unwrap().body).unwrap();
-    let sailing = &body["sailings"][1];
-    set_sale(&w, SaleStatus::OffSale, 2).await;
-    let mut new = new_cart();
-    new["sailing_id"] = sailing["sailing_id"].clone();
-    let cart = call(&mut w, HttpRequest::with_json("POST", "/carts", &new)).await;
-    assert_eq!(
-        cart.body["price"]["amount_cents"], sailing["price_cents"],
-        "{}",
-        cart.body
-    );
-    assert_eq!(cart.body["price"]["source"], "fresh");
-    let confirmed = call(
+    let warm = call(
         &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
     )
     .await;
-    assert_eq!(confirmed.body["status"], "confirmed");
+    let priced = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&warm, "price"), &json!({})),
+    )
+    .await;
+    assert_eq!(priced.body["price"]["source"], "live", "{}", priced.body);
+    let requests = w.gateway.requests.counts().total;
+
+    let mut variant = new_cart();
+    variant["sailing_id"] = json!("hel-Tll-20261224-0615");
+    let cart = call(&mut w, HttpRequest::with_json("POST", "/carts", &variant)).await;
+    assert_eq!(cart.status, 201, "{}", cart.body);
+    assert_eq!(
+        cart.body["sailing"]["sailing_id"], SAILING,
+        "stored as asked"
+    );
+    let again = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
+    )
+    .await;
+    assert_eq!(again.body["price"]["source"], "fresh", "{}", again.body);
+    assert_eq!(
+        again.body["price"]["amount_cents"],
+        priced.body["price"]["amount_cents"]
+    );
+
+    // Off sale, the cached price of the other spelling is the cart's.
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    variant["sailing_id"] = json!("HEL-tll-20261224-0615");
+    let off = call(&mut w, HttpRequest::with_json("POST", "/carts", &variant)).await;
+    assert_eq!(off.status, 201, "{}", off.body);
+    assert_eq!(
+        off.body["price"]["amount_cents"],
+        priced.body["price"]["amount_cents"]
+    );
+    assert_eq!(
+        w.gateway.requests.counts().total,
+        requests,
+        "no spelling asked the operator again"
+    );
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! Per-operator settings: timeout budgets, failure window and breaker timings.
+//! Per-operator settings: timeout budgets, failure window, breaker timings,
+//! cache ages and how the operator's ids compare.
 //!
 //! Given to the functions as JSON in `OPERATOR_SETTINGS`, for example
 //!
@@ -41,6 +42,46 @@ pub struct OperatorSettings {
     /// without one ([`crate::probe`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeSpec>,
+    /// How the operator compares the ids customers send back (sailing ids):
+    /// the case they are put in before they reach a cache key, a request
+    /// and the operator.
+    pub ids: IdCase,
+}
+
+/// How an operator compares ids, and so the one spelling lifeboat asks it
+/// with: with `upper` or `lower`, the case variants of an id are one
+/// question (one request, one operator call, one cache item); with `exact`
+/// (the default) every spelling is the operator's to tell apart, as sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdCase {
+    /// Case-insensitive; asked in capitals (`HEL-TLL-20261224-0615`).
+    Upper,
+    /// Case-insensitive; asked in small letters.
+    Lower,
+    /// Case-sensitive: asked exactly as sent.
+    #[default]
+    Exact,
+}
+
+impl IdCase {
+    /// The spelling of `id` the operator is asked with. ASCII only: ids are
+    /// checked to be ASCII letters, digits and '-' before they get here.
+    pub fn normalise(self, id: &str) -> String {
+        match self {
+            IdCase::Upper => id.to_ascii_uppercase(),
+            IdCase::Lower => id.to_ascii_lowercase(),
+            IdCase::Exact => id.to_owned(),
+        }
+    }
+
+    /// Whether the operator takes `a` and `b` for the same id.
+    pub fn same(self, a: &str, b: &str) -> bool {
+        match self {
+            IdCase::Upper | IdCase::Lower => a.eq_ignore_ascii_case(b),
+            IdCase::Exact => a == b,
+        }
+    }
 }
 
 /// Settings of every operator.
@@ -109,5 +150,53 @@ mod tests {
     fn typos_are_errors() {
         assert!(Settings::from_json(r#"{"operatorz": {}}"#).is_err());
         assert!(Settings::from_json(r#"{"operators": {"BAD ID": {}}}"#).is_err());
+    }
+
+    #[test]
+    fn ids_are_exact_unless_an_operator_says_otherwise() {
+        let s = Settings::from_json(
+            r#"{"default": {"ids": "upper"},
+                "operators": {"nordic": {"ids": "lower"}, "baltic": {"cache": {"recent": 1000}}}}"#,
+        )
+        .unwrap();
+        let ids = |op: &str| s.for_operator(&OperatorId::new(op).unwrap()).ids;
+        assert_eq!(ids("nordic"), IdCase::Lower);
+        assert_eq!(
+            ids("baltic"),
+            IdCase::Exact,
+            "built-in default, not `default`"
+        );
+        assert_eq!(ids("viking"), IdCase::Upper, "the `default` block");
+        assert_eq!(OperatorSettings::default().ids, IdCase::Exact);
+        let empty = Settings::from_json("").unwrap();
+        assert_eq!(
+            empty.for_operator(&OperatorId::new("x").unwrap()).ids,
+            IdCase::Exact
+        );
+        let exact = Settings::from_json(r#"{"default": {"ids": "exact"}}"#).unwrap();
+        assert_eq!(exact.default.ids, IdCase::Exact);
+        for bad in [r#""Upper""#, r#""upper_case""#, "true", r#""""#] {
+            let json = format!(r#"{{"default": {{"ids": {bad}}}}}"#);
+            assert!(Settings::from_json(&json).is_err(), "{json}");
+        }
+        let round: Settings = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(round, s);
+    }
+
+    #[test]
+    fn ids_are_normalised_as_the_operator_compares_them() {
+        let id = "Hel-tll-20261224-0615b";
+        assert_eq!(IdCase::Upper.normalise(id), "HEL-TLL-20261224-0615B");
+        assert_eq!(IdCase::Lower.normalise(id), "hel-tll-20261224-0615b");
+        assert_eq!(IdCase::Exact.normalise(id), id);
+        for case in [IdCase::Upper, IdCase::Lower, IdCase::Exact] {
+            let once = case.normalise(id);
+            assert_eq!(case.normalise(&once), once, "{case:?} is idempotent");
+            assert!(case.same(id, &once), "{case:?}");
+        }
+        assert!(IdCase::Upper.same("HEL-TLL-0615", "hel-TLL-0615"));
+        assert!(IdCase::Lower.same("HEL-TLL-0615", "hel-tll-0615"));
+        assert!(!IdCase::Exact.same("HEL-TLL-0615", "hel-tll-0615"));
+        assert!(!IdCase::Upper.same("HEL-TLL-0615", "HEL-TLL-0616"));
     }
 }

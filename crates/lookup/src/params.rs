@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use lifeboat_core::OperatorId;
+use lifeboat_core::settings::IdCase;
 
 use crate::http::Problem;
 
@@ -87,6 +88,14 @@ pub fn code(name: &str, value: &str) -> Result<String, Problem> {
     }
 }
 
+/// An operator's id (a sailing id) as the operator compares it: checked as
+/// [`code`], with the same problem when refused, then put in the operator's
+/// case, so the case variants of one id are one question (one request, one
+/// operator call, one cache item) unless the operator's ids are `exact`.
+pub fn id(name: &str, value: &str, case: IdCase) -> Result<String, Problem> {
+    code(name, value).map(|id| case.normalise(&id))
+}
+
 /// A required parameter of a checked map.
 pub fn required<'a>(map: &'a BTreeMap<String, String>, name: &str) -> Result<&'a str, Problem> {
     map.get(name)
@@ -164,5 +173,39 @@ mod tests {
         }
         assert!(code("sailing_id", "HEL-TLL-0730").is_ok());
         assert!(code("sailing_id", "a b").is_err());
+    }
+
+    #[test]
+    fn ids_are_checked_then_put_in_the_operators_case() {
+        let sent = "hel-Tll-20261224-0615";
+        let asked = |case| id("sailing_id", sent, case).ok();
+        assert_eq!(
+            asked(IdCase::Upper).as_deref(),
+            Some("HEL-TLL-20261224-0615")
+        );
+        assert_eq!(
+            asked(IdCase::Lower).as_deref(),
+            Some("hel-tll-20261224-0615")
+        );
+        assert_eq!(asked(IdCase::Exact).as_deref(), Some(sent));
+        let long = "a".repeat(65);
+        for case in [IdCase::Upper, IdCase::Lower, IdCase::Exact] {
+            for bad in ["hel tll", "", "hel_tll", "h\u{e9}l-tll", long.as_str()] {
+                let refused = id("sailing_id", bad, case).err();
+                assert!(refused.is_some(), "{bad:?} taken");
+                assert_eq!(refused, code("sailing_id", bad).err(), "the same problem");
+            }
+        }
+        // Every spelling is one question: the same gateway parameters.
+        let spellings = [
+            "HEL-TLL-20261224-0615",
+            "hel-tll-20261224-0615",
+            "Hel-Tll-20261224-0615",
+        ];
+        let questions: BTreeSet<_> = spellings
+            .iter()
+            .map(|s| price_params(&id("sailing_id", s, IdCase::Upper).unwrap_or_default(), 2))
+            .collect();
+        assert_eq!(questions.len(), 1);
     }
 }

@@ -7,8 +7,10 @@
 //!
 //! Every parameter is required and checked; anything else (a missing, repeated,
 //! unknown or malformed parameter, an operator this deployment does not sell)
-//! is a 400 problem that names the parameter. An answer comes from the recent
-//! cache, the operator through the gateway, or the last good answer (see
+//! is a 400 problem that names the parameter. A `sailing_id` is put in the
+//! operator's case (`ids` in `OPERATOR_SETTINGS`) and echoed so: its case
+//! variants are one question. An answer comes from the recent cache, the
+//! operator through the gateway, or the last good answer (see
 //! `lifeboat-lookup`), and always says which (`source`: `fresh`, `live`,
 //! `last_good`), when the operator gave it (`as_of`) and how old it is
 //! (`age_s`). With nothing to show the reply is 503 "unavailable right now"
@@ -113,7 +115,9 @@ impl Search {
                 let q = request.query_map(&["operator", "sailing_id", "passengers"])?;
                 let operator =
                     params::operator("operator", required(&q, "operator")?, &self.operators)?;
-                let sailing_id = params::code("sailing_id", required(&q, "sailing_id")?)?;
+                // In the operator's case: every spelling is one question.
+                let ids = self.lookup.settings.for_operator(&operator).ids;
+                let sailing_id = params::id("sailing_id", required(&q, "sailing_id")?, ids)?;
                 let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
                 Ok(Question {
                     echo: json!({"operator": operator, "sailing_id": sailing_id, "passengers": passengers}),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::ports::BreakerStore;
-use lifeboat_core::settings::Settings;
+use lifeboat_core::settings::{IdCase, Settings};
 use lifeboat_core::{BreakerRecord, BreakerState, Clock};
 use lifeboat_operator::{SimConfig, SimulatedOperator};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
@@ -31,6 +31,10 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(Settings::default())
+}
+
+fn world_with(settings: Settings) -> World {
     let clock = Arc::new(TokioClock::starting_at(base()));
     let sim = SimulatedOperator::new(nordic(), SimConfig::default(), clock.clone());
     let gateway = Gateway::new(
@@ -47,7 +51,7 @@ fn world() -> World {
             gateway.cache.clone(),
             gateway.breakers.clone(),
             clock.clone(),
-            Settings::default(),
+            settings,
         )
         .with_metrics(gateway.metrics.clone()),
         operators: BTreeSet::from([nordic()]),
@@ -338,4 +342,164 @@ async fn a_flood_costs_one_request_and_one_call_per_distinct_valid_question() {
         4_000,
         "every request answered"
     );
+}
+
+/// Settings with nordic's ids compared as `case`.
+fn ids(case: IdCase) -> Settings {
+    let mut settings = Settings::default();
+    settings.default.ids = case;
+    settings
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sailing_id_is_asked_and_echoed_in_the_operators_case() {
+    let mut w = world_with(ids(IdCase::Upper));
+    let asked = |id| {
+        [
+            ("operator", "nordic"),
+            ("sailing_id", id),
+            ("passengers", "2"),
+        ]
+    };
+    let upper = get(&mut w, "/price", &asked("HEL-TLL-20261224-0615")).await;
+    assert_eq!(upper.status, 200, "{}", upper.body);
+    assert_eq!(upper.body["source"], "live");
+    let lower = get(&mut w, "/price", &asked("hel-tll-20261224-0615")).await;
+    assert_eq!(lower.body["source"], "fresh", "{}", lower.body);
+    assert_eq!(lower.body["sailing_id"], "HEL-TLL-20261224-0615");
+    assert_eq!(lower.body["price"], upper.body["price"]);
+    assert_eq!(w.gateway.requests.counts().total, 1);
+    assert_eq!(w.sim.stats().total, 1);
+    // The check stays: what is not an id is refused as before, unasked.
+    for bad in ["hel tll", "hel_tll-0615", "h\u{e9}l-tll", ""] {
+        let refused = get(&mut w, "/price", &asked(bad)).await;
+        assert_eq!(refused.status, 400, "{bad:?}: {}", refused.body);
+        assert_eq!(refused.body["invalid_params"][0]["name"], "sailing_id");
+        assert_eq!(
+            refused.header("content-type"),
+            Some("application/problem+json")
+        );
+    }
+    assert_eq!(w.gateway.requests.counts().total, 1);
+
+    // An operator whose ids are case-sensitive is asked exactly as sent.
+    let mut w = world_with(ids(IdCase::Exact));
+    let lower = get(&mut w, "/price", &asked("hel-tll-20261224-0615")).await;
+    assert_eq!(lower.body["sailing_id"], "hel-tll-20261224-0615");
+    assert_eq!(lower.body["price"]["sailing_id"], "hel-tll-20261224-0615");
+}
+
+/// What a price flood cost: requests written, operator calls, replies by
+/// status, and the most distinct replies (status and price) one sailing got.
+struct FloodCost {
+    written: usize,
+    calls: u64,
+    by_status: std::collections::BTreeMap<u16, usize>,
+    replies_per_sailing: usize,
+}
+
+/// 100 sailings, each asked for its price at once in 20 spellings (upper
+/// case, lower case and 18 mixtures): 2,000 questions, from an operator
+/// whose ids compare as `case`.
+async fn price_flood(case: IdCase) -> FloodCost {
+    let w = world_with(ids(case));
+    let routes = ["HEL-TLL", "TLL-HEL", "HEL-STO", "STO-HEL"];
+    let mut sailings = Vec::new();
+    for route in routes {
+        for n in 1..=25 {
+            let day = (base() + TimeDelta::days(n)).format("%Y%m%d");
+            sailings.push(format!("{route}-{day}-0615"));
+        }
+    }
+    // Spelling v lowers the id's letters whose bit is set in a mask.
+    let spell = |id: &str, v: u32| {
+        let mask = [0, 0x3f, 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x03, 0x05]
+            [usize::try_from(v % 10).unwrap()]
+            ^ if v >= 10 { 0x2a } else { 0 };
+        let mut letter = 0;
+        id.chars()
+            .map(|c| {
+                if !c.is_ascii_alphabetic() {
+                    return c;
+                }
+                letter += 1;
+                if mask & (1 << (letter - 1)) == 0 {
+                    c
+                } else {
+                    c.to_ascii_lowercase()
+                }
+            })
+            .collect::<String>()
+    };
+    let mut questions = Vec::new();
+    for id in &sailings {
+        let spellings: BTreeSet<String> = (0..20).map(|v| spell(id, v)).collect();
+        assert_eq!(spellings.len(), 20, "{id}: 20 distinct spellings");
+        questions.extend(spellings);
+    }
+    let requests: Vec<HttpRequest> = questions
+        .iter()
+        .map(|id| {
+            HttpRequest::get(
+                "/price",
+                &[
+                    ("operator", "nordic"),
+                    ("sailing_id", id),
+                    ("passengers", "2"),
+                ],
+            )
+        })
+        .collect();
+    let mut gateway = w.gateway;
+    let until = w.clock.now() + TimeDelta::seconds(120);
+    let (replies, ()) = tokio::join!(
+        futures::future::join_all(requests.iter().map(|r| w.search.handle(r))),
+        gateway.run_until(until)
+    );
+    let mut by_status = std::collections::BTreeMap::<u16, usize>::new();
+    let mut distinct = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
+    for (id, reply) in questions.iter().zip(&replies) {
+        *by_status.entry(reply.status).or_default() += 1;
+        let seen = format!("{} {}", reply.status, reply.body["price"]);
+        distinct
+            .entry(id.to_ascii_uppercase())
+            .or_default()
+            .insert(seen);
+    }
+    FloodCost {
+        written: gateway.requests.counts().total,
+        calls: w.sim.stats().total,
+        by_status,
+        replies_per_sailing: distinct.values().map(BTreeSet::len).max().unwrap_or(0),
+    }
+}
+
+/// Case variants of one sailing id as a flood would send them: with the
+/// operator's ids `upper` they merge into one question per sailing; `exact`
+/// (every id as sent, as before `ids`) pays for every spelling.
+/// `cargo test -p search flood -- --nocapture` prints the figures.
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_case_variants_costs_one_request_and_one_call_per_sailing() {
+    let exact = price_flood(IdCase::Exact).await;
+    let upper = price_flood(IdCase::Upper).await;
+    for (name, cost) in [("exact", &exact), ("upper", &upper)] {
+        eprintln!(
+            "case-variant flood, ids {name}: 2,000 questions (100 sailings x 20 spellings): {} requests written, {} operator calls, replies by status {:?}, up to {} different replies per sailing",
+            cost.written, cost.calls, cost.by_status, cost.replies_per_sailing
+        );
+    }
+    assert_eq!(exact.written, 2_000, "exact: every spelling is a question");
+    assert_eq!(upper.written, 100, "upper: one request per sailing");
+    assert!(upper.calls <= 100, "at most one operator call per sailing");
+    assert!(upper.calls > 0 && exact.calls > upper.calls);
+    assert_eq!(
+        upper.replies_per_sailing, 1,
+        "every spelling gets one reply"
+    );
+    assert!(exact.replies_per_sailing > 1, "each spelling its own price");
+    // The simulated operator's background errors and latency tail fail a
+    // few sailings (every spelling alike); the rest are answered.
+    let answered = |c: &FloodCost| c.by_status.get(&200).copied().unwrap_or(0);
+    assert!(answered(&upper) >= 1_800, "{:?}", upper.by_status);
+    assert!(answered(&exact) < answered(&upper), "{:?}", exact.by_status);
 }
