@@ -52,6 +52,7 @@ use lifeboat_core::ports::{
 use lifeboat_core::probe::{BreakerTimer, next_wake};
 use lifeboat_core::request::Health;
 use lifeboat_core::settings::Settings;
+use lifeboat_core::watched::watch;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, ConsumerTarget, OperatorId};
 use serde::Serialize;
 use serde_json::Value;
@@ -248,20 +249,26 @@ impl CircuitSwitch {
                 Arc::new(clients.stream_router(env)?),
             ),
         };
+        let metrics: Arc<dyn MetricsSink> = Arc::new(StdoutMetrics::from_env());
+        let clock: Arc<dyn Clock> = Arc::new(lifeboat_core::SystemClock);
         Ok(Self {
-            breakers: Arc::new(clients.breaker_store(env)?),
-            events: Arc::new(clients.publisher(env)?),
-            lanes,
-            clock: Arc::new(lifeboat_core::SystemClock),
+            breakers: watch(Arc::new(clients.breaker_store(env)?), &metrics, &clock),
+            events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
+            lanes: lanes.watched(&metrics, &clock),
             settings: Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?,
             alarms,
             operators,
             repoint_backoff: Duration::from_millis(500),
-            metrics: Arc::new(StdoutMetrics::from_env()),
             timers: match env.optional(BREAKER_TIMER_QUEUE_URL)? {
-                Some(url) => Some(Arc::new(clients.breaker_timers(url))),
+                Some(url) => Some(watch(
+                    Arc::new(clients.breaker_timers(url)),
+                    &metrics,
+                    &clock,
+                )),
                 None => None,
             },
+            clock,
+            metrics,
             prober: match env.optional("OPERATOR_ENDPOINTS")? {
                 Some(endpoints) => Some(Arc::new(lifeboat_operator::HttpOperatorApi::parse(
                     endpoints,

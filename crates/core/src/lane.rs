@@ -134,6 +134,24 @@ impl Lanes {
         }
     }
 
+    /// The same lanes, each mapping's failures counted into `metrics`.
+    pub fn watched(
+        self,
+        metrics: &Arc<dyn crate::metrics::MetricsSink>,
+        clock: &Arc<dyn crate::clock::Clock>,
+    ) -> Self {
+        Self {
+            lanes: self
+                .lanes
+                .into_iter()
+                .map(|lane| Lane {
+                    router: crate::watched::watch(lane.router, metrics, clock),
+                    ..lane
+                })
+                .collect(),
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Lane> {
         self.lanes.iter()
     }

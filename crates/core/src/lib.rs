@@ -20,6 +20,7 @@ pub mod request;
 pub mod retry;
 pub mod sale;
 pub mod settings;
+pub mod watched;
 pub mod window;
 
 pub use breaker::{BreakerConfig, BreakerRecord, BreakerState, ConsumerTarget};

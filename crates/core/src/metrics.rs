@@ -57,6 +57,9 @@ pub mod names {
     /// Off-sale writes held back because most operators were open at once
     /// (lifeboat's own fault suspected), without dimensions.
     pub const SELF_FAULT: &str = "SelfFaultSuspected";
+    /// Failed calls to lifeboat's own dependencies (tables, bus, mappings,
+    /// timer queue), per `Dependency` and in a dimensionless total.
+    pub const DEPENDENCY_ERRORS: &str = "DependencyErrors";
 }
 
 /// CloudWatch units lifeboat uses.

@@ -13,6 +13,7 @@ use lambda_runtime::Diagnostic;
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
 use lifeboat_core::ports::{EventPublisher, RequestStore};
 use lifeboat_core::request::{FailureReason, Outcome};
+use lifeboat_core::watched::watch;
 use lifeboat_core::{Clock, OperatorId};
 use lifeboat_stream::{batch_response, failure_event, publish_all, read_batch};
 use serde_json::Value;
@@ -66,11 +67,13 @@ impl FallbackConsumer {
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, lifeboat_aws::ConfigError> {
+        let metrics: Arc<dyn MetricsSink> = Arc::new(StdoutMetrics::from_env());
+        let clock: Arc<dyn lifeboat_core::Clock> = Arc::new(lifeboat_core::SystemClock);
         Ok(Self {
-            requests: Arc::new(clients.request_store(env)?),
-            events: Arc::new(clients.publisher(env)?),
-            clock: Arc::new(lifeboat_core::SystemClock),
-            metrics: Arc::new(StdoutMetrics::from_env()),
+            requests: watch(Arc::new(clients.request_store(env)?), &metrics, &clock),
+            events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
+            clock,
+            metrics,
         })
     }
 

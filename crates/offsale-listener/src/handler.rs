@@ -126,6 +126,7 @@ use lifeboat_core::sale::{
     Redelivery, SaleChange, SaleRecord, SaleStatusStore, SaleSwitch, SaleSwitchError, Settled,
     StatusTableSwitch, Step, Wait, WritePolicy, status_str, until,
 };
+use lifeboat_core::watched::watch;
 use lifeboat_core::{BreakerState, Clock, OperatorId};
 use serde_json::Value;
 
@@ -350,6 +351,19 @@ fn read(record: &Value, on_sale_at: OnSaleAt) -> Result<Delivery, Poison> {
     }
 }
 
+/// Read one SQS record as [`OffsaleListener::handle`] does, without a store:
+/// the sale change it asks for, or, for a poison message, the `Operator
+/// Request Failed` event that reports it (stamped `at`). For the fuzz targets.
+pub fn read_message(
+    record: &Value,
+    on_sale_at: OnSaleAt,
+    at: DateTime<Utc>,
+) -> Result<SaleChange, LifeboatEvent> {
+    read(record, on_sale_at)
+        .map(|d| d.change)
+        .map_err(|p| p.event(at))
+}
+
 /// The decrypted value of SSM SecureString parameter `name`.
 async fn read_secure_string(ssm: &aws_sdk_ssm::Client, name: &str) -> Result<String, StartupError> {
     let output = ssm
@@ -389,19 +403,26 @@ impl OffsaleListener {
             }
         }
         let (store, redelivery) = Self::store_ports(&config.store, clients);
+        // Every failed table or bus call counts in DependencyErrors.
+        let metrics: Arc<dyn MetricsSink> = Arc::new(StdoutMetrics::from_env());
+        let clock: Arc<dyn Clock> = Arc::new(lifeboat_core::SystemClock);
         let mut listener = Self::with_ports(
             &config,
-            store,
+            watch(store, &metrics, &clock),
             redelivery,
-            Arc::new(clients.publisher(env)?),
-            Arc::new(lifeboat_core::SystemClock),
+            watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
+            clock.clone(),
         )?;
         match env.optional(lifeboat_aws::clients::BREAKER_TABLE)? {
             Some(table) => {
-                listener.trust.breakers = Some(Arc::new(lifeboat_aws::DynamoBreakerStore::new(
-                    clients.dynamodb.clone(),
-                    table,
-                )));
+                listener.trust.breakers = Some(watch(
+                    Arc::new(lifeboat_aws::DynamoBreakerStore::new(
+                        clients.dynamodb.clone(),
+                        table,
+                    )),
+                    &metrics,
+                    &clock,
+                ));
             }
             None => tracing::warn!(
                 "BREAKER_TABLE is not set: state changes are applied without the Breaker table confirming them"

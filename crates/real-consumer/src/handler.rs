@@ -37,6 +37,7 @@ use lifeboat_core::request::{
     CallClass, FailureReason, Health, MAX_ANSWER_BYTES, OperatorCall, Outcome, RequestRecord,
 };
 use lifeboat_core::settings::Settings;
+use lifeboat_core::watched::watch;
 use lifeboat_core::window::CallCounts;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, Operation, OperatorId};
 use lifeboat_stream::{batch_response, failure_event, publish_all, read_batch};
@@ -155,15 +156,17 @@ impl RealConsumer {
             },
         };
         let settings = Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?;
+        let metrics: Arc<dyn MetricsSink> = Arc::new(StdoutMetrics::from_env());
+        let clock: Arc<dyn Clock> = Arc::new(lifeboat_core::SystemClock);
         Ok(Self {
-            requests: Arc::new(clients.request_store(env)?),
-            breakers: Arc::new(clients.breaker_store(env)?),
-            window: Arc::new(clients.window_store(env)?),
-            events: Arc::new(clients.publisher(env)?),
-            cache: Arc::new(clients.cache_store(env)?),
-            metrics: Arc::new(StdoutMetrics::from_env()),
+            requests: watch(Arc::new(clients.request_store(env)?), &metrics, &clock),
+            breakers: watch(Arc::new(clients.breaker_store(env)?), &metrics, &clock),
+            window: watch(Arc::new(clients.window_store(env)?), &metrics, &clock),
+            events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
+            cache: watch(Arc::new(clients.cache_store(env)?), &metrics, &clock),
+            metrics,
             operator: Arc::new(lifeboat_operator::HttpOperatorApi::parse(endpoints)?),
-            clock: Arc::new(lifeboat_core::SystemClock),
+            clock,
             settings,
             concurrency,
         })
