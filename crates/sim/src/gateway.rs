@@ -19,11 +19,14 @@ use lifeboat_core::ports::BreakerTimers;
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
 use lifeboat_core::probe::BreakerTimer;
 
+use crate::fault::{FaultClass, FaultPlan, Faulty, FaultyOperators, invocation};
 pub use crate::lane::stream_record;
 use crate::lane::{SimLane, switch_lanes};
 use crate::meter::{InvocationKind, Ledger, Metered, metered};
+use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::request::{CallResult, OperatorCall, RequestRecord};
 use lifeboat_core::settings::Settings;
+use lifeboat_core::watched::{Watched, watch};
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
 use real_consumer::RealConsumer;
 use serde_json::{Value, json};
@@ -54,6 +57,11 @@ pub struct GatewayConfig {
     pub operators: Vec<OperatorId>,
     /// How the operators' requests are laid out in streams.
     pub lanes: LaneLayout,
+    /// Faults injected into the functions' dependencies (none by default).
+    pub faults: Option<Arc<FaultPlan>>,
+    /// How long an invocation may run before Lambda stops it (the
+    /// template's 15 s for the consumers and the switch).
+    pub function_timeout: Duration,
 }
 
 /// How requests flow from the Requests table(s) to the consumers.
@@ -78,6 +86,8 @@ impl Default for GatewayConfig {
             max_retries: 3,
             operators: Vec::new(),
             lanes: LaneLayout::default(),
+            faults: None,
+            function_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -133,6 +143,13 @@ pub struct Gateway {
     /// Records given up on after `max_retries` failed deliveries (the
     /// mapping's OnFailure destination).
     pub discarded: Vec<RequestRecord>,
+    /// The faults injected (a plan at rate 0 unless the config gave one).
+    pub faults: Arc<FaultPlan>,
+    /// Invocations that died or timed out, as Lambda's `Errors` metric
+    /// counts them.
+    pub lambda_errors: Arc<AtomicU64>,
+    /// Bus events held back to arrive after the next ones.
+    held_events: Vec<Value>,
     bus_position: usize,
     next_tick: DateTime<Utc>,
 }
@@ -162,16 +179,32 @@ impl Gateway {
         let probes = Arc::new(AtomicU64::new(0));
         let cache = Arc::new(MemoryCacheStore::new());
         let metrics = Arc::new(MemoryMetrics::new());
-        // The functions' stores count their calls per invocation.
+        let faults = config
+            .faults
+            .clone()
+            .unwrap_or_else(|| Arc::new(FaultPlan::new(0)));
+        // The functions' ports as deployed: failures counted (Watched), here
+        // also injected (Faulty) and each call metered per invocation.
+        let sink: Arc<dyn MetricsSink> = metrics.clone();
+        let ported = Ported {
+            plan: &faults,
+            sink: &sink,
+            clock: &clock,
+        };
         let ledger = Arc::new(Ledger::default());
-        let metered_requests = Metered::new(requests.clone());
-        let metered_breakers = Metered::new(breakers.clone());
+        let metered_requests = ported.wrap(Metered::new(requests.clone()));
+        let metered_breakers = ported.wrap(Metered::new(breakers.clone()));
+        let events = ported.wrap(bus.clone());
+        let operator: Arc<dyn OperatorApi> = Arc::new(FaultyOperators {
+            inner: operator,
+            plan: faults.clone(),
+        });
         let real = RealConsumer {
             requests: metered_requests.clone(),
             breakers: metered_breakers.clone(),
-            window: Metered::new(window.clone()),
-            events: bus.clone(),
-            cache: Metered::new(cache.clone()),
+            window: ported.wrap(Metered::new(window.clone())),
+            events: events.clone(),
+            cache: ported.wrap(Metered::new(cache.clone())),
             metrics: metrics.clone(),
             operator: operator.clone(),
             clock: clock.clone(),
@@ -180,21 +213,21 @@ impl Gateway {
         };
         let fallback = FallbackConsumer {
             requests: metered_requests,
-            events: bus.clone(),
+            events: events.clone(),
             clock: clock.clone(),
             metrics: metrics.clone(),
         };
         let switch = CircuitSwitch {
             breakers: metered_breakers,
-            events: bus.clone(),
-            lanes: switch_lanes(config.lanes, &lanes),
+            events,
+            lanes: switch_lanes(config.lanes, &lanes, &faults).watched(&sink, &clock),
             clock: clock.clone(),
             settings: config.settings.clone(),
             alarms: AlarmMap::default(),
             operators: config.operators.clone(),
             repoint_backoff: Duration::from_millis(100),
             metrics: metrics.clone(),
-            timers: Some(timers.clone()),
+            timers: Some(ported.wrap(timers.clone())),
             prober: Some(Arc::new(CountedProber {
                 inner: operator,
                 calls: probes.clone(),
@@ -221,6 +254,9 @@ impl Gateway {
             call_counter: None,
             config,
             discarded: Vec::new(),
+            faults,
+            lambda_errors: Arc::new(AtomicU64::new(0)),
+            held_events: Vec::new(),
             bus_position: 0,
             next_tick,
         }
@@ -273,10 +309,17 @@ impl Gateway {
     /// Due breaker timers to the switch, as the timer queue's mapping
     /// delivers them (one SQS batch).
     fn deliver_timers(&mut self) {
-        let due = self.timers.take_due(self.clock.now());
+        let mut due = self.timers.take_due(self.clock.now());
         if due.is_empty() {
             return;
         }
+        // At least once: a timer may arrive twice in one batch.
+        let again: Vec<BreakerTimer> = due
+            .iter()
+            .filter(|_| self.faults.strike(FaultClass::Redelivery))
+            .cloned()
+            .collect();
+        due.extend(again);
         let records: Vec<SqsMessage> = due
             .iter()
             .enumerate()
@@ -297,6 +340,9 @@ impl Gateway {
     fn deliver_bus_events(&mut self) {
         let (events, next) = self.bus.read_from(self.bus_position);
         self.bus_position = next;
+        // Events held back last round arrive after this round's.
+        let mut payloads = Vec::new();
+        let held = std::mem::take(&mut self.held_events);
         for event in events {
             // The rules on the bus send these two to the switch.
             if matches!(
@@ -305,15 +351,22 @@ impl Gateway {
             ) {
                 let detail: Value =
                     serde_json::from_str(&event.detail_json()).unwrap_or(Value::Null);
-                self.invoke_switch(
-                    json!({
-                        "version": "0", "id": "bus", "detail-type": event.detail_type(), "source": SOURCE,
-                        "time": self.clock.now().to_rfc3339(), "detail": detail
-                    }),
-                    Vec::new(),
-                    InvocationKind::Switch,
-                );
+                let payload = json!({
+                    "version": "0", "id": "bus", "detail-type": event.detail_type(), "source": SOURCE,
+                    "time": self.clock.now().to_rfc3339(), "detail": detail
+                });
+                if self.faults.strike(FaultClass::Reorder) {
+                    self.held_events.push(payload);
+                    continue;
+                }
+                if self.faults.strike(FaultClass::Duplicate) {
+                    payloads.push(payload.clone());
+                }
+                payloads.push(payload);
             }
+        }
+        for payload in payloads.into_iter().chain(held) {
+            self.invoke_switch(payload, Vec::new(), InvocationKind::Switch);
         }
     }
 
@@ -324,10 +377,23 @@ impl Gateway {
     fn invoke_switch(&mut self, payload: Value, timers: Vec<BreakerTimer>, kind: InvocationKind) {
         let switch = self.switch.clone();
         let ledger = self.ledger.clone();
+        let dies_after = self
+            .faults
+            .strike(FaultClass::SwitchTimeout)
+            .then(|| self.faults.pick(6));
+        let (timeout, errors) = (self.config.function_timeout, self.lambda_errors.clone());
         self.switch_calls.spawn(async move {
-            let (report, calls) = metered(switch.handle(&payload)).await;
-            ledger.note(kind, 1, calls);
-            (timers, report.map_err(|e| e.to_string()))
+            let run = invocation(dies_after, metered(switch.handle(&payload)));
+            match tokio::time::timeout(timeout, run).await {
+                Ok((report, calls)) => {
+                    ledger.note(kind, 1, calls);
+                    (timers, report.map_err(|e| e.to_string()))
+                }
+                Err(_) => {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    (timers, Err("the invocation timed out".to_owned()))
+                }
+            }
         });
     }
 
@@ -435,15 +501,28 @@ impl Gateway {
             delivered |= lane
                 .deliver(
                     &self.config,
+                    (&self.faults, &self.lambda_errors),
                     &self.requests,
-                    &self.real,
-                    &self.fallback,
+                    (&self.real, &self.fallback),
                     &self.ledger,
                     &mut self.discarded,
                 )
                 .await;
         }
         delivered
+    }
+}
+
+/// What wraps every port of the functions.
+struct Ported<'a> {
+    plan: &'a Arc<FaultPlan>,
+    sink: &'a Arc<dyn MetricsSink>,
+    clock: &'a Arc<dyn Clock>,
+}
+
+impl Ported<'_> {
+    fn wrap<T: ?Sized>(&self, port: Arc<T>) -> Arc<Watched<Faulty<T>>> {
+        watch(Faulty::new(port, self.plan), self.sink, self.clock)
     }
 }
 

@@ -15,20 +15,30 @@ use real_consumer::RealConsumer;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
+use crate::fault::{FaultClass, FaultPlan, Faulty, invocation};
 use crate::gateway::{GatewayConfig, LaneLayout};
 use crate::meter::{InvocationKind, Ledger, metered};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The switch's view of the gateway's lanes.
-pub(crate) fn switch_lanes(layout: LaneLayout, lanes: &[SimLane]) -> Lanes {
+/// The switch's view of the gateway's lanes: each mapping's updates fail
+/// as `faults` says.
+pub(crate) fn switch_lanes(
+    layout: LaneLayout,
+    lanes: &[SimLane],
+    faults: &Arc<FaultPlan>,
+) -> Lanes {
+    let router = |l: &SimLane| -> Arc<dyn StreamRouter> { Faulty::new(l.router.clone(), faults) };
     match layout {
         LaneLayout::Shared => lanes
             .first()
-            .map(|l| Lanes::shared(l.name.clone(), l.operators.clone(), l.router.clone()))
+            .map(|l| Lanes::shared(l.name.clone(), l.operators.clone(), router(l)))
             .unwrap_or_default(),
-        LaneLayout::PerOperator => Lanes::per_operator(lanes.iter().filter_map(|l| {
-            let router: Arc<dyn StreamRouter> = l.router.clone();
-            l.operators.first().map(|o| (o.clone(), router))
-        })),
+        LaneLayout::PerOperator => Lanes::per_operator(
+            lanes
+                .iter()
+                .filter_map(|l| l.operators.first().map(|o| (o.clone(), router(l)))),
+        ),
     }
 }
 
@@ -94,9 +104,9 @@ impl SimLane {
     pub(crate) async fn deliver(
         &mut self,
         config: &GatewayConfig,
+        (faults, lambda_errors): (&Arc<FaultPlan>, &Arc<AtomicU64>),
         requests: &MemoryRequestStore,
-        real: &Arc<RealConsumer>,
-        fallback: &Arc<FallbackConsumer>,
+        (real, fallback): (&Arc<RealConsumer>, &Arc<FallbackConsumer>),
         ledger: &Arc<Ledger>,
         discarded: &mut Vec<RequestRecord>,
     ) -> bool {
@@ -131,22 +141,36 @@ impl SimLane {
         let target = self.router.current().await.unwrap_or(ConsumerTarget::Real);
         let (real, fallback, ledger) = (real.clone(), fallback.clone(), ledger.clone());
         let records = batch.clone();
+        // A consumer killed after k of its calls (store and operator).
+        let dies_after = faults
+            .strike(FaultClass::ConsumerKill)
+            .then(|| faults.pick(u32::try_from(batch.len() * 2).unwrap_or(u32::MAX)));
+        let (timeout, errors) = (config.function_timeout, lambda_errors.clone());
         let handle = self.in_flight.spawn(async move {
             let size = batch.len() as u64;
-            let failures = match target {
-                ConsumerTarget::Real => {
-                    let (handled, calls) = metered(real.handle(&payload)).await;
-                    ledger.note(InvocationKind::RealBatch, size, calls);
-                    handled
-                        .map(|r| r.response.batch_item_failures)
-                        .map_err(|e| e.to_string())
+            let run = invocation(dies_after, async {
+                match target {
+                    ConsumerTarget::Real => {
+                        let (handled, calls) = metered(real.handle(&payload)).await;
+                        ledger.note(InvocationKind::RealBatch, size, calls);
+                        handled
+                            .map(|r| r.response.batch_item_failures)
+                            .map_err(|e| e.to_string())
+                    }
+                    ConsumerTarget::Fallback => {
+                        let (handled, calls) = metered(fallback.handle(&payload)).await;
+                        ledger.note(InvocationKind::FallbackBatch, size, calls);
+                        handled
+                            .map(|r| r.response.batch_item_failures)
+                            .map_err(|e| e.to_string())
+                    }
                 }
-                ConsumerTarget::Fallback => {
-                    let (handled, calls) = metered(fallback.handle(&payload)).await;
-                    ledger.note(InvocationKind::FallbackBatch, size, calls);
-                    handled
-                        .map(|r| r.response.batch_item_failures)
-                        .map_err(|e| e.to_string())
+            });
+            let failures = match tokio::time::timeout(timeout, run).await {
+                Ok(failures) => failures,
+                Err(_) => {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    Err("the invocation timed out".to_owned())
                 }
             };
             match failures {

@@ -10,6 +10,7 @@
 //! `tokio::time::pause()` a day passes in well under a second.
 
 pub mod clock;
+pub mod fault;
 pub mod gateway;
 mod lane;
 pub mod meter;
