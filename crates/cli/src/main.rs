@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
 use lifeboat_aws::{Clients, Env};
+use lifeboat_cli::chaos::{self, ChaosScript};
 use lifeboat_cli::demo::{self, Script};
 use lifeboat_cli::fleet::{self, FleetScript};
 use lifeboat_cli::ops::aws::{StatusConfig, StatusFlags};
@@ -51,6 +52,26 @@ enum Command {
         #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(30..=3600))]
         outage_s: u64,
         /// Seed of every random choice.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// The fault campaign: lifeboat's own dependencies failing (every store
+    /// operation, PutEvents, mapping updates, consumers killed mid-batch,
+    /// switch timeouts, duplicated and reordered events, an egress fault)
+    /// under customer traffic, on virtual time: outcomes, faults seen, and
+    /// how soon everything matched the truth after the faults stopped.
+    Chaos {
+        /// Print one JSON object with the figures instead of the summary.
+        #[arg(long)]
+        json: bool,
+        /// Questions customers ask, each a new request record.
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1_000..=1_000_000))]
+        records: u64,
+        /// How many operators sell through the gateway (at least 5: the
+        /// campaign's outages need them).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(5..=50))]
+        operators: u64,
+        /// Seed of every random choice and every fault.
         #[arg(long)]
         seed: Option<u64>,
     },
@@ -391,6 +412,21 @@ fn main() -> ExitCode {
                 BreakerAction::Release(args) => (SwitchCommand::Release, args),
             };
             block_on("breaker", breaker_command(command, args))
+        }
+        Command::Chaos {
+            json,
+            records,
+            operators,
+            seed,
+        } => {
+            let defaults = ChaosScript::default();
+            let script = ChaosScript {
+                seed: seed.unwrap_or(defaults.seed),
+                records,
+                operators: usize::try_from(operators).unwrap_or(defaults.operators),
+                ..defaults
+            };
+            print_report("chaos", json, chaos::run_paused(&script), |r| r.render())
         }
         Command::Fleet {
             json,

@@ -8,6 +8,7 @@ use lifeboat_aws::{Clients, ConfigError, Env};
 use lifeboat_core::OperatorId;
 use lifeboat_core::operator::InvalidOperatorId;
 use lifeboat_core::settings::{Settings, SettingsError};
+use lifeboat_core::watched::watch;
 
 use crate::{BreakerCache, Lookup, MAX_BREAKER_CACHE, Polling};
 
@@ -54,7 +55,9 @@ pub fn parse_operators(text: &str) -> Result<BTreeSet<OperatorId>, StartupError>
 
 /// A [`Lookup`] on the Requests, Cache and Breaker tables the environment names.
 pub fn lookup(env: &Env, clients: &Clients) -> Result<Lookup, StartupError> {
-    let clock = Arc::new(lifeboat_core::SystemClock);
+    let clock: Arc<dyn lifeboat_core::Clock> = Arc::new(lifeboat_core::SystemClock);
+    let metrics: Arc<dyn lifeboat_core::metrics::MetricsSink> =
+        Arc::new(lifeboat_core::metrics::StdoutMetrics::from_env());
     let breaker_cache = match env.optional(BREAKER_CACHE_MS)? {
         None => MAX_BREAKER_CACHE,
         Some(text) => match text.parse::<u64>() {
@@ -62,18 +65,19 @@ pub fn lookup(env: &Env, clients: &Clients) -> Result<Lookup, StartupError> {
             _ => return Err(StartupError::BreakerCache(text.to_owned())),
         },
     };
+    // Every failed table call counts in DependencyErrors.
     Ok(Lookup {
-        requests: Arc::new(clients.request_store(env)?),
-        cache: Arc::new(clients.cache_store(env)?),
+        requests: watch(Arc::new(clients.request_store(env)?), &metrics, &clock),
+        cache: watch(Arc::new(clients.cache_store(env)?), &metrics, &clock),
         breakers: BreakerCache::new(
-            Arc::new(clients.breaker_store(env)?),
+            watch(Arc::new(clients.breaker_store(env)?), &metrics, &clock),
             clock.clone(),
             breaker_cache,
         ),
         clock,
         settings: Settings::from_json(env.optional(OPERATOR_SETTINGS)?.unwrap_or(""))?,
         polling: Polling::default(),
-        metrics: Arc::new(lifeboat_core::metrics::StdoutMetrics::from_env()),
+        metrics,
     })
 }
 

@@ -29,13 +29,19 @@ use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::cache::{CacheKey, CacheStore, CachedAnswer, Freshness, age_s};
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
 use lifeboat_core::ports::{BreakerStore, RequestStore, StoreError};
-use lifeboat_core::request::{FailureReason, OutcomeKind, RequestRecord};
+use lifeboat_core::request::{FailureReason, Outcome, OutcomeKind, RequestRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, Operation, OperatorId};
 use serde::Serialize;
 
 /// The longest a breaker state is kept by [`BreakerCache`].
 pub const MAX_BREAKER_CACHE: Duration = Duration::from_secs(1);
+
+/// Who wrote an outcome its asker closed (`Outcome::by`).
+pub const CLOSED_BY: &str = "search";
+
+/// Tries at closing a request nobody answered.
+pub const CLOSE_ATTEMPTS: u32 = 3;
 
 pub use lifeboat_core::cache::Source;
 
@@ -355,6 +361,30 @@ impl Lookup {
         looked
     }
 
+    /// Write `request`'s outcome as expired unless it has one: up to
+    /// [`CLOSE_ATTEMPTS`] tries, at once (the customer is waiting for the
+    /// reply, and the write is conditional, so a retry is harmless).
+    async fn close(&self, request: &RequestRecord) {
+        let outcome = Outcome::failed(
+            FailureReason::Expired,
+            "no outcome within the asker's budget",
+            self.clock.now(),
+            CLOSED_BY,
+        );
+        for attempt in 1..=CLOSE_ATTEMPTS {
+            match self
+                .requests
+                .write_outcome(&request.operator, &request.request_id, &outcome)
+                .await
+            {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!(operator = %request.operator, request_id = %request.request_id, attempt, error = %e, "expired request not closed");
+                }
+            }
+        }
+    }
+
     /// Write a request record, or join the identical question already in
     /// flight, and wait for its outcome within the budget. The flag says
     /// whether a record was written.
@@ -408,15 +438,24 @@ impl Lookup {
                 return (Err(UnavailableReason::StoreUnavailable), false);
             }
         };
-        (self.await_outcome(&request, budget.timeout).await, written)
+        let close = written.then_some(&request);
+        (
+            self.await_outcome(&request, budget.timeout, close).await,
+            written,
+        )
     }
 
     /// Poll `request`'s outcome until its asker's budget (`timeout` from its
-    /// creation) runs out.
+    /// creation) runs out. The asker who wrote the request (`close`) then
+    /// writes its outcome as expired if nothing has: a record the stream
+    /// lost or gave up on (its retries spent on faults of our own) still
+    /// ends with one outcome, and a consumer that meets it later skips it,
+    /// as it skips any request past its deadline.
     async fn await_outcome(
         &self,
         request: &RequestRecord,
         timeout: Duration,
+        close: Option<&RequestRecord>,
     ) -> Result<Answer, UnavailableReason> {
         let (operator, operation, deadline) =
             (&request.operator, request.operation, request.deadline);
@@ -432,6 +471,9 @@ impl Lookup {
                     operator = %operator, operation = %operation, request_id = %request.request_id,
                     "no outcome within the budget"
                 );
+                if let Some(request) = close {
+                    self.close(request).await;
+                }
                 return Err(UnavailableReason::Timeout);
             }
             let left = (deadline - now).to_std().unwrap_or(Duration::ZERO);

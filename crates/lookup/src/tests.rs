@@ -267,3 +267,31 @@ async fn an_operators_refusal_is_answered_as_such_and_cached_a_minute() {
     // A refusal is never shown as a last good answer, and does not trip.
     assert!(w.gateway.transitions.is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_nobody_answered_is_closed_by_its_asker_not_by_a_joiner() {
+    // No consumer runs: the stream lost both askers' request.
+    let w = world();
+    let (operator, params) = (nordic(), route());
+    let (first, joiner) = tokio::join!(
+        w.lookup
+            .answer(&operator, Operation::Search, &params, Mode::AskOperator),
+        w.lookup
+            .answer(&operator, Operation::Search, &params, Mode::AskOperator)
+    );
+    assert!(first.result.is_err() && joiner.result.is_err());
+    assert!(first.requested != joiner.requested, "one wrote, one joined");
+    let counts = w.gateway.requests.counts();
+    assert_eq!((counts.total, counts.with_outcome), (1, 1));
+    assert_eq!(counts.refused_outcome_writes, 0, "the joiner wrote nothing");
+    let stored = &w.gateway.requests.all()[0];
+    let outcome = stored.outcome.as_ref().unwrap();
+    assert_eq!(outcome.by, CLOSED_BY);
+    assert!(matches!(
+        outcome.kind,
+        OutcomeKind::Failed {
+            reason: FailureReason::Expired,
+            ..
+        }
+    ));
+}

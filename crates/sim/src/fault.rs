@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use lifeboat_core::breaker::ConsumerTarget;
 use lifeboat_core::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
 use lifeboat_core::events::LifeboatEvent;
+use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::ports::{
     BreakerStore, BreakerTimers, EventPublisher, OperatorApi, OutcomeWrite, PublishError, Repoint,
     RequestStore, RouterError, StoreError, StoredRequest, StreamRouter, TimerError, TrialTally,
@@ -28,8 +29,9 @@ use lifeboat_core::ports::{
 use lifeboat_core::probe::BreakerTimer;
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall, Outcome, RequestRecord};
 use lifeboat_core::sale::{SaleRecord, SaleStatusStore};
+use lifeboat_core::watched::{Watched, watch};
 use lifeboat_core::window::{Bucket, CallCounts};
-use lifeboat_core::{BreakerRecord, OperatorId};
+use lifeboat_core::{BreakerRecord, Clock, OperatorId};
 use lifeboat_operator::SimRng;
 use serde::Serialize;
 
@@ -144,13 +146,32 @@ impl FaultPlan {
 
     /// Whether a `class` fault strikes this call, counted if it does.
     pub fn strike(&self, class: FaultClass) -> bool {
+        let struck = self.roll(class);
+        if struck {
+            self.count(class);
+        }
+        struck
+    }
+
+    fn roll(&self, class: FaultClass) -> bool {
         let mut state = self.lock();
         let rate = state.rates.get(&class).copied().unwrap_or(0.0);
-        if rate <= 0.0 || state.rng.next_f64() >= rate {
-            return false;
-        }
-        *state.injected.entry(class).or_default() += 1;
-        true
+        rate > 0.0 && state.rng.next_f64() < rate
+    }
+
+    fn count(&self, class: FaultClass) {
+        *self.lock().injected.entry(class).or_default() += 1;
+    }
+
+    /// Whether the invocation about to start dies (a `class` fault), and
+    /// after which of its first `calls` dependency calls. Counted only if
+    /// it does die: an invocation that makes fewer calls ends normally.
+    pub fn death(self: &Arc<Self>, class: FaultClass, calls: u32) -> Option<Death> {
+        self.roll(class).then(|| Death {
+            class,
+            plan: self.clone(),
+            left: AtomicU32::new(self.pick(calls)),
+        })
     }
 
     /// A number from 1 to `n`, from the plan's generator.
@@ -175,18 +196,25 @@ impl FaultPlan {
     }
 }
 
-tokio::task_local! {
-    /// Dependency calls the current invocation may still make before it dies.
-    static LIFE: Option<Arc<AtomicU32>>;
+/// How an invocation will die: at the start of its k-th dependency call.
+#[derive(Debug)]
+pub struct Death {
+    class: FaultClass,
+    plan: Arc<FaultPlan>,
+    /// Dependency calls it may still start.
+    left: AtomicU32,
 }
 
-/// Run one function invocation that, with `dies_after = Some(k)`, stops for
-/// good when it starts its k-th dependency call (operator calls included):
-/// whatever it wrote before stays written, nothing after happens. The
-/// caller bounds it with the function's timeout, as Lambda does.
-pub async fn invocation<F: Future>(dies_after: Option<u32>, body: F) -> F::Output {
-    LIFE.scope(dies_after.map(|k| Arc::new(AtomicU32::new(k))), body)
-        .await
+tokio::task_local! {
+    static LIFE: Option<Arc<Death>>;
+}
+
+/// Run one function invocation that, given a [`Death`], stops for good when
+/// it starts its k-th dependency call (operator calls included): whatever it
+/// wrote before stays written, nothing after happens. The caller bounds it
+/// with the function's timeout, as Lambda does.
+pub async fn invocation<F: Future>(death: Option<Death>, body: F) -> F::Output {
+    LIFE.scope(death.map(Arc::new), body).await
 }
 
 /// Where an invocation may die: before each dependency call.
@@ -194,12 +222,25 @@ async fn checkpoint() {
     let dying = LIFE
         .try_with(|life| {
             life.as_ref()
-                .is_some_and(|left| left.fetch_sub(1, Ordering::Relaxed) <= 1)
+                .filter(|d| d.left.fetch_sub(1, Ordering::Relaxed) == 1)
+                .map(|d| d.plan.count(d.class))
+                .is_some()
         })
         .unwrap_or(false);
     if dying {
         std::future::pending::<()>().await;
     }
+}
+
+/// `port` as a function sees it here: its failures counted in
+/// `DependencyErrors` as deployed ([`Watched`]), injected as `plan` says.
+pub fn port<T: ?Sized>(
+    port: Arc<T>,
+    plan: &Arc<FaultPlan>,
+    metrics: &Arc<dyn MetricsSink>,
+    clock: &Arc<dyn Clock>,
+) -> Arc<Watched<Faulty<T>>> {
+    watch(Faulty::new(port, plan), metrics, clock)
 }
 
 /// A port whose calls fail as the plan says.
@@ -498,8 +539,14 @@ mod tests {
                 written.fetch_add(1, Ordering::Relaxed);
             }
         };
-        let run = tokio::time::timeout(Duration::from_secs(15), invocation(Some(3), body)).await;
+        plan.set_rates(&[(FaultClass::ConsumerKill, 1.0)]);
+        let mut death = plan.death(FaultClass::ConsumerKill, 5);
+        if let Some(d) = death.as_mut() {
+            d.left = AtomicU32::new(3);
+        }
+        let run = tokio::time::timeout(Duration::from_secs(15), invocation(death, body)).await;
         assert!(run.is_err(), "the invocation never finished");
         assert_eq!(written.load(Ordering::Relaxed), 2);
+        assert_eq!(plan.injected().get(&FaultClass::ConsumerKill), Some(&1));
     }
 }

@@ -26,7 +26,7 @@ use crate::meter::{InvocationKind, Ledger, Metered, metered};
 use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::request::{CallResult, OperatorCall, RequestRecord};
 use lifeboat_core::settings::Settings;
-use lifeboat_core::watched::{Watched, watch};
+use lifeboat_core::watched::Watched;
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
 use real_consumer::RealConsumer;
 use serde_json::{Value, json};
@@ -145,9 +145,11 @@ pub struct Gateway {
     pub discarded: Vec<RequestRecord>,
     /// The faults injected (a plan at rate 0 unless the config gave one).
     pub faults: Arc<FaultPlan>,
-    /// Invocations that died or timed out, as Lambda's `Errors` metric
-    /// counts them.
-    pub lambda_errors: Arc<AtomicU64>,
+    /// Consumer invocations that died or timed out, as Lambda's `Errors`
+    /// metric counts them.
+    pub consumer_errors: Arc<AtomicU64>,
+    /// Switch invocations that timed out, likewise.
+    pub switch_errors: Arc<AtomicU64>,
     /// Bus events held back to arrive after the next ones.
     held_events: Vec<Value>,
     bus_position: usize,
@@ -255,7 +257,8 @@ impl Gateway {
             config,
             discarded: Vec::new(),
             faults,
-            lambda_errors: Arc::new(AtomicU64::new(0)),
+            consumer_errors: Arc::new(AtomicU64::new(0)),
+            switch_errors: Arc::new(AtomicU64::new(0)),
             held_events: Vec::new(),
             bus_position: 0,
             next_tick,
@@ -377,11 +380,8 @@ impl Gateway {
     fn invoke_switch(&mut self, payload: Value, timers: Vec<BreakerTimer>, kind: InvocationKind) {
         let switch = self.switch.clone();
         let ledger = self.ledger.clone();
-        let dies_after = self
-            .faults
-            .strike(FaultClass::SwitchTimeout)
-            .then(|| self.faults.pick(6));
-        let (timeout, errors) = (self.config.function_timeout, self.lambda_errors.clone());
+        let dies_after = self.faults.death(FaultClass::SwitchTimeout, 6);
+        let (timeout, errors) = (self.config.function_timeout, self.switch_errors.clone());
         self.switch_calls.spawn(async move {
             let run = invocation(dies_after, metered(switch.handle(&payload)));
             match tokio::time::timeout(timeout, run).await {
@@ -501,7 +501,7 @@ impl Gateway {
             delivered |= lane
                 .deliver(
                     &self.config,
-                    (&self.faults, &self.lambda_errors),
+                    (&self.faults, &self.consumer_errors),
                     &self.requests,
                     (&self.real, &self.fallback),
                     &self.ledger,
@@ -522,7 +522,7 @@ struct Ported<'a> {
 
 impl Ported<'_> {
     fn wrap<T: ?Sized>(&self, port: Arc<T>) -> Arc<Watched<Faulty<T>>> {
-        watch(Faulty::new(port, self.plan), self.sink, self.clock)
+        crate::fault::port(port, self.plan, self.sink, self.clock)
     }
 }
 

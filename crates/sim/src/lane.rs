@@ -142,9 +142,10 @@ impl SimLane {
         let (real, fallback, ledger) = (real.clone(), fallback.clone(), ledger.clone());
         let records = batch.clone();
         // A consumer killed after k of its calls (store and operator).
-        let dies_after = faults
-            .strike(FaultClass::ConsumerKill)
-            .then(|| faults.pick(u32::try_from(batch.len() * 2).unwrap_or(u32::MAX)));
+        let dies_after = faults.death(
+            FaultClass::ConsumerKill,
+            u32::try_from(batch.len() * 2).unwrap_or(u32::MAX),
+        );
         let (timeout, errors) = (config.function_timeout, lambda_errors.clone());
         let handle = self.in_flight.spawn(async move {
             let size = batch.len() as u64;
