@@ -1,0 +1,47 @@
+//! What an operator answer must look like: `check_payload` of
+//! lifeboat-operator, which the HTTP client and the simulator call on every
+//! 2xx answer (after checking the body is UTF-8, as here).
+//!
+//! Invariants: no panic; a search answer is accepted exactly when it is a
+//! JSON object with a `sailings` array, a price answer exactly when it is a
+//! JSON object with a `price` object; a body that is not JSON is reported as
+//! such; every refusal has a message naming the operation.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use lifeboat_core::Operation;
+use lifeboat_operator::{PayloadError, check_payload};
+use serde_json::Value;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(body) = std::str::from_utf8(data) else {
+        return;
+    };
+    let parsed = serde_json::from_str::<Value>(body).ok();
+    for (operation, field, fits) in [
+        (
+            Operation::Search,
+            "sailings",
+            Value::is_array as fn(&Value) -> bool,
+        ),
+        (Operation::Price, "price", Value::is_object),
+    ] {
+        let result = check_payload(operation, body);
+        match &parsed {
+            None => assert!(matches!(result, Err(PayloadError::NotJson { .. }))),
+            Some(value) => {
+                let expected = value
+                    .as_object()
+                    .and_then(|o| o.get(field))
+                    .is_some_and(fits);
+                assert_eq!(result.is_ok(), expected, "{operation}: {body:?}");
+                if !expected {
+                    assert!(matches!(result, Err(PayloadError::WrongShape { .. })));
+                }
+            }
+        }
+        if let Err(e) = result {
+            assert!(e.to_string().starts_with(operation.as_str()), "{e}");
+        }
+    }
+});
