@@ -298,7 +298,7 @@ async fn sale_records_are_saved_on_their_revision_with_pending_writes_and_leases
     assert_eq!(store.load(&nordic).await.unwrap(), None);
 
     // The listener's first step at a change: a pending write and its lease.
-    let policy = WritePolicy::default();
+    let policy = WritePolicy::default().with_off_sale_hold(Duration::ZERO);
     let change = SaleChange::of(&breaker_change(3, BreakerState::Open), OnSaleAt::default());
     let plan = SaleRecord::new(nordic.clone()).plan(&change, t(0), &policy);
     assert_eq!(plan.step, Step::Attempt { attempt: 1 });

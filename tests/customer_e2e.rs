@@ -64,8 +64,10 @@ const STARTUP_LIMIT: Duration = Duration::from_secs(900);
 const SCENARIO_LIMIT: Duration = Duration::from_secs(240);
 /// Open within 10 s of the outage (the design's target).
 const DETECTION_TARGET: Duration = Duration::from_secs(10);
-/// Off sale within this long of the breaker opening.
-const OFF_SALE_TARGET: Duration = Duration::from_secs(5);
+/// How long an off-sale write waits (the template's is 10 s).
+const OFF_SALE_HOLD: Duration = Duration::from_secs(2);
+/// Off sale within this long of the breaker opening, the hold included.
+const OFF_SALE_TARGET: Duration = Duration::from_secs(7);
 /// The HTTP API fixture, an API Gateway HTTP API request for `/sailings`.
 const HTTP_API_SAILINGS: &str = include_str!("events/http-api-get-sailings.json");
 
@@ -321,6 +323,7 @@ async fn customers_keep_searching_and_buying_through_an_outage_on_the_wired_suit
     // test's limits; the hold itself is checked below.
     options.customer = Some(CustomerOptions {
         sale_on_sale_hold_s: ON_SALE_HOLD.as_secs() as u32,
+        sale_off_sale_hold_s: OFF_SALE_HOLD.as_secs() as u32,
         ..CustomerOptions::default()
     });
     let gateway = tokio::time::timeout(STARTUP_LIMIT, LocalGateway::start(options))
@@ -495,6 +498,10 @@ async fn scenario(gateway: &LocalGateway) {
         off_sale.applied_version
     );
     assert_eq!(off_sale.applied_version, opened.version);
+    assert!(
+        open_to_off_sale >= OFF_SALE_HOLD,
+        "the off-sale write waits its hold, took {open_to_off_sale:?}"
+    );
     assert!(
         open_to_off_sale <= OFF_SALE_TARGET,
         "off sale within {OFF_SALE_TARGET:?} of the open, took {open_to_off_sale:?}"

@@ -71,6 +71,9 @@ enum Command {
         /// campaign's outages need them).
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(5..=50))]
         operators: u64,
+        /// The off-sale listener's SALE_OFF_SALE_HOLD_S (0 to 300).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=300))]
+        off_sale_hold_s: u64,
         /// Seed of every random choice and every fault.
         #[arg(long)]
         seed: Option<u64>,
@@ -417,6 +420,7 @@ fn main() -> ExitCode {
             json,
             records,
             operators,
+            off_sale_hold_s,
             seed,
         } => {
             let defaults = ChaosScript::default();
@@ -424,6 +428,7 @@ fn main() -> ExitCode {
                 seed: seed.unwrap_or(defaults.seed),
                 records,
                 operators: usize::try_from(operators).unwrap_or(defaults.operators),
+                off_sale_hold: std::time::Duration::from_secs(off_sale_hold_s),
                 ..defaults
             };
             print_report("chaos", json, chaos::run_paused(&script), |r| r.render())

@@ -206,7 +206,18 @@ pub struct WritePolicy {
     /// (down, back for a few seconds, down again) then costs one off-sale and
     /// one on-sale write, not two per flap. [`DEFAULT_ON_SALE_HOLD`] unless set.
     pub on_sale_hold: Duration,
+    /// How long an off-sale write waits before its first attempt. When
+    /// lifeboat's own egress fails, every breaker opens within seconds of
+    /// the first; the wait lets the listener see most of them open and hold
+    /// the write (its self-fault rule) instead of taking the first few
+    /// operators off sale. [`DEFAULT_OFF_SALE_HOLD`] unless set.
+    pub off_sale_hold: Duration,
 }
+
+/// How long an off-sale write waits, unless the listener's
+/// `SALE_OFF_SALE_HOLD_S` says otherwise: searches already answer without
+/// the operator; only the sale status waits.
+pub const DEFAULT_OFF_SALE_HOLD: Duration = Duration::from_secs(10);
 
 /// How long a breaker stays closed before its operator goes back on sale,
 /// unless the listener's `SALE_ON_SALE_HOLD_S` says otherwise.
@@ -226,7 +237,14 @@ impl WritePolicy {
             attempt_timeout,
             lease: attempt_timeout.saturating_add(LEASE_MARGIN),
             on_sale_hold: DEFAULT_ON_SALE_HOLD,
+            off_sale_hold: DEFAULT_OFF_SALE_HOLD,
         }
+    }
+
+    /// The same policy, holding off-sale writes for `hold` instead.
+    pub fn with_off_sale_hold(mut self, hold: Duration) -> Self {
+        self.off_sale_hold = hold;
+        self
     }
 
     /// The same policy, holding on-sale writes for `hold` instead.
@@ -372,7 +390,7 @@ impl SaleRecord {
                 attempts: 0,
                 next_attempt_at: match change.status {
                     SaleStatus::OnSale => after(now, policy.on_sale_hold),
-                    SaleStatus::OffSale => now,
+                    SaleStatus::OffSale => after(now, policy.off_sale_hold),
                 },
                 last_error: None,
                 since: now,
@@ -1024,8 +1042,9 @@ mod tests {
             },
             Duration::from_secs(5),
         )
-        // The write mechanics, without the on-sale hold (tested on its own).
+        // The write mechanics, without the holds (tested on their own).
         .with_on_sale_hold(Duration::ZERO)
+        .with_off_sale_hold(Duration::ZERO)
     }
 
     /// Plan, save what the plan says, and return the step.
@@ -1201,6 +1220,44 @@ mod tests {
             Step::Done(Settled::Outdated { applied: 6 })
         );
         assert_eq!((r.status(), r.wanted_version()), (SaleStatus::OnSale, 6));
+    }
+
+    #[test]
+    fn off_sale_waits_for_its_hold_and_a_recovery_meanwhile_writes_nothing() {
+        let p = policy(8).with_off_sale_hold(Duration::from_secs(10));
+        let mut record = SaleRecord::new(nordic());
+        let v1 = change(1, BreakerState::Open);
+        assert!(matches!(
+            step(&mut record, &v1, secs(0), &p),
+            Step::Wait { retry_at, why: Wait::NotDue { attempts: 0, .. } } if retry_at == secs(10)
+        ));
+        assert_eq!(
+            step(&mut record, &v1, secs(10), &p),
+            Step::Attempt { attempt: 1 }
+        );
+        finish(&mut record, &v1, 1, true, secs(10), &p);
+        assert_eq!(record.status(), SaleStatus::OffSale);
+
+        // Back on sale (no on-sale hold here), then a trip that heals
+        // within the off-sale hold: nothing is written for it.
+        let p = p.with_on_sale_hold(Duration::ZERO);
+        let v3 = change(3, BreakerState::Closed);
+        assert_eq!(
+            step(&mut record, &v3, secs(20), &p),
+            Step::Attempt { attempt: 1 }
+        );
+        finish(&mut record, &v3, 1, true, secs(20), &p);
+        let v4 = change(4, BreakerState::Open);
+        assert!(matches!(
+            step(&mut record, &v4, secs(30), &p),
+            Step::Wait { .. }
+        ));
+        let v6 = change(6, BreakerState::Closed);
+        assert_eq!(
+            step(&mut record, &v6, secs(35), &p),
+            Step::Done(Settled::AlreadyHeld)
+        );
+        assert_eq!(record.status(), SaleStatus::OnSale);
     }
 
     #[test]

@@ -166,6 +166,8 @@ pub mod template {
     pub const SALE_SWITCH_TIMEOUT_MS: u32 = 2000;
     /// The `SaleOnSaleHoldSeconds` default.
     pub const SALE_ON_SALE_HOLD_S: u32 = 60;
+    /// The `SaleOffSaleHoldSeconds` default.
+    pub const SALE_OFF_SALE_HOLD_S: u32 = 10;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -382,6 +384,8 @@ pub struct CustomerOptions {
     pub sale_switch_timeout_ms: u32,
     /// `SALE_ON_SALE_HOLD_S` of the off-sale listener.
     pub sale_on_sale_hold_s: u32,
+    /// `SALE_OFF_SALE_HOLD_S` of the off-sale listener.
+    pub sale_off_sale_hold_s: u32,
     /// Long-poll wait of each receive from `OffsaleQueue` (Lambda's poller
     /// waits up to 20 s; it answers as soon as a message is there either way).
     pub queue_wait: Duration,
@@ -395,6 +399,7 @@ impl Default for CustomerOptions {
             sale_retry_max_attempts: template::SALE_RETRY_MAX_ATTEMPTS,
             sale_switch_timeout_ms: template::SALE_SWITCH_TIMEOUT_MS,
             sale_on_sale_hold_s: template::SALE_ON_SALE_HOLD_S,
+            sale_off_sale_hold_s: template::SALE_OFF_SALE_HOLD_S,
             queue_wait: Duration::from_secs(1),
         }
     }
@@ -1131,6 +1136,10 @@ pub fn function_env(
                 (
                     "SALE_ON_SALE_HOLD_S",
                     customer.sale_on_sale_hold_s.to_string(),
+                ),
+                (
+                    "SALE_OFF_SALE_HOLD_S",
+                    customer.sale_off_sale_hold_s.to_string(),
                 ),
             ]
             .into_iter()
@@ -1970,6 +1979,11 @@ mod tests {
                 .contains(&format!("Default: {}", template::SALE_ON_SALE_HOLD_S))
         );
         assert!(listener.contains("SALE_ON_SALE_HOLD_S: !Ref SaleOnSaleHoldSeconds"));
+        assert!(
+            entry("SaleOffSaleHoldSeconds")
+                .contains(&format!("Default: {}", template::SALE_OFF_SALE_HOLD_S))
+        );
+        assert!(listener.contains("SALE_OFF_SALE_HOLD_S: !Ref SaleOffSaleHoldSeconds"));
         assert!(
             entry("BreakerCacheMs").contains(&format!("Default: {}", template::BREAKER_CACHE_MS))
         );

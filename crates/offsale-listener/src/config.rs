@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lifeboat_aws::Env;
 use lifeboat_core::retry::RetrySchedule;
-use lifeboat_core::sale::{DEFAULT_ON_SALE_HOLD, OnSaleAt, WritePolicy};
+use lifeboat_core::sale::{DEFAULT_OFF_SALE_HOLD, DEFAULT_ON_SALE_HOLD, OnSaleAt, WritePolicy};
 
 use crate::http::{HttpSwitchConfig, HttpSwitchError};
 
@@ -34,6 +34,8 @@ pub const SALE_ON_SALE_AT: &str = "SALE_ON_SALE_AT";
 /// Seconds a breaker must stay closed before its operator goes back on sale
 /// (default 60; 0 writes at once).
 pub const SALE_ON_SALE_HOLD_S: &str = "SALE_ON_SALE_HOLD_S";
+/// Seconds an off-sale write waits before its first attempt (default 10).
+pub const SALE_OFF_SALE_HOLD_S: &str = "SALE_OFF_SALE_HOLD_S";
 /// The operators lifeboat serves (comma-separated): changes of any other
 /// operator are dropped.
 pub const OPERATORS: &str = "OPERATORS";
@@ -47,6 +49,7 @@ pub use lifeboat_aws::clients::{OFFSALE_QUEUE_URL, SALE_STATUS_TABLE};
 const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 /// The longest on-sale hold: an hour.
 const MAX_ON_SALE_HOLD_S: u64 = 3_600;
+const MAX_OFF_SALE_HOLD_S: u64 = 300;
 
 /// A setting that cannot be used. Names the variable; never echoes the auth
 /// value.
@@ -230,6 +233,20 @@ impl ListenerConfig {
                     expected: "whole seconds from 0 to 3600",
                 })?,
         };
+        let off_sale_hold = match optional(env, SALE_OFF_SALE_HOLD_S)? {
+            None => DEFAULT_OFF_SALE_HOLD,
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|s| *s <= MAX_OFF_SALE_HOLD_S)
+                .map(Duration::from_secs)
+                .ok_or_else(|| ConfigError::Invalid {
+                    name: SALE_OFF_SALE_HOLD_S,
+                    value: v.to_owned(),
+                    expected: "whole seconds from 0 to 300",
+                })?,
+        };
         let operators = match optional(env, OPERATORS)? {
             None => None,
             Some(list) => Some(
@@ -274,7 +291,8 @@ impl ListenerConfig {
                 },
                 timeout,
             )
-            .with_on_sale_hold(on_sale_hold),
+            .with_on_sale_hold(on_sale_hold)
+            .with_off_sale_hold(off_sale_hold),
             store,
         })
     }
@@ -299,6 +317,7 @@ mod tests {
         assert_eq!(config.store, StoreChoice::Memory);
         assert_eq!(config.on_sale_at, OnSaleAt::Closed);
         assert_eq!(config.policy.on_sale_hold, Duration::from_secs(60));
+        assert_eq!(config.policy.off_sale_hold, Duration::from_secs(10));
     }
 
     #[test]
@@ -315,6 +334,23 @@ mod tests {
         for bad in ["-1", "3601", "1.5", "soon"] {
             let err = hold(bad).unwrap_err().to_string();
             assert!(err.contains(SALE_ON_SALE_HOLD_S), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_off_sale_hold_is_whole_seconds_up_to_five_minutes() {
+        let hold = |v: &str| {
+            ListenerConfig::from_env(&env(&[
+                (SALE_STATUS_STORE, "memory"),
+                (SALE_OFF_SALE_HOLD_S, v),
+            ]))
+            .map(|c| c.policy.off_sale_hold)
+        };
+        assert_eq!(hold("0").unwrap(), Duration::ZERO);
+        assert_eq!(hold("300").unwrap(), Duration::from_secs(300));
+        for bad in ["-1", "301", "1.5", "soon"] {
+            let err = hold(bad).unwrap_err().to_string();
+            assert!(err.contains(SALE_OFF_SALE_HOLD_S), "{err}");
         }
     }
 

@@ -1006,8 +1006,9 @@ mod tests {
                     },
                     Duration::from_secs(5),
                 )
-                // The write mechanics, without the on-sale hold.
-                .with_on_sale_hold(Duration::ZERO),
+                // The write mechanics, without the holds.
+                .with_on_sale_hold(Duration::ZERO)
+                .with_off_sale_hold(Duration::ZERO),
             }
         }
 

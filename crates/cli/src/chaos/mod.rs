@@ -31,6 +31,8 @@ pub struct ChaosScript {
     /// Questions asked, each one new: about one request record each.
     pub records: u64,
     pub operators: usize,
+    /// The listener's `SALE_OFF_SALE_HOLD_S`.
+    pub off_sale_hold: Duration,
     pub start: DateTime<Utc>,
 }
 
@@ -40,6 +42,7 @@ impl Default for ChaosScript {
             seed: 0xC4A0_5EED,
             records: 100_000,
             operators: 8,
+            off_sale_hold: lifeboat_core::sale::DEFAULT_OFF_SALE_HOLD,
             // 2026-12-01T06:00:00Z
             start: DateTime::from_timestamp(1_796_104_800, 0).unwrap_or_default(),
         }
@@ -194,6 +197,60 @@ pub fn run_paused(script: &ChaosScript) -> std::io::Result<ChaosReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The campaign shortened for CI: every phase, a twentieth of the
+    /// traffic. `lifeboat chaos` runs it whole (docs/chaos.md).
+    #[test]
+    fn a_short_campaign_keeps_every_promise() {
+        let script = ChaosScript {
+            records: 5_000,
+            ..ChaosScript::default()
+        };
+        let r = run_paused(&script).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{}", r.render());
+        assert!(r.records > 3_000, "{}", r.records);
+        assert_eq!(r.with_outcome, r.records, "every record has an outcome");
+        assert_eq!(r.duplicate_outcomes, 0);
+        assert!(r.faults_injected > 1_000, "{}", r.faults_injected);
+        assert_eq!(r.faults_seen, r.faults_injected, "every fault shows");
+        for (class, f) in &r.by_fault {
+            assert_eq!(f.seen, f.injected, "{class}: {f:?}");
+        }
+        let classes = r.by_fault.values().filter(|f| f.injected > 0).count();
+        assert!(classes >= 14, "{classes} classes struck");
+        let c = &r.converged_s;
+        assert!(r.not_converged.is_empty(), "{:?}", r.not_converged);
+        assert!(c.breaker.is_some_and(|s| s <= 120.0), "{c:?}");
+        assert!(c.stream_target.is_some_and(|s| s <= 120.0), "{c:?}");
+        // The sweep's 5 minutes and the on-sale hold's minute at most.
+        assert!(c.sale_status.is_some_and(|s| s <= 420.0), "{c:?}");
+        assert_eq!(r.egress.breakers_opened, script.operators);
+        assert!(r.egress.self_fault_events > 0);
+        assert_eq!(r.egress.healthy_taken_off_sale, 0, "{:?}", r.egress);
+    }
+
+    #[test]
+    fn a_campaign_is_the_same_for_the_same_seed() {
+        let script = ChaosScript {
+            records: 1_000,
+            ..ChaosScript::default()
+        };
+        let strip = |mut r: ChaosReport| {
+            r.wall_s = 0.0;
+            r
+        };
+        let once = run_paused(&script)
+            .map(strip)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let again = run_paused(&script)
+            .map(strip)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(once, again);
+        let other = run_paused(&ChaosScript { seed: 9, ..script })
+            .map(strip)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(once.faults_injected, other.faults_injected);
+    }
 
     #[test]
     fn every_fault_class_runs_alone_then_all_mixed_then_egress() {

@@ -70,9 +70,12 @@ pub struct Converged {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct EgressFigures {
     pub seconds: f64,
+    /// The listener's off-sale hold.
+    pub off_sale_hold_s: f64,
     /// Operators whose breaker opened during it.
     pub breakers_opened: usize,
-    /// Operators healthy all along but off sale when it ended.
+    /// Operators healthy (no real outage during it or in the 5 minutes
+    /// before) but off sale when it ended.
     pub healthy_taken_off_sale: usize,
     pub healthy_operators: usize,
     pub self_fault_events: usize,
@@ -218,12 +221,15 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
 
     // The egress fault, as it ended.
     let egress_start = stop.saturating_sub(Duration::from_secs(super::EGRESS));
+    // Healthy: no real outage during the egress fault nor in the 5 minutes
+    // before it (an operator still recovering may rightly be off sale).
+    let quiet_since = egress_start.saturating_sub(Duration::from_secs(300));
     let healthy: Vec<usize> = (0..script.operators)
         .filter(|&k| {
             !script
                 .outages()
                 .iter()
-                .any(|o| o.0 == k && o.2 < stop && o.3 > egress_start)
+                .any(|o| o.0 == k && o.2 < stop && o.3 > quiet_since)
         })
         .collect();
     let during = |at: &Duration| *at >= egress_start && *at < stop;
@@ -275,6 +281,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
         not_converged,
         egress: EgressFigures {
             seconds: super::EGRESS as f64,
+            off_sale_hold_s: script.off_sale_hold.as_secs_f64(),
             breakers_opened: opened.len(),
             healthy_taken_off_sale: healthy_off,
             healthy_operators: healthy.len(),
@@ -336,8 +343,9 @@ impl ChaosReport {
         let e = &self.egress;
         let _ = writeln!(
             out,
-            "  egress fault ({:.0} s): {} breakers opened, {} of {} healthy operators off sale at its end, {} Self Fault Suspected events, {:.0} off-sale writes held",
+            "  egress fault ({:.0} s, off-sale hold {:.0} s): {} breakers opened, {} of {} healthy operators off sale at its end, {} Self Fault Suspected events, {:.0} off-sale writes held",
             e.seconds,
+            e.off_sale_hold_s,
             e.breakers_opened,
             e.healthy_taken_off_sale,
             e.healthy_operators,

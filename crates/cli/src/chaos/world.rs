@@ -128,7 +128,8 @@ impl World {
             redelivery: queue.clone(),
             events: port(gateway.bus.clone(), &plan, &sink, wrap_clock),
             clock: clock.clone(),
-            policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2)),
+            policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2))
+                .with_off_sale_hold(script.off_sale_hold),
             on_sale_at: OnSaleAt::default(),
             metrics: gateway.metrics.clone(),
             trust: offsale_listener::trust::Trust {
@@ -199,8 +200,12 @@ impl World {
                 next_sweep += TimeDelta::from_std(SWEEP_EVERY).unwrap_or_default();
                 let _ = self.listener.sweep().await;
             }
+            // Sampled on the second, whatever the loop's own steps.
             while self.clock.now() >= next_sample {
-                samples.push(offset, self.sample().await);
+                let second = (next_sample - self.script.start)
+                    .to_std()
+                    .unwrap_or_default();
+                samples.push(second, self.sample().await);
                 next_sample += TimeDelta::seconds(1);
             }
             if !delivered {
