@@ -1845,6 +1845,20 @@ mod tests {
     }
 
     #[test]
+    fn failed_dependency_calls_alarm_and_show_on_the_dashboard() {
+        let metric = lifeboat_core::watched::METRIC;
+        let alarm = entry("DependencyErrorsAlarm");
+        assert!(alarm.contains(&format!("MetricName: {metric}")), "{alarm}");
+        assert!(alarm.contains("Namespace: Lifeboat"), "{alarm}");
+        assert!(
+            entry("LifeboatDashboard").contains(&format!(
+                "{{Lifeboat,Dependency}} MetricName=\\\"{metric}\\\""
+            )),
+            "the dashboard has no DependencyErrors series"
+        );
+    }
+
+    #[test]
     fn the_public_api_is_authenticated_throttled_and_capped() {
         let api = entry("LifeboatHttpApi");
         assert!(api.contains("ThrottlingRateLimit: !Ref ApiRateLimit"));
