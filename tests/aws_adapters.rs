@@ -194,6 +194,41 @@ async fn exactly_one_outcome_under_twenty_concurrent_writers() {
 }
 
 #[tokio::test]
+async fn a_consumers_outcome_takes_the_place_of_an_askers_close_once() {
+    let (_moto, config) = moto().await;
+    let store = requests_store(&config, "requests-closed").await;
+    store.put_request(&request("r-1")).await.unwrap();
+    let outcome =
+        |by: &str| Outcome::failed(FailureReason::Expired, by.to_owned(), t(1_796_000_004), by);
+    let close = outcome(lifeboat_core::request::CLOSED_BY_ASKER);
+    let written = |w: Result<OutcomeWrite, StoreError>| w.unwrap() == OutcomeWrite::Written;
+    assert!(written(
+        store.write_outcome(&op("nordic"), "r-1", &close).await
+    ));
+    assert!(
+        !written(store.write_outcome(&op("nordic"), "r-1", &close).await),
+        "one close"
+    );
+    let late = outcome("real-consumer");
+    assert!(written(
+        store.write_outcome(&op("nordic"), "r-1", &late).await
+    ));
+    let stored = store.get(&op("nordic"), "r-1").await.unwrap().unwrap();
+    assert_eq!(stored.outcome.as_ref(), Some(&late));
+    // Nothing replaces a consumer's outcome, a close least of all.
+    assert!(!written(
+        store.write_outcome(&op("nordic"), "r-1", &close).await
+    ));
+    assert!(!written(
+        store
+            .write_outcome(&op("nordic"), "r-1", &outcome("fallback-consumer"))
+            .await
+    ));
+    let stored = store.get(&op("nordic"), "r-1").await.unwrap().unwrap();
+    assert_eq!(stored.outcome.as_ref(), Some(&late));
+}
+
+#[tokio::test]
 async fn an_outcome_too_big_for_an_item_is_rejected_not_unavailable() {
     let (_moto, config) = moto().await;
     let store = requests_store(&config, "requests-too-big").await;

@@ -29,7 +29,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use chrono::TimeDelta;
 use lifeboat_core::operator::{Operation, OperatorId};
 use lifeboat_core::ports::{OutcomeWrite, RequestStore, StoreError, StoredRequest};
-use lifeboat_core::request::{Outcome, RequestRecord};
+use lifeboat_core::request::{CLOSED_BY_ASKER, Outcome, RequestRecord};
 use serde::{Deserialize, Serialize};
 
 use crate::error::describe;
@@ -345,16 +345,28 @@ impl RequestStore for DynamoRequestStore {
             .map_err(|e| StoreError::Corrupt(format!("outcome of request {request_id}: {e}")))?;
         let table = self.tables.table_for(operator);
         let (k, v) = Self::key(request_id);
-        let result = self
+        // One outcome per request; a consumer's may take the place of the
+        // asker's close (Outcome::replaces).
+        let mut update = self
             .client
             .update_item()
             .table_name(table.as_ref())
             .key(k, v)
             .update_expression("SET #outcome = :outcome")
-            .condition_expression("attribute_exists(#id) AND attribute_not_exists(#outcome)")
             .expression_attribute_names("#id", "request_id")
             .expression_attribute_names("#outcome", "outcome")
-            .expression_attribute_values(":outcome", value)
+            .expression_attribute_values(":outcome", value);
+        update = if outcome.by == CLOSED_BY_ASKER {
+            update.condition_expression("attribute_exists(#id) AND attribute_not_exists(#outcome)")
+        } else {
+            update
+                .condition_expression(
+                    "attribute_exists(#id) AND (attribute_not_exists(#outcome) OR #outcome.#by = :closer)",
+                )
+                .expression_attribute_names("#by", "by")
+                .expression_attribute_values(":closer", AttributeValue::S(CLOSED_BY_ASKER.into()))
+        };
+        let result = update
             // The refused write says what it ran into: no second read needed.
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()

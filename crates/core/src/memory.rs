@@ -36,6 +36,7 @@ struct Requests {
     log: Vec<String>,
     outcome_writes: u64,
     refused_outcome_writes: u64,
+    closes_replaced: u64,
 }
 
 /// The Requests table in memory, with its insert stream.
@@ -52,6 +53,9 @@ pub struct RequestCounts {
     pub outcome_writes: u64,
     /// Second outcomes that were refused (the request already had one).
     pub refused_outcome_writes: u64,
+    /// Asker's closes replaced by a consumer's later outcome (not counted
+    /// in `outcome_writes`).
+    pub closes_replaced: u64,
 }
 
 impl MemoryRequestStore {
@@ -91,6 +95,7 @@ impl MemoryRequestStore {
             with_outcome: inner.items.values().filter(|s| s.outcome.is_some()).count(),
             outcome_writes: inner.outcome_writes,
             refused_outcome_writes: inner.refused_outcome_writes,
+            closes_replaced: inner.closes_replaced,
         }
     }
 
@@ -150,11 +155,18 @@ impl RequestStore for MemoryRequestStore {
             .filter(|s| &s.request.operator == operator);
         let result = match stored {
             None => return Err(StoreError::Conflict(format!("no request {request_id}"))),
-            Some(stored) if stored.outcome.is_some() => OutcomeWrite::AlreadyPresent,
-            Some(stored) => {
-                stored.outcome = Some(outcome.clone());
-                OutcomeWrite::Written
-            }
+            Some(stored) => match &stored.outcome {
+                Some(existing) if !outcome.replaces(existing) => OutcomeWrite::AlreadyPresent,
+                Some(_) => {
+                    stored.outcome = Some(outcome.clone());
+                    inner.closes_replaced += 1;
+                    return Ok(OutcomeWrite::Written);
+                }
+                None => {
+                    stored.outcome = Some(outcome.clone());
+                    OutcomeWrite::Written
+                }
+            },
         };
         match result {
             OutcomeWrite::Written => inner.outcome_writes += 1,

@@ -106,7 +106,19 @@ pub struct Outcome {
     pub call_ms: Option<u64>,
 }
 
+/// Who writes the outcome of a request its asker gave up on with no
+/// outcome yet (`Outcome::by`): the search, when its budget runs out.
+pub const CLOSED_BY_ASKER: &str = "search";
+
 impl Outcome {
+    /// Whether this outcome may take the place of `existing`: only a
+    /// consumer's outcome, and only over an asker's close. Each request
+    /// keeps one outcome; a close keeps a request the stream gave up on from
+    /// having none, and an answer that comes later still replaces it.
+    pub fn replaces(&self, existing: &Outcome) -> bool {
+        existing.by == CLOSED_BY_ASKER && self.by != CLOSED_BY_ASKER
+    }
+
     pub fn failed(
         reason: FailureReason,
         detail: impl Into<String>,

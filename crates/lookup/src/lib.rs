@@ -38,7 +38,7 @@ use serde::Serialize;
 pub const MAX_BREAKER_CACHE: Duration = Duration::from_secs(1);
 
 /// Who wrote an outcome its asker closed (`Outcome::by`).
-pub const CLOSED_BY: &str = "search";
+pub const CLOSED_BY: &str = lifeboat_core::request::CLOSED_BY_ASKER;
 
 /// Tries at closing a request nobody answered.
 pub const CLOSE_ATTEMPTS: u32 = 3;
@@ -449,8 +449,9 @@ impl Lookup {
     /// creation) runs out. The asker who wrote the request (`close`) then
     /// writes its outcome as expired if nothing has: a record the stream
     /// lost or gave up on (its retries spent on faults of our own) still
-    /// ends with one outcome, and a consumer that meets it later skips it,
-    /// as it skips any request past its deadline.
+    /// ends with an outcome. A consumer that meets it later skips it, as it
+    /// skips any request past its deadline; one whose call was already
+    /// under way writes its answer in the close's place (`Outcome::replaces`).
     async fn await_outcome(
         &self,
         request: &RequestRecord,

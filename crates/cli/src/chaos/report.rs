@@ -98,6 +98,9 @@ pub struct ChaosReport {
     pub duplicate_outcomes: u64,
     /// Records the stream mapping gave up on after its retries.
     pub records_given_up: usize,
+    /// Requests their search closed as expired whose consumer's outcome
+    /// came later and took the close's place.
+    pub closes_replaced: u64,
     /// Dependency faults and invocation deaths injected.
     pub faults_injected: u64,
     /// Of those, shown by a metric.
@@ -266,6 +269,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
             .outcome_writes
             .saturating_sub(i.counts.with_outcome as u64),
         records_given_up: i.given_up,
+        closes_replaced: i.counts.closes_replaced,
         faults_injected: injected,
         faults_seen: seen,
         by_fault,

@@ -163,8 +163,13 @@ pub struct Healthy {
 pub struct Requests {
     pub total: usize,
     pub with_outcome: usize,
-    /// Second outcome writes the store refused (each request keeps its first).
+    /// Outcomes written over an existing one (the conditional write
+    /// forbids it).
     pub duplicate_outcomes: u64,
+    /// Second outcome writes the store refused: each request keeps its
+    /// first (an answer that came after its asker closed the request as
+    /// expired, say; the cache still took the answer).
+    pub refused_second_outcomes: u64,
 }
 
 pub(crate) struct Inputs<'a> {
@@ -327,7 +332,11 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         requests: Requests {
             total: inputs.counts.total,
             with_outcome: inputs.counts.with_outcome,
-            duplicate_outcomes: inputs.counts.refused_outcome_writes,
+            duplicate_outcomes: inputs
+                .counts
+                .outcome_writes
+                .saturating_sub(inputs.counts.with_outcome as u64),
+            refused_second_outcomes: inputs.counts.refused_outcome_writes,
         },
         store_calls: store_calls(inputs.ledger),
     }
@@ -511,8 +520,11 @@ impl FleetReport {
         );
         let _ = writeln!(
             out,
-            "  requests: {} total, {} with an outcome, {} duplicate outcome writes refused",
-            self.requests.total, self.requests.with_outcome, self.requests.duplicate_outcomes
+            "  requests: {} total, {} with an outcome, {} duplicated, {} second outcome writes refused",
+            self.requests.total,
+            self.requests.with_outcome,
+            self.requests.duplicate_outcomes,
+            self.requests.refused_second_outcomes
         );
         let s = &self.store_calls;
         let _ = writeln!(
