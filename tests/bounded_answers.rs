@@ -112,6 +112,7 @@ async fn batch_against(answer: Answer) -> Run {
         clock: clock.clone(),
         settings: Settings::default(),
         concurrency: CALLS,
+        call_log_share: 0.0,
     };
     let now = clock.now();
     let mut records = Vec::new();

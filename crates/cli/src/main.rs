@@ -115,6 +115,10 @@ enum Command {
     /// the errors alarm going to ALARM and to the breaker opening, from the
     /// alarm's history and the breaker's recorded state changes.
     Detection(DetectionArgs),
+    /// Propose a timeout budget per operator and operation from recorded
+    /// call durations: the clusters of useful answers, and a budget past
+    /// the last one.
+    AdviseTimeouts(lifeboat_cli::ops::advise_cmd::AdviseArgs),
     /// Run the whole wired suite on this machine (moto_server, the six
     /// functions under cargo lambda watch, the simulated operator, customers)
     /// and print what the breaker does; `--outage 60s` scripts an outage.
@@ -407,6 +411,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Detection(args) => block_on("detection", detection_command(args)),
         Command::Local(args) => lifeboat_cli::local::cli::main(args),
+        Command::AdviseTimeouts(args) => lifeboat_cli::ops::advise_cmd::main(args),
         Command::Status(args) => block_on("status", status(args)),
         Command::Breaker { action } => {
             let (command, args) = match action {

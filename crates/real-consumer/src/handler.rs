@@ -78,6 +78,10 @@ pub enum StartupError {
     Settings(#[from] lifeboat_core::settings::SettingsError),
     #[error("CALL_CONCURRENCY must be a whole number from 1 to 1000, got {0:?}")]
     Concurrency(String),
+    #[error(
+        "CALL_LOG_SHARE must be a share from 0 to 1 (0.01 logs one call in a hundred), got {0:?}"
+    )]
+    CallLogShare(String),
 }
 
 /// Everything the handler needs, built once per Lambda instance.
@@ -94,6 +98,24 @@ pub struct RealConsumer {
     pub clock: Arc<dyn Clock>,
     pub settings: Settings,
     pub concurrency: usize,
+    /// Share of operator calls logged at INFO as `operator call` lines
+    /// (`CALL_LOG_SHARE`), the input of `lifeboat advise-timeouts`; every
+    /// call is logged at DEBUG.
+    pub call_log_share: f64,
+}
+
+/// The default `CALL_LOG_SHARE`: one call in a hundred, chosen by request
+/// id, so a day of traffic leaves a sample without the cost of a line per
+/// call.
+pub const DEFAULT_CALL_LOG_SHARE: f64 = 0.01;
+
+/// Whether the call of `request_id` is in a `share` sample (FNV-1a of the
+/// id: the same request is always in or out).
+pub fn sampled(request_id: &str, share: f64) -> bool {
+    let hash = request_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (hash as f64 / u64::MAX as f64) < share
 }
 
 /// What one batch did, for logs, the demo and tests.
@@ -156,6 +178,13 @@ impl RealConsumer {
             },
         };
         let settings = Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?;
+        let call_log_share = match env.optional("CALL_LOG_SHARE")? {
+            None => DEFAULT_CALL_LOG_SHARE,
+            Some(text) => match text.trim().parse::<f64>() {
+                Ok(share) if (0.0..=1.0).contains(&share) => share,
+                _ => return Err(StartupError::CallLogShare(text.to_owned())),
+            },
+        };
         let metrics: Arc<dyn MetricsSink> = Arc::new(StdoutMetrics::from_env());
         let clock: Arc<dyn Clock> = Arc::new(lifeboat_core::SystemClock);
         Ok(Self {
@@ -169,6 +198,7 @@ impl RealConsumer {
             clock,
             settings,
             concurrency,
+            call_log_share,
         })
     }
 
@@ -425,10 +455,24 @@ impl RealConsumer {
                 .for_operator(&request.operator)
                 .failure_statuses,
         );
-        tracing::debug!(
-            operator = %request.operator, operation = %request.operation, request_id = %request.request_id,
-            class = result.class.name(), elapsed_ms = result.elapsed.as_millis() as u64, "operator call"
-        );
+        // The fields and names docs/timeouts.md's query reads.
+        let outcome = match health {
+            Health::Success | Health::SlowSuccess | Health::Neutral => "answered",
+            Health::Timeout => "timeout",
+            Health::Failure => "failed",
+        };
+        let duration_ms = result.elapsed.as_millis() as u64;
+        if sampled(&request.request_id, self.call_log_share) {
+            tracing::info!(
+                operator = %request.operator, operation = %request.operation, duration_ms, outcome,
+                class = result.class.name(), request_id = %request.request_id, "operator call"
+            );
+        } else {
+            tracing::debug!(
+                operator = %request.operator, operation = %request.operation, duration_ms, outcome,
+                class = result.class.name(), request_id = %request.request_id, "operator call"
+            );
+        }
         done.called = Some(health);
         done.call = Some(CallSeen {
             operation: request.operation,
@@ -770,6 +814,7 @@ mod tests {
             clock: clock.clone(),
             settings: Settings::default(),
             concurrency: DEFAULT_CONCURRENCY,
+            call_log_share: DEFAULT_CALL_LOG_SHARE,
         };
         World {
             consumer,
@@ -825,6 +870,16 @@ mod tests {
         record.state = state;
         record.version = version;
         w.breakers.save(&record, None).await.unwrap();
+    }
+
+    #[test]
+    fn the_call_log_samples_a_share_of_requests_always_the_same() {
+        let ids: Vec<String> = (0..100_000).map(|i| format!("req-{i}")).collect();
+        let logged = |share: f64| ids.iter().filter(|id| sampled(id, share)).count();
+        assert_eq!(logged(0.0), 0);
+        assert_eq!(logged(1.0), ids.len());
+        assert!((800..1_200).contains(&logged(0.01)), "{}", logged(0.01));
+        assert_eq!(sampled("req-7", 0.5), sampled("req-7", 0.5));
     }
 
     #[tokio::test(start_paused = true)]

@@ -212,6 +212,7 @@ impl Gateway {
             clock: clock.clone(),
             settings: config.settings.clone(),
             concurrency: config.concurrency,
+            call_log_share: real_consumer::DEFAULT_CALL_LOG_SHARE,
         };
         let fallback = FallbackConsumer {
             requests: metered_requests,

@@ -9,11 +9,16 @@
 //!   operator call to the errors alarm's ALARM and to the breaker opening,
 //!   from the alarm's history (CloudWatch `DescribeAlarmHistory`) and the
 //!   breaker's state-change history (the Breaker table);
+//! * [`advise`]: `advise-timeouts`, a budget per operator and operation from
+//!   recorded call durations ([`calls`] reads and writes them);
 //! * [`config`]: resource names from the functions' environment variables,
 //!   overridden by flags.
 
+pub mod advise;
+pub mod advise_cmd;
 pub mod aws;
 pub mod breaker;
+pub mod calls;
 pub mod config;
 pub mod detection;
 pub mod status;
