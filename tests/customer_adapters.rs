@@ -570,10 +570,12 @@ async fn the_listener_keeps_its_records_in_dynamodb_and_times_retries_with_the_q
     let clients = Clients::new(&config);
     let ssm = aws_sdk_ssm::Client::new(&config);
     let switch_url = refusing_url();
+    // The write mechanics: off-sale writes without their hold.
     let base = [
         (SALE_STATUS_TABLE, "SaleStatus"),
         (OFFSALE_QUEUE_URL, queue.url.as_str()),
         ("EVENT_BUS_NAME", "lifeboat"),
+        ("SALE_OFF_SALE_HOLD_S", "0"),
     ];
 
     // The legacy switch is down: the write fails and is retried in 5 s, set
@@ -583,6 +585,7 @@ async fn the_listener_keeps_its_records_in_dynamodb_and_times_retries_with_the_q
             base[0],
             base[1],
             base[2],
+            base[3],
             ("SALE_SWITCH", "http"),
             ("SALE_SWITCH_URL", &switch_url),
             ("SALE_SWITCH_TIMEOUT_MS", "500"),
@@ -685,6 +688,7 @@ async fn the_sale_switch_auth_value_comes_from_an_ssm_secure_string() {
             ("SALE_SWITCH_URL", &url),
             ("SALE_SWITCH_AUTH_HEADER", "x-api-key"),
             ("SALE_SWITCH_AUTH_PARAMETER", parameter),
+            ("SALE_OFF_SALE_HOLD_S", "0"),
         ])
     };
     // A parameter that is not there stops the start, naming it.
