@@ -100,13 +100,6 @@ impl FaultClass {
         FaultClass::Duplicate,
         FaultClass::Reorder,
     ];
-
-    pub fn dependency(self) -> Option<&'static str> {
-        Self::DEPENDENCIES
-            .iter()
-            .find(|(c, _)| *c == self)
-            .map(|(_, name)| *name)
-    }
 }
 
 #[derive(Debug)]

@@ -19,14 +19,13 @@ use lifeboat_core::ports::BreakerTimers;
 use lifeboat_core::ports::{OperatorApi, StreamRouter};
 use lifeboat_core::probe::BreakerTimer;
 
-use crate::fault::{FaultClass, FaultPlan, Faulty, FaultyOperators, invocation};
+use crate::fault::{FaultClass, FaultPlan, FaultyOperators, invocation, port};
 pub use crate::lane::stream_record;
 use crate::lane::{SimLane, switch_lanes};
 use crate::meter::{InvocationKind, Ledger, Metered, metered};
 use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::request::{CallResult, OperatorCall, RequestRecord};
 use lifeboat_core::settings::Settings;
-use lifeboat_core::watched::Watched;
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
 use real_consumer::RealConsumer;
 use serde_json::{Value, json};
@@ -188,15 +187,10 @@ impl Gateway {
         // The functions' ports as deployed: failures counted (Watched), here
         // also injected (Faulty) and each call metered per invocation.
         let sink: Arc<dyn MetricsSink> = metrics.clone();
-        let ported = Ported {
-            plan: &faults,
-            sink: &sink,
-            clock: &clock,
-        };
         let ledger = Arc::new(Ledger::default());
-        let metered_requests = ported.wrap(Metered::new(requests.clone()));
-        let metered_breakers = ported.wrap(Metered::new(breakers.clone()));
-        let events = ported.wrap(bus.clone());
+        let metered_requests = port(Metered::new(requests.clone()), &faults, &sink, &clock);
+        let metered_breakers = port(Metered::new(breakers.clone()), &faults, &sink, &clock);
+        let events = port(bus.clone(), &faults, &sink, &clock);
         let operator: Arc<dyn OperatorApi> = Arc::new(FaultyOperators {
             inner: operator,
             plan: faults.clone(),
@@ -204,9 +198,9 @@ impl Gateway {
         let real = RealConsumer {
             requests: metered_requests.clone(),
             breakers: metered_breakers.clone(),
-            window: ported.wrap(Metered::new(window.clone())),
+            window: port(Metered::new(window.clone()), &faults, &sink, &clock),
             events: events.clone(),
-            cache: ported.wrap(Metered::new(cache.clone())),
+            cache: port(Metered::new(cache.clone()), &faults, &sink, &clock),
             metrics: metrics.clone(),
             operator: operator.clone(),
             clock: clock.clone(),
@@ -230,7 +224,7 @@ impl Gateway {
             operators: config.operators.clone(),
             repoint_backoff: Duration::from_millis(100),
             metrics: metrics.clone(),
-            timers: Some(ported.wrap(timers.clone())),
+            timers: Some(port(timers.clone(), &faults, &sink, &clock)),
             prober: Some(Arc::new(CountedProber {
                 inner: operator,
                 calls: probes.clone(),
@@ -511,19 +505,6 @@ impl Gateway {
                 .await;
         }
         delivered
-    }
-}
-
-/// What wraps every port of the functions.
-struct Ported<'a> {
-    plan: &'a Arc<FaultPlan>,
-    sink: &'a Arc<dyn MetricsSink>,
-    clock: &'a Arc<dyn Clock>,
-}
-
-impl Ported<'_> {
-    fn wrap<T: ?Sized>(&self, port: Arc<T>) -> Arc<Watched<Faulty<T>>> {
-        crate::fault::port(port, self.plan, self.sink, self.clock)
     }
 }
 

@@ -119,16 +119,19 @@ pub struct ChaosReport {
 }
 
 /// Whether operator `index` is really down `at`.
-fn down(script: &ChaosScript, index: usize, at: Duration) -> bool {
-    script
-        .outages()
+fn down(outages: &[Outage], index: usize, at: Duration) -> bool {
+    outages
         .iter()
         .any(|&(i, _, start, end)| i == index && start <= at && at < end)
 }
 
+/// An operator's real outage: index, mode, from, to.
+type Outage = (usize, lifeboat_operator::OutageMode, Duration, Duration);
+
 pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
     let script = i.script;
     let stop = script.faults_stop();
+    let outages = script.outages();
     let mut by_fault = BTreeMap::new();
     let (mut injected, mut seen) = (0, 0);
     for (class, dependency) in FaultClass::DEPENDENCIES {
@@ -177,8 +180,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
     let mut not_converged = Vec::new();
     let last_at = i.samples.0.last().map(|(at, _)| *at).unwrap_or_default();
     for index in 0..script.operators {
-        let changes = script
-            .outages()
+        let changes = outages
             .iter()
             .filter(|o| o.0 == index)
             .flat_map(|o| [o.2, o.3])
@@ -191,7 +193,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
             let Some(s) = seen.iter().find(|s| s.index == index) else {
                 continue;
             };
-            let is_down = down(script, index, *at);
+            let is_down = down(&outages, index, *at);
             let ok = [
                 (s.state != BreakerState::Closed) == is_down,
                 (s.target == ConsumerTarget::Fallback) == (s.state == BreakerState::Open),
@@ -229,8 +231,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
     let quiet_since = egress_start.saturating_sub(Duration::from_secs(300));
     let healthy: Vec<usize> = (0..script.operators)
         .filter(|&k| {
-            !script
-                .outages()
+            !outages
                 .iter()
                 .any(|o| o.0 == k && o.2 < stop && o.3 > quiet_since)
         })
