@@ -24,12 +24,13 @@ use lifeboat_core::{BreakerState, Operation, OperatorId};
 use lifeboat_local::gateway::{GatewayOptions, LocalGateway};
 use tokio::task::JoinSet;
 
-/// Open periods of 10 s, and the switch probing an open operator with a
+/// Open periods of 10 s, the switch probing an open operator with a
 /// search (one call per 10 s), so it closes seconds after the operator is
-/// back.
+/// back, and the real consumer confirming a timeout with a ping.
 const SETTINGS: &str = concat!(
     r#"{"default":{"breaker":{"open_base":10000,"open_max":20000,"half_open_timeout":15000},"#,
-    r#""probe":{"operation":"search","params":{"from":"HEL","to":"TLL","date":"today+7","passengers":"1"}}}}"#
+    r#""probe":{"operation":"search","params":{"from":"HEL","to":"TLL","date":"today+7","passengers":"1"}},"#,
+    r#""hang_check":{}}}"#
 );
 const STARTUP_LIMIT: Duration = Duration::from_secs(600);
 const RECOVERY_TARGET: Duration = Duration::from_secs(30);

@@ -36,6 +36,9 @@ impl Budget {
 pub struct Budgets {
     pub search: Budget,
     pub price: Budget,
+    /// A ping asks nothing: an API that answers at all answers it in a few
+    /// hundred milliseconds.
+    pub ping: Budget,
 }
 
 impl Default for Budgets {
@@ -43,6 +46,7 @@ impl Default for Budgets {
         Self {
             search: Budget::with_timeout(Duration::from_millis(3_000)),
             price: Budget::with_timeout(Duration::from_millis(2_750)),
+            ping: Budget::with_timeout(Duration::from_millis(1_000)),
         }
     }
 }
@@ -52,6 +56,7 @@ impl Budgets {
         match operation {
             Operation::Search => self.search,
             Operation::Price => self.price,
+            Operation::Ping => self.ping,
         }
     }
 }

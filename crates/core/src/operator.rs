@@ -70,19 +70,24 @@ impl fmt::Display for OperatorId {
 pub enum Operation {
     Search,
     Price,
+    /// `GET /ping`: asks nothing, only whether the API answers at all. Never a
+    /// customer's question; the real consumer's hang check and the switch's
+    /// probes may use it ([`crate::settings::HangCheck`]).
+    Ping,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown operation {0:?}: expected search or price")]
+#[error("unknown operation {0:?}: expected search, price or ping")]
 pub struct UnknownOperation(pub String);
 
 impl Operation {
-    pub const ALL: [Operation; 2] = [Operation::Search, Operation::Price];
+    pub const ALL: [Operation; 3] = [Operation::Search, Operation::Price, Operation::Ping];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Operation::Search => "search",
             Operation::Price => "price",
+            Operation::Ping => "ping",
         }
     }
 }
@@ -93,6 +98,7 @@ impl FromStr for Operation {
         match s {
             "search" => Ok(Operation::Search),
             "price" => Ok(Operation::Price),
+            "ping" => Ok(Operation::Ping),
             other => Err(UnknownOperation(other.to_owned())),
         }
     }

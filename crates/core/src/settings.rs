@@ -14,15 +14,17 @@
 //! block of their own.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerConfig;
-use crate::budget::Budgets;
+use crate::budget::{Budget, Budgets};
 use crate::cache::CachePolicy;
-use crate::operator::OperatorId;
+use crate::operator::{Operation, OperatorId};
 use crate::probe::ProbeSpec;
-use crate::request::FailureStatuses;
+use crate::request::{FailureStatuses, OperatorCall};
 use crate::window::WindowConfig;
 
 /// Everything tunable about one operator.
@@ -42,6 +44,10 @@ pub struct OperatorSettings {
     /// without one ([`crate::probe`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeSpec>,
+    /// The quick call the real consumer confirms a timeout with; no hang
+    /// checks without one ([`HangCheck`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hang_check: Option<HangCheck>,
     /// How the operator compares the ids customers send back (sailing ids):
     /// the case they are put in before they reach a cache key, a request
     /// and the operator.
@@ -80,6 +86,69 @@ impl IdCase {
         match self {
             IdCase::Upper | IdCase::Lower => a.eq_ignore_ascii_case(b),
             IdCase::Exact => a == b,
+        }
+    }
+}
+
+/// A quick call that tells a hang from a slow answer, from
+/// `OPERATOR_SETTINGS`:
+///
+/// ```json
+/// {"hang_check": {"operation": "ping", "timeout": 1000}}
+/// ```
+///
+/// After a batch in which a call to a closed operator timed out and the
+/// window did not trip, the real consumer makes this call once, bounded by
+/// `timeout`. No answer in time, or a failure (refused, 5xx, 429), asks for a
+/// trip at once; an answer, even a 4xx, leaves it to the window's rules. An
+/// operator that answers one operation slowly but the check quickly is not
+/// hanging, so a slow outage or a brownout is still the window's to judge.
+/// At one search a second this opens a hang within about the search budget
+/// plus the check's timeout plus the gap to the first call (docs/breaker.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HangCheck {
+    /// `ping` (`GET /ping`) by default; a search of a question the operator
+    /// keeps cached works as well.
+    #[serde(default = "HangCheck::default_operation")]
+    pub operation: Operation,
+    /// Parameters as in [`ProbeSpec`] (`today+N` dates).
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    /// Milliseconds; 1,000 by default.
+    #[serde(default = "HangCheck::default_timeout", with = "crate::budget::millis")]
+    pub timeout: Duration,
+}
+
+impl HangCheck {
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+    fn default_operation() -> Operation {
+        Operation::Ping
+    }
+
+    fn default_timeout() -> Duration {
+        Self::DEFAULT_TIMEOUT
+    }
+
+    /// The check's call to `operator` at `now`.
+    pub fn call(&self, operator: &OperatorId, now: DateTime<Utc>) -> OperatorCall {
+        let spec = ProbeSpec {
+            operation: self.operation,
+            params: self.params.clone(),
+        };
+        let mut call = spec.call(operator, now, Budget::with_timeout(self.timeout));
+        call.request_id = format!("hang-check-{operator}-{}", now.timestamp_millis());
+        call
+    }
+}
+
+impl Default for HangCheck {
+    fn default() -> Self {
+        Self {
+            operation: Operation::Ping,
+            params: BTreeMap::new(),
+            timeout: Self::DEFAULT_TIMEOUT,
         }
     }
 }
@@ -144,6 +213,31 @@ mod tests {
         assert_eq!(nordic.breaker.open_base, Duration::from_secs(30));
         let other = s.for_operator(&OperatorId::new("baltic").unwrap());
         assert_eq!(other.breaker.open_base, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_hang_check_defaults_to_a_one_second_ping() {
+        let s = Settings::from_json(
+            r#"{"operators": {"nordic": {"hang_check": {}},
+                              "baltic": {"hang_check": {"operation": "search", "timeout": 500,
+                                                        "params": {"date": "today+7"}}}}}"#,
+        )
+        .unwrap();
+        let check = |op: &str| {
+            s.for_operator(&OperatorId::new(op).unwrap())
+                .hang_check
+                .clone()
+        };
+        assert_eq!(check("nordic"), Some(HangCheck::default()));
+        assert_eq!(check("viking"), None, "no checks unless configured");
+        let baltic = check("baltic").unwrap();
+        let now = DateTime::from_timestamp(1_796_033_700, 0).unwrap();
+        let call = baltic.call(&OperatorId::new("baltic").unwrap(), now);
+        assert_eq!(call.operation, Operation::Search);
+        assert_eq!(call.budget.timeout, Duration::from_millis(500));
+        assert_eq!(call.params["date"], "2026-12-07");
+        assert!(call.request_id.starts_with("hang-check-baltic-"));
+        assert!(Settings::from_json(r#"{"default": {"hang_check": {"budget": 1}}}"#).is_err());
     }
 
     #[test]

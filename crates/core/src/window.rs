@@ -141,11 +141,29 @@ impl Default for WindowConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case")]
 pub enum WindowVerdict {
-    FailureRate { rate: f64, calls: u32 },
-    SlowCalls { rate: f64, calls: u32 },
-    ConsecutiveTimeouts { count: u32 },
-    ConsecutiveFailures { count: u32 },
-    ConsecutiveErrors { count: u32 },
+    FailureRate {
+        rate: f64,
+        calls: u32,
+    },
+    SlowCalls {
+        rate: f64,
+        calls: u32,
+    },
+    ConsecutiveTimeouts {
+        count: u32,
+    },
+    ConsecutiveFailures {
+        count: u32,
+    },
+    ConsecutiveErrors {
+        count: u32,
+    },
+    /// A call timed out and the operator's hang check had no answer either
+    /// ([`crate::settings::HangCheck`]).
+    HangConfirmed {
+        timeouts: u32,
+        check_ms: u64,
+    },
 }
 
 impl std::fmt::Display for WindowVerdict {
@@ -166,6 +184,10 @@ impl std::fmt::Display for WindowVerdict {
             WindowVerdict::ConsecutiveErrors { count } => {
                 write!(f, "{count} consecutive errors (refused, 5xx, 429, …)")
             }
+            WindowVerdict::HangConfirmed { timeouts, check_ms } => write!(
+                f,
+                "{timeouts} timed-out call(s) and no answer to the hang check in {check_ms} ms"
+            ),
         }
     }
 }

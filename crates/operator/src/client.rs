@@ -554,14 +554,17 @@ mod tests {
         let price = api.call(&call(Operation::Price, 2_000)).await;
         assert_eq!(price.class, CallClass::Ok, "{}", price.detail);
         assert!(price.body.unwrap().contains("amount_cents"));
+        let ping = api.call(&call(Operation::Ping, 1_000)).await;
+        assert_eq!(ping.class, CallClass::Ok, "{}", ping.detail);
         let stats = server.operator().stats();
         assert_eq!(
             (
                 stats.total,
                 stats.by_operation.search,
-                stats.by_operation.price
+                stats.by_operation.price,
+                stats.by_operation.ping
             ),
-            (2, 1, 1)
+            (3, 1, 1, 1)
         );
     }
 
@@ -599,6 +602,7 @@ mod tests {
             budgets: lifeboat_core::budget::Budgets {
                 search: Budget::with_timeout(Duration::from_millis(150)),
                 price: Budget::with_timeout(Duration::from_millis(150)),
+                ..Default::default()
             },
             ..SimConfig::default()
         };

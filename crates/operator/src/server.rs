@@ -215,9 +215,10 @@ async fn handle(serving: Serving, req: Request<Incoming>) -> Result<Answer, Clos
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/search") => operation(&serving, Operation::Search, &req).await,
         (&Method::GET, "/price") => operation(&serving, Operation::Price, &req).await,
+        (&Method::GET, "/ping") => operation(&serving, Operation::Ping, &req).await,
         (&Method::POST, "/_control/mode") => Ok(control_mode(sim, req).await),
         (&Method::GET, "/_control/stats") => Ok(json(StatusCode::OK, &sim.stats())),
-        (_, "/search" | "/price" | "/_control/mode" | "/_control/stats") => {
+        (_, "/search" | "/price" | "/ping" | "/_control/mode" | "/_control/stats") => {
             Ok(error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"))
         }
         _ => Ok(error(StatusCode::NOT_FOUND, "not found")),

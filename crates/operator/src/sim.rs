@@ -162,6 +162,8 @@ impl Default for SimConfig {
 pub struct OperationCounts {
     pub search: u64,
     pub price: u64,
+    #[serde(default)]
+    pub ping: u64,
 }
 
 /// Calls received, by the mode the operator was in.
@@ -321,6 +323,9 @@ impl SimulatedOperator {
         let mode = state.mode_at(now, &config.outages);
         state.count(operation, mode);
         state.last_request_id = request_id.map(str::to_owned);
+        if operation == Operation::Ping {
+            return ping_plan(mode, quick);
+        }
         match mode {
             Some(OutageMode::Hang) => Plan {
                 delay: Duration::ZERO,
@@ -416,6 +421,7 @@ impl SimulatedOperator {
         let answer = match operation {
             Operation::Search => answers::search(params, now, drift),
             Operation::Price => answers::price(params, now, drift),
+            Operation::Ping => Ok(PING_ANSWER.clone()),
         };
         match answer {
             Ok(json) => Ok(Reply::Answer {
@@ -448,6 +454,7 @@ impl State {
         match operation {
             Operation::Search => stats.by_operation.search += 1,
             Operation::Price => stats.by_operation.price += 1,
+            Operation::Ping => stats.by_operation.ping += 1,
         }
         let by_mode = &mut stats.by_mode;
         match mode {
@@ -461,6 +468,44 @@ impl State {
             Some(OutageMode::Brownout) => by_mode.brownout += 1,
             Some(OutageMode::Oversized) => by_mode.oversized += 1,
         }
+    }
+}
+
+static PING_ANSWER: std::sync::LazyLock<serde_json::Value> =
+    std::sync::LazyLock::new(|| serde_json::json!({"ok": true}));
+
+/// How a ping goes: the API's front door fails with the whole API (hang,
+/// refuse, 5xx, 429) but answers at once while the answers behind it are
+/// slow, wrong or too big (slow, brownout, garbage, oversized).
+fn ping_plan(mode: Option<OutageMode>, quick: Duration) -> Plan {
+    match mode {
+        Some(OutageMode::Hang) => Plan {
+            delay: Duration::ZERO,
+            reply: Reply::Hang,
+        },
+        Some(OutageMode::Refuse) => Plan {
+            delay: Duration::ZERO,
+            reply: Reply::Close,
+        },
+        Some(OutageMode::ServerError) => Plan {
+            delay: quick,
+            reply: error_reply(503, "service unavailable"),
+        },
+        Some(OutageMode::RateLimited) => Plan {
+            delay: quick,
+            reply: error_reply(429, "too many requests"),
+        },
+        None
+        | Some(
+            OutageMode::Slow | OutageMode::Garbage | OutageMode::Brownout | OutageMode::Oversized,
+        ) => Plan {
+            delay: quick,
+            reply: Reply::Answer {
+                status: 200,
+                content_type: "application/json",
+                body: PING_ANSWER.to_string(),
+            },
+        },
     }
 }
 
@@ -652,6 +697,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_ping_fails_with_the_api_and_not_with_its_answers() {
+        let (sim, _) = sim(quiet());
+        let expected = [
+            (None, CallClass::Ok),
+            (Some(OutageMode::Hang), CallClass::Timeout),
+            (Some(OutageMode::Refuse), CallClass::Connect),
+            (
+                Some(OutageMode::ServerError),
+                CallClass::ServerError { status: 503 },
+            ),
+            (
+                Some(OutageMode::RateLimited),
+                CallClass::ClientError { status: 429 },
+            ),
+            (Some(OutageMode::Slow), CallClass::Ok),
+            (Some(OutageMode::Brownout), CallClass::Ok),
+            (Some(OutageMode::Garbage), CallClass::Ok),
+            (Some(OutageMode::Oversized), CallClass::Ok),
+        ];
+        for (mode, class) in expected {
+            sim.set_mode(mode);
+            let ping = sim.call(&call(Operation::Ping)).await;
+            assert_eq!(ping.class, class, "{mode:?}");
+            if class == CallClass::Ok {
+                assert!(ping.elapsed < Duration::from_millis(100), "{mode:?}");
+            }
+        }
+        assert_eq!(sim.stats().by_operation.ping, 9);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn each_outage_mode_fails_the_way_it_should() {
         let (sim, _) = sim(quiet());
         let started = tokio::time::Instant::now();
@@ -714,7 +790,8 @@ mod tests {
             stats.by_operation,
             OperationCounts {
                 search: 8,
-                price: 1
+                price: 1,
+                ping: 0
             }
         );
         let one = ModeCounts {

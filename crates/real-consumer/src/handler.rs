@@ -38,7 +38,7 @@ use lifeboat_core::request::{
 };
 use lifeboat_core::settings::Settings;
 use lifeboat_core::watched::watch;
-use lifeboat_core::window::CallCounts;
+use lifeboat_core::window::{CallCounts, WindowVerdict};
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, Operation, OperatorId};
 use lifeboat_stream::{batch_response, failure_event, publish_all, read_batch};
 use serde_json::Value;
@@ -618,15 +618,43 @@ impl RealConsumer {
                     return None;
                 }
             };
-        let verdict = cfg.evaluate(&buckets, now)?;
+        let verdict = match cfg.evaluate(&buckets, now) {
+            Some(verdict) => verdict,
+            None => self.check_hang(operator, counts).await?,
+        };
         tracing::warn!(operator = %operator, state = %record.state, version = record.version, verdict = %verdict, "failure window asks for a trip");
         Some(LifeboatEvent::TripRequested(TripRequested {
             schema_version: SCHEMA_VERSION,
             operator: operator.clone(),
             observed_version: record.version,
             reason: TripReason::Window { verdict },
-            at: now,
+            at: self.clock.now(),
         }))
+    }
+
+    /// After a batch with a timed-out call that the window let pass, ask the
+    /// operator's hang check (if its settings have one): no answer in time,
+    /// or a failure, confirms a hang (lifeboat_core::settings::HangCheck).
+    async fn check_hang(
+        &self,
+        operator: &OperatorId,
+        counts: &CallCounts,
+    ) -> Option<WindowVerdict> {
+        let settings = self.settings.for_operator(operator);
+        let check = settings
+            .hang_check
+            .as_ref()
+            .filter(|_| counts.timeouts > 0)?;
+        let result = self
+            .operator
+            .call(&check.call(operator, self.clock.now()))
+            .await;
+        let health = result.class.health(&settings.failure_statuses);
+        tracing::info!(operator = %operator, timeouts = counts.timeouts, duration_ms = u64::try_from(result.elapsed.as_millis()).unwrap_or(u64::MAX), class = ?result.class, "hang check");
+        matches!(health, Health::Timeout | Health::Failure).then(|| WindowVerdict::HangConfirmed {
+            timeouts: counts.timeouts,
+            check_ms: u64::try_from(check.timeout.as_millis()).unwrap_or(u64::MAX),
+        })
     }
 
     /// Count trial results in the breaker record; report a failed round or a
@@ -1082,6 +1110,68 @@ mod tests {
         });
         assert_eq!(trip.unwrap().observed_version, 2);
         assert_eq!(events_of(&w.bus, "Operator Request Failed"), 12);
+    }
+
+    /// nordic's settings with a ping hang check.
+    fn with_hang_check(w: &mut World) {
+        let check = lifeboat_core::settings::HangCheck::default();
+        w.consumer.settings.default.hang_check = Some(check);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_timeout_confirmed_by_the_hang_check_trips_at_once() {
+        let mut w = world();
+        with_hang_check(&mut w);
+        put_breaker(&w, BreakerState::Closed, 2).await;
+        w.sim.set_mode(Some(OutageMode::Hang));
+        let started = w.clock.now();
+        let report = w
+            .consumer
+            .handle(&batch(&w, "nordic", 1, 10).await)
+            .await
+            .unwrap();
+        assert_eq!(report.trips_requested, 1);
+        let trip = w.bus.events().into_iter().find_map(|e| match e {
+            LifeboatEvent::TripRequested(t) => Some(t),
+            _ => None,
+        });
+        let trip = trip.unwrap();
+        assert_eq!(
+            trip.reason,
+            TripReason::Window {
+                verdict: WindowVerdict::HangConfirmed {
+                    timeouts: 1,
+                    check_ms: 1_000
+                }
+            }
+        );
+        // The search's 3 s, then the check's 1 s.
+        assert_eq!(trip.at - started, TimeDelta::seconds(4));
+        assert_eq!(w.sim.stats().by_operation.ping, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_operator_that_answers_the_hang_check_is_left_to_the_window() {
+        let mut w = world();
+        with_hang_check(&mut w);
+        put_breaker(&w, BreakerState::Closed, 2).await;
+        // Answers after the budget, but pings are answered at once.
+        w.sim.set_mode(Some(OutageMode::Slow));
+        assert_eq!(trips(&w, 1).await, 0);
+        assert_eq!(w.sim.stats().by_operation.ping, 1);
+        // Without a timeout there is nothing to check.
+        w.sim.set_mode(None);
+        assert_eq!(trips(&w, 1).await, 0);
+        assert_eq!(w.sim.stats().by_operation.ping, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_hang_check_one_timeout_does_not_trip() {
+        let w = world();
+        put_breaker(&w, BreakerState::Closed, 2).await;
+        w.sim.set_mode(Some(OutageMode::Hang));
+        assert_eq!(trips(&w, 1).await, 0);
+        assert_eq!(w.sim.stats().by_operation.ping, 0);
     }
 
     /// The trips one batch of `n` requests for nordic asks for.

@@ -127,6 +127,10 @@ impl Search {
                     field: "price",
                 })
             }
+            // No customer route asks an operator for a ping.
+            Operation::Ping => Err(Problem::not_found(
+                "this service answers GET /sailings and GET /price",
+            )),
         }
     }
 }

@@ -16,7 +16,7 @@ use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{
     MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, OnSaleAt, SwitchOutcome, WritePolicy,
 };
-use lifeboat_core::settings::Settings;
+use lifeboat_core::settings::{HangCheck, Settings};
 use lifeboat_core::{Clock, Operation, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
@@ -36,7 +36,8 @@ const IDLE: Duration = Duration::from_millis(50);
 const DRAIN: Duration = Duration::from_secs(20);
 
 /// The gateway's settings in the demo: the defaults, with the switch probing
-/// an open breaker with a search a week ahead.
+/// an open breaker with a search a week ahead and the real consumer
+/// confirming a timeout with a ping.
 pub(crate) fn demo_settings() -> Settings {
     let mut settings = Settings::default();
     settings.default.probe = Some(ProbeSpec {
@@ -51,6 +52,7 @@ pub(crate) fn demo_settings() -> Settings {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect(),
     });
+    settings.default.hang_check = Some(HangCheck::default());
     settings
 }
 
