@@ -4,7 +4,9 @@
 //! serde form: `revision` (N), `operator` (S), `sailing`, `extras` and the
 //! optional `accommodation`, `price`, `degraded`, `price_change` and
 //! `confirmation` as maps (absent when the cart has none), `created_at` and
-//! `updated_at` as RFC 3339 (S). Besides them `expires_at` (N, epoch seconds,
+//! `updated_at` as RFC 3339 (S), and `steps`, the step history, as a list
+//! of maps (absent when empty: carts stored before it was kept read as
+//! having none). Besides them `expires_at` (N, epoch seconds,
 //! the table's TTL) is `updated_at` + [`CART_TTL`], so a cart nobody touches
 //! for that long is forgotten.
 //!
@@ -20,7 +22,8 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::cart::{
-    Accommodation, Cart, CartPrice, CartStore, Confirmation, Degraded, Extras, PriceChange, Sailing,
+    Accommodation, Cart, CartPrice, CartStore, Confirmation, Degraded, Extras, PriceChange,
+    Sailing, StepRecord,
 };
 use lifeboat_core::operator::OperatorId;
 use lifeboat_core::ports::StoreError;
@@ -52,6 +55,8 @@ struct CartItem {
     confirmation: Option<Confirmation>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    steps: Vec<StepRecord>,
     /// DynamoDB's business, not the cart's: written, never read.
     #[serde(skip_deserializing)]
     expires_at: i64,
@@ -77,6 +82,7 @@ impl From<&Cart> for CartItem {
             confirmation: c.confirmation.clone(),
             created_at: c.created_at,
             updated_at: c.updated_at,
+            steps: c.steps.clone(),
             expires_at,
         }
     }
@@ -109,6 +115,7 @@ impl TryFrom<CartItem> for Cart {
             confirmation: i.confirmation,
             created_at: i.created_at,
             updated_at: i.updated_at,
+            steps: i.steps,
         })
     }
 }
@@ -135,6 +142,42 @@ impl DynamoCartStore {
 
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// Every cart in the table (a `Scan`: for an operator's command, never
+    /// for a function's invocation), with a note for each item that is not
+    /// a readable cart.
+    pub async fn all(&self) -> Result<(Vec<Cart>, Vec<String>), StoreError> {
+        let mut carts = Vec::new();
+        let mut unreadable = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let output = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| {
+                    StoreError::Unavailable(describe(&format!("Scan {}", self.table), &e))
+                })?;
+            for item in output.items.unwrap_or_default() {
+                let id = match item.get("cart_id") {
+                    Some(AttributeValue::S(id)) => id.clone(),
+                    _ => "(no cart_id)".to_owned(),
+                };
+                match cart_from_item(item) {
+                    Ok(cart) => carts.push(cart),
+                    Err(e) => unreadable.push(format!("cart {id} in table {}: {e}", self.table)),
+                }
+            }
+            match output.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        Ok((carts, unreadable))
     }
 }
 
@@ -201,7 +244,7 @@ impl CartStore for DynamoCartStore {
 mod tests {
     use super::*;
     use lifeboat_core::cache::Source;
-    use lifeboat_core::cart::{CartPolicy, ChosenBy};
+    use lifeboat_core::cart::{CartPolicy, ChosenBy, StepKind};
 
     fn at(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
@@ -251,6 +294,7 @@ mod tests {
             "degraded",
             "price_change",
             "confirmation",
+            "steps",
         ] {
             assert!(!item.contains_key(absent), "{absent} is written as absent");
         }
@@ -272,6 +316,18 @@ mod tests {
         .unwrap();
         c.confirm_cached(None, &CartPolicy::default(), at(6))
             .unwrap();
+        c.record_step(StepRecord {
+            step: StepKind::Confirm,
+            at: at(6),
+            status: 409,
+            price_change_shown: true,
+        });
+        c.record_step(StepRecord {
+            step: StepKind::Confirm,
+            at: at(7),
+            status: 200,
+            price_change_shown: false,
+        });
         c.revision = 7;
         assert_eq!(
             c.accommodation.as_ref().map(|a| a.chosen_by),
@@ -284,6 +340,25 @@ mod tests {
                 (1_800_000_006 + 30 * 86_400).to_string()
             ))
         );
+        let Some(AttributeValue::L(steps)) = item.get("steps") else {
+            panic!("steps are a list: {item:?}")
+        };
+        assert_eq!(steps.len(), 2);
+        let AttributeValue::M(first) = &steps[0] else {
+            panic!("a step is a map")
+        };
+        assert_eq!(
+            first.get("step"),
+            Some(&AttributeValue::S("confirm".into()))
+        );
+        assert_eq!(
+            first.get("price_change_shown"),
+            Some(&AttributeValue::Bool(true))
+        );
+        let AttributeValue::M(second) = &steps[1] else {
+            panic!("a step is a map")
+        };
+        assert!(!second.contains_key("price_change_shown"));
         assert_eq!(cart_from_item(item).unwrap(), c);
 
         let mut chosen = cart(false);

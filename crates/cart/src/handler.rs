@@ -25,6 +25,13 @@
 //! sale, a cart is confirmed on its cached price (with its age) when the
 //! operator's cart policy allows it.
 //!
+//! Every step a customer takes on a stored cart (opening it included, and
+//! refused or failed steps too) is added to the cart's step history with its
+//! time and status, and logged as one `cart step` line at INFO;
+//! `lifeboat carts --minutes` and docs/carts.md's query count them. A step
+//! that changes nothing else is written on the revision read without a new
+//! one, so the customer's cart reads exactly the same.
+//!
 //! The sailing id is put in the operator's case (`ids` in
 //! `OPERATOR_SETTINGS`) before it is stored, priced or cached, so its case
 //! variants find the same price. Accommodation and extra codes are only
@@ -36,7 +43,7 @@ use std::sync::Arc;
 
 use lifeboat_core::cart::{
     Cart, CartPolicy, CartPrice, CartRefusal, CartSettings, CartStore, ConfirmStep,
-    MAX_PRICE_CENTS, Sailing,
+    MAX_PRICE_CENTS, Sailing, StepKind, StepRecord,
 };
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::StoreError;
@@ -193,8 +200,15 @@ impl CartService {
             }
         }
         cart.revision = 1;
+        let step = StepRecord {
+            step: StepKind::Open,
+            at: now,
+            status: 201,
+            price_change_shown: false,
+        };
+        cart.record_step(step.clone());
         self.save(&cart, None).await?;
-        tracing::info!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, off_sale = !on_sale, "cart opened");
+        log_step(&cart, &step, on_sale);
         Ok(Reply::json(201, self.view(&cart, on_sale)))
     }
 
@@ -212,18 +226,31 @@ impl CartService {
             cart.degrade(&policy, now);
         }
         let outcome = self.apply(&mut cart, step, request, on_sale, &policy).await;
+        let record = StepRecord {
+            step: step_kind(step),
+            at: now,
+            status: match &outcome {
+                Ok((status, _)) => *status,
+                Err(problem) => problem.status,
+            },
+            price_change_shown: matches!(&outcome, Ok((_, Some(("price_changed", _, _))))),
+        };
+        cart.record_step(record.clone());
         // The off-sale choices are stored even when the step itself is
         // refused, so the next read shows what the refusal said.
-        if cart != before {
+        if cart.differs_beyond_steps(&before) {
             cart.revision = read_revision + 1;
             self.save(&cart, Some(read_revision)).await?;
+        } else if let Err(e) = self.carts.save(&cart, Some(read_revision)).await {
+            // Only the step history changed: it is written on the revision
+            // read, without a new one, so the customer's cart reads the same.
+            // Losing it (a concurrent step, a store error) costs the history
+            // one entry, never the customer their answer.
+            tracing::warn!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, step, error = %e, "step not added to the cart's history");
         }
+        log_step(&cart, &record, on_sale);
         let (status, extra) = outcome?;
         let view = self.view(&cart, on_sale);
-        tracing::info!(
-            cart = %log_ref(&cart.cart_id), operator = %cart.operator, step, on_sale,
-            degraded = cart.degraded.is_some(), confirmed = cart.confirmation.is_some(), status, "cart step"
-        );
         Ok(match extra {
             // A price to show before confirming: a problem document (RFC
             // 9457) with the price and the cart as extension members.
@@ -473,7 +500,38 @@ impl CartService {
     }
 }
 
-/// An amount in cents and its currency, from `object[amount]` and `object.currency`.
+/// The step a `/carts/{id}/{step}` path names (the router lets only these
+/// four through).
+fn step_kind(step: &str) -> StepKind {
+    match step {
+        "accommodation" => StepKind::Accommodation,
+        "extras" => StepKind::Extras,
+        "price" => StepKind::Price,
+        _ => StepKind::Confirm,
+    }
+}
+
+/// The one INFO line per customer step (opening a cart included), which
+/// docs/carts.md's Logs Insights query counts: the cart by its fingerprint
+/// only, and `started`, `paid` and `price_change_shown` as 0 or 1 so the
+/// query can sum them.
+fn log_step(cart: &Cart, record: &StepRecord, on_sale: bool) {
+    let paid = record.step == StepKind::Confirm && record.status == 200;
+    tracing::info!(
+        cart = %log_ref(&cart.cart_id),
+        operator = %cart.operator,
+        step = record.step.as_str(),
+        status = record.status,
+        on_sale,
+        degraded = cart.degraded.is_some(),
+        confirmed = cart.confirmation.is_some(),
+        started = u8::from(record.step == StepKind::Open),
+        paid = u8::from(paid),
+        price_change_shown = u8::from(record.price_change_shown),
+        "cart step"
+    );
+}
+
 /// How a cart is named in logs: the cart id is what lets a caller act on the
 /// cart, so logs carry a stable fingerprint of it (12 hex digits of SipHash
 /// with fixed keys), enough to follow one cart through the log lines and

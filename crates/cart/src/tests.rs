@@ -382,6 +382,112 @@ async fn a_changed_price_is_shown_old_new_and_difference() {
     );
 }
 
+/// The cart's step history as stored: (step, status, price change shown).
+async fn history(w: &World, cart: &Reply) -> (u64, Vec<(StepKind, u16, bool)>) {
+    let id = cart.body["cart_id"].as_str().unwrap();
+    let stored = w.carts.carts.get(id).await.unwrap().unwrap();
+    let steps = stored
+        .steps
+        .iter()
+        .map(|s| (s.step, s.status, s.price_change_shown))
+        .collect();
+    (stored.revision, steps)
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_step_is_recorded_with_its_answer() {
+    let sim = SimConfig {
+        price_drift: Some(PriceDrift {
+            start: base(),
+            every: Duration::from_secs(600),
+            percent: 10.0,
+        }),
+        ..SimConfig::default()
+    };
+    let mut w = world(sim, CartSettings::default());
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
+    )
+    .await;
+    tokio::time::advance(Duration::from_secs(700)).await;
+    for _ in 0..2 {
+        call(
+            &mut w,
+            HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+        )
+        .await;
+    }
+    let (_, steps) = history(&w, &cart).await;
+    assert_eq!(
+        steps,
+        vec![
+            (StepKind::Open, 201, false),
+            (StepKind::Price, 200, false),
+            (StepKind::Confirm, 409, true),
+            (StepKind::Confirm, 200, false),
+        ]
+    );
+    // A confirmed cart takes no more steps, and none are recorded.
+    let again = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(again.status, 409);
+    assert_eq!(history(&w, &cart).await.1.len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_step_is_recorded_without_a_new_revision() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    let (revision, _) = history(&w, &cart).await;
+    let refused = call(
+        &mut w,
+        HttpRequest::with_json(
+            "PUT",
+            &path(&cart, "accommodation"),
+            &json!({"code": "cabin"}),
+        ),
+    )
+    .await;
+    assert_eq!(refused.status, 409);
+    let bad = call(
+        &mut w,
+        HttpRequest::with_json("PUT", &path(&cart, "extras"), &json!({"codes": 3})),
+    )
+    .await;
+    assert_eq!(bad.status, 400);
+    let after = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(
+        state(&after.body),
+        state(&cart.body),
+        "the customer's cart reads the same"
+    );
+    assert_eq!(
+        history(&w, &cart).await,
+        (
+            revision,
+            vec![
+                (StepKind::Open, 201, false),
+                (StepKind::Accommodation, 409, false),
+                (StepKind::Extras, 400, false),
+            ]
+        )
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn confirming_on_a_cached_price_can_be_switched_off() {
     let settings = CartSettings::from_json(

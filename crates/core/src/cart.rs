@@ -88,6 +88,48 @@ pub struct Degraded {
     pub reason: String,
 }
 
+/// A customer's step on a cart, as the cart function answered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    Open,
+    Accommodation,
+    Extras,
+    Price,
+    Confirm,
+}
+
+impl StepKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Open => "open",
+            StepKind::Accommodation => "accommodation",
+            StepKind::Extras => "extras",
+            StepKind::Price => "price",
+            StepKind::Confirm => "confirm",
+        }
+    }
+}
+
+/// One entry of a cart's step history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: StepKind,
+    pub at: DateTime<Utc>,
+    /// The HTTP status the step was answered with.
+    pub status: u16,
+    /// The answer showed the customer a changed price (old, new, difference).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub price_change_shown: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The most steps a cart's history keeps; older ones are dropped first.
+pub const MAX_STEP_HISTORY: usize = 64;
+
 /// The cart reached payment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Confirmation {
@@ -119,6 +161,13 @@ pub struct Cart {
     pub confirmation: Option<Confirmation>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Every step the customer took, oldest first (at most
+    /// [`MAX_STEP_HISTORY`]). Carts stored before steps were recorded have
+    /// none. Not part of what the customer sees, and not a change of the
+    /// cart: recording a step neither bumps `updated_at` nor needs a new
+    /// revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepRecord>,
 }
 
 /// Per-operator cart settings.
@@ -221,6 +270,7 @@ impl Cart {
             confirmation: None,
             created_at: now,
             updated_at: now,
+            steps: Vec::new(),
         };
         if off_sale {
             cart.degrade(policy, now);
@@ -436,6 +486,25 @@ impl Cart {
         self.updated_at = now;
     }
 
+    /// Note a step the customer took, dropping the oldest entry past
+    /// [`MAX_STEP_HISTORY`].
+    pub fn record_step(&mut self, step: StepRecord) {
+        if self.steps.len() >= MAX_STEP_HISTORY {
+            let excess = self.steps.len() + 1 - MAX_STEP_HISTORY;
+            self.steps.drain(..excess);
+        }
+        self.steps.push(step);
+    }
+
+    /// Whether `self` and `other` differ in more than their step history.
+    pub fn differs_beyond_steps(&self, other: &Cart) -> bool {
+        let without_steps = |c: &Cart| Cart {
+            steps: Vec::new(),
+            ..c.clone()
+        };
+        without_steps(self) != without_steps(other)
+    }
+
     /// Age of the cart's price at `now`, in whole seconds.
     pub fn price_age_s(&self, now: DateTime<Utc>) -> Option<u64> {
         self.price.as_ref().map(|p| age_s(p.as_of, now))
@@ -618,6 +687,31 @@ mod tests {
         assert!(confirmation.on_cached_price);
         assert_eq!(confirmation.amount_cents, 10_100);
         assert_eq!(c.price_age_s(at(2)), Some(62));
+    }
+
+    #[test]
+    fn the_step_history_keeps_the_newest_steps_and_is_no_change_of_the_cart() {
+        let mut c = cart(false);
+        let before = c.clone();
+        for s in 0..(MAX_STEP_HISTORY as i64 + 5) {
+            c.record_step(StepRecord {
+                step: StepKind::Price,
+                at: at(s),
+                status: 200,
+                price_change_shown: s == 1,
+            });
+        }
+        assert_eq!(c.steps.len(), MAX_STEP_HISTORY);
+        assert_eq!(c.steps[0].at, at(5), "the oldest were dropped");
+        assert!(!c.differs_beyond_steps(&before));
+        c.revision += 1;
+        assert!(c.differs_beyond_steps(&before));
+        // Stored before steps were recorded: no history, read all the same.
+        let mut old = serde_json::to_value(&before).unwrap_or_default();
+        old.as_object_mut().map(|o| o.remove("steps"));
+        let read: Cart = serde_json::from_value(old).unwrap_or_else(|e| panic!("{e}"));
+        assert!(read.steps.is_empty());
+        assert_eq!(read, before);
     }
 
     #[test]
