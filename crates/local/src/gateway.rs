@@ -78,6 +78,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::alarm::{AlarmConfig, AlarmRule, LocalAlarm};
+use crate::faults::FaultProxy;
 use crate::moto::resources::{self, Queue, QueueTarget, ResourceError};
 use crate::moto::{MotoError, MotoServer, REGION, find_moto_server};
 use crate::pump::{
@@ -193,6 +194,8 @@ pub enum GatewayError {
     },
     #[error(transparent)]
     Pump(#[from] PumpError),
+    #[error("starting the fault proxy: {0}")]
+    FaultProxy(#[source] std::io::Error),
     #[error("operator control endpoint: {0}")]
     Control(#[source] reqwest::Error),
     #[error("warming up {function} over HTTP (its log is {log}): {detail}")]
@@ -332,6 +335,12 @@ pub struct GatewayOptions {
     /// operator of its own on a free port. Default none. Not for a watch the
     /// suite attaches to: their ports change from run to run.
     pub neighbours: Vec<OperatorId>,
+    /// Put a [`FaultProxy`] seeded with this between the functions and moto
+    /// (their `AWS_ENDPOINT_URL`), with `AWS_MAX_ATTEMPTS=1` so that every
+    /// fault it injects reaches lifeboat's code; it fails nothing until
+    /// [`LocalGateway::fault_proxy`]'s rate is raised. Default none. Not for
+    /// an attached watch.
+    pub aws_faults: Option<u64>,
 }
 
 /// Servers the suite uses instead of starting its own, and the ports of
@@ -424,6 +433,7 @@ impl GatewayOptions {
             alarm: Some(format!("lifeboat-{operator}-errors")),
             attach: Attach::default(),
             neighbours: Vec::new(),
+            aws_faults: None,
             operator,
         }
     }
@@ -528,6 +538,7 @@ pub struct LocalGateway {
     /// For [`LocalGateway::api`]: bounded by the invoke timeout.
     api_http: reqwest::Client,
     startup: StartupTimes,
+    faults: Option<FaultProxy>,
 }
 
 impl LocalGateway {
@@ -594,7 +605,22 @@ impl LocalGateway {
                         .map(|(o, _, _, sim)| (o.clone(), sim.base_url())),
                 )
                 .collect();
-        let env = function_env(&moto, &resources, &options, &endpoints);
+        let mut env = function_env(&moto, &resources, &options, &endpoints);
+        let faults = match options.aws_faults {
+            Some(seed) => {
+                let proxy = FaultProxy::start(&moto.endpoint(), seed)
+                    .await
+                    .map_err(GatewayError::FaultProxy)?;
+                env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+                env.push(("AWS_ENDPOINT_URL".to_owned(), proxy.endpoint()));
+                env.push(("AWS_MAX_ATTEMPTS".to_owned(), "1".to_owned()));
+                // The cart function does not count its Carts table calls
+                // in DependencyErrors: a fault there would go unseen.
+                proxy.spare_tables([resources.names.carts_table.clone()]);
+                Some(proxy)
+            }
+            None => None,
+        };
         let watch_started = Instant::now();
         let watch = match &attach.watch {
             Some(running) => attach_watch(running, &env, options.invoke_timeout).await?,
@@ -733,7 +759,13 @@ impl LocalGateway {
                 warm_up: warm_up_time,
                 total: started.elapsed(),
             },
+            faults,
         })
+    }
+
+    /// The fault proxy, when started with [`GatewayOptions::aws_faults`].
+    pub fn fault_proxy(&self) -> Option<&FaultProxy> {
+        self.faults.as_ref()
     }
 
     pub fn resources(&self) -> &GatewayResources {
@@ -972,6 +1004,7 @@ impl LocalGateway {
             watch,
             operator,
             moto,
+            faults,
             ..
         } = self;
         let offsale = async move {
@@ -993,6 +1026,9 @@ impl LocalGateway {
             timers.stop()
         );
         watch.stop().await;
+        if let Some(faults) = faults {
+            faults.shutdown().await;
+        }
         operator.shutdown().await;
         moto.stop().await;
     }

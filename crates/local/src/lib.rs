@@ -2,6 +2,7 @@
 //! AWS or Docker, shared by `lifeboat local` and the end-to-end tests.
 
 pub mod alarm;
+pub mod faults;
 pub mod gateway;
 pub mod moto;
 pub mod net;
