@@ -4,7 +4,8 @@
 //! in-memory adapters, a simulated operator and virtual time, through a
 //! scripted day with an outage, and reports what happened.
 //!
-//! `lifeboat status`, `lifeboat breaker …` and `lifeboat detection` work on a
+//! `lifeboat status`, `lifeboat breaker …`, `lifeboat detection` and
+//! `lifeboat carts --minutes` work on a
 //! deployed (or local) suite through the AWS APIs, configured like the
 //! functions themselves (the same environment variables), with flags
 //! overriding them.
@@ -54,6 +55,10 @@ enum Command {
         /// Seed of every random choice.
         #[arg(long)]
         seed: Option<u64>,
+        /// Also print the carts minute by minute against the breaker (with
+        /// --json: under `carts_minutes`).
+        #[arg(long)]
+        carts_minutes: bool,
     },
     /// The fault campaign: lifeboat's own dependencies failing (every store
     /// operation, PutEvents, mapping updates, consumers killed mid-batch,
@@ -119,6 +124,11 @@ enum Command {
     /// call durations: the clusters of useful answers, and a budget past
     /// the last one.
     AdviseTimeouts(lifeboat_cli::ops::advise_cmd::AdviseArgs),
+    /// Carts minute by minute against the breaker (`--minutes`): per minute
+    /// and operator, the breaker's state, carts started, steps taken, carts
+    /// reaching payment, carts stopped and price changes shown, from the
+    /// Carts table and the breaker's recorded state changes.
+    Carts(lifeboat_cli::ops::carts_cmd::CartsArgs),
     /// Run the whole wired suite on this machine (moto_server, the six
     /// functions under cargo lambda watch, the simulated operator, customers)
     /// and print what the breaker does; `--outage 60s` scripts an outage.
@@ -412,6 +422,7 @@ fn main() -> ExitCode {
         Command::Detection(args) => block_on("detection", detection_command(args)),
         Command::Local(args) => lifeboat_cli::local::cli::main(args),
         Command::AdviseTimeouts(args) => lifeboat_cli::ops::advise_cmd::main(args),
+        Command::Carts(args) => block_on("carts", lifeboat_cli::ops::carts_cmd::run(args)),
         Command::Status(args) => block_on("status", status(args)),
         Command::Breaker { action } => {
             let (command, args) = match action {
@@ -462,6 +473,7 @@ fn main() -> ExitCode {
             mode,
             outage_s,
             seed,
+            carts_minutes,
         } => {
             let defaults = Script::default();
             let script = Script {
@@ -471,9 +483,11 @@ fn main() -> ExitCode {
                 ..defaults
             };
             let wall = Instant::now();
-            print_report("demo", json, demo::run_paused(&script), |r| {
-                r.render(wall.elapsed())
-            })
+            let report = demo::run_paused(&script);
+            if carts_minutes {
+                return print_demo_with_carts_minutes(json, report, wall);
+            }
+            print_report("demo", json, report, |r| r.render(wall.elapsed()))
         }
     }
 }
@@ -500,6 +514,48 @@ fn parse_lanes(text: &str) -> Result<LaneLayout, String> {
         "shared" => Ok(LaneLayout::Shared),
         _ => Err(format!("{text:?}: use per-operator or shared")),
     }
+}
+
+/// Print the demo's report with its carts minute by minute: after the
+/// summary, or in the JSON object under `carts_minutes`.
+fn print_demo_with_carts_minutes(
+    json: bool,
+    report: std::io::Result<demo::Report>,
+    wall: Instant,
+) -> ExitCode {
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("lifeboat demo: could not start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(e) = &report.carts_minutes.error {
+        eprintln!("lifeboat demo: carts minute by minute: {e}");
+        return ExitCode::FAILURE;
+    }
+    if !json {
+        print!("{}", report.render(wall.elapsed()));
+        print!("\n{}", report.carts_minutes.render());
+        return ExitCode::SUCCESS;
+    }
+    let text = serde_json::to_value(&report).and_then(|mut value| {
+        if let Some(object) = value.as_object_mut() {
+            object.insert(
+                "carts_minutes".to_owned(),
+                serde_json::to_value(&report.carts_minutes.rows)?,
+            );
+        }
+        serde_json::to_string_pretty(&value)
+    });
+    match text {
+        Ok(text) => println!("{text}"),
+        Err(e) => {
+            eprintln!("lifeboat demo: report not written: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// Print a simulated day's report, as JSON or for a terminal.

@@ -14,6 +14,8 @@ use serde::Serialize;
 
 use super::customer::{CartSeen, Observed, SearchSeen};
 use super::{Phase, Script};
+use crate::ops::carts::{self, MinuteRow, MinutesQuery, StateChange};
+use lifeboat_core::cart::Cart;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -35,6 +37,10 @@ pub struct Report {
     pub virtual_s: f64,
     #[serde(skip)]
     pub timeline: Vec<(f64, String)>,
+    /// Carts minute by minute against the breaker, from the Carts table and
+    /// the switch's transitions (`--carts-minutes`).
+    #[serde(skip)]
+    pub carts_minutes: CartsMinutesSeen,
     #[serde(skip)]
     pub script: Script,
 }
@@ -135,6 +141,53 @@ pub(crate) struct Inputs<'a> {
     pub answered_too_late: BTreeMap<Phase, usize>,
     pub events: &'a [LifeboatEvent],
     pub observed: &'a Observed,
+    /// Every cart the cart function stored.
+    pub carts: &'a [Cart],
+}
+
+/// The demo's carts minute by minute, and when they were judged.
+#[derive(Debug, Clone, Default)]
+pub struct CartsMinutesSeen {
+    pub rows: Vec<MinuteRow>,
+    /// Stopped carts are judged as of this time: the end of the day plus
+    /// [`carts::STOPPED_AFTER`], since every customer has left by then and
+    /// no cart takes another step.
+    pub judged_at: Option<DateTime<Utc>>,
+    /// Why there are no rows, if the range was refused.
+    pub error: Option<String>,
+}
+
+impl CartsMinutesSeen {
+    fn of(i: &Inputs<'_>) -> Self {
+        let changes: Vec<StateChange> = i.transitions.iter().map(StateChange::from).collect();
+        let judged_at = i.ended + carts::STOPPED_AFTER;
+        let query = MinutesQuery {
+            since: i.start,
+            until: i.ended,
+            judged_at,
+            operator: None,
+        };
+        match carts::minutes(i.carts, &changes, &BTreeMap::new(), &query) {
+            Ok(rows) => Self {
+                rows,
+                judged_at: Some(judged_at),
+                error: None,
+            },
+            Err(e) => Self {
+                error: Some(e.to_string()),
+                ..Self::default()
+            },
+        }
+    }
+
+    /// The table, for people.
+    pub fn render(&self) -> String {
+        match (&self.error, self.judged_at) {
+            (Some(e), _) => format!("carts minute by minute: {e}\n"),
+            (None, Some(judged_at)) => carts::render(&self.rows, judged_at),
+            (None, None) => "carts minute by minute: nothing was counted\n".to_owned(),
+        }
+    }
 }
 
 fn secs_since(start: DateTime<Utc>, at: DateTime<Utc>) -> f64 {
@@ -253,6 +306,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         probe_calls: i.probe_calls,
         virtual_s: round1(secs_since(i.start, i.ended)),
         timeline,
+        carts_minutes: CartsMinutesSeen::of(&i),
         script: i.script.clone(),
     }
 }

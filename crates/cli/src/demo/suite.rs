@@ -153,6 +153,8 @@ pub(crate) struct Suite {
     sim: SimulatedOperator,
     gateway: Gateway,
     shop: Arc<Shop>,
+    /// The Carts table the cart function writes.
+    carts: Arc<MemoryCartStore>,
     desk: SaleDesk,
     /// The legacy switch refuses the first write after the first off-sale
     /// write (to show the retry schedule); set once.
@@ -204,13 +206,14 @@ impl Suite {
         };
         let operators = BTreeSet::from([operator]);
         let desk = SaleDesk::new(&gateway, clock.clone());
+        let carts = Arc::new(MemoryCartStore::new());
         let shop = Arc::new(Shop {
             search: Arc::new(Search {
                 lookup: lookup(),
                 operators: operators.clone(),
             }),
             carts: Arc::new(CartService {
-                carts: Arc::new(MemoryCartStore::new()),
+                carts: carts.clone(),
                 sale: desk.store.clone(),
                 lookup: lookup(),
                 operators,
@@ -226,6 +229,7 @@ impl Suite {
             sim,
             gateway,
             shop,
+            carts,
             desk,
             switch_failure_armed: false,
         }
@@ -263,6 +267,7 @@ impl Suite {
             answered_too_late: self.answered_too_late(),
             events: &self.gateway.bus.events(),
             observed: &self.shop.observed(),
+            carts: &self.carts.all(),
         })
     }
 

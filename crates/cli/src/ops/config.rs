@@ -19,6 +19,11 @@ pub const BREAKER_TABLE: Setting = Setting {
     flag: "breaker-table",
     var: lifeboat_aws::clients::BREAKER_TABLE,
 };
+pub const CARTS_TABLE: Setting = Setting {
+    what: "carts table",
+    flag: "carts-table",
+    var: lifeboat_aws::clients::CARTS_TABLE,
+};
 pub const SALE_STATUS_TABLE: Setting = Setting {
     what: "sale status table",
     flag: "sale-status-table",

@@ -11,6 +11,9 @@
 //!   breaker's state-change history (the Breaker table);
 //! * [`advise`]: `advise-timeouts`, a budget per operator and operation from
 //!   recorded call durations ([`calls`] reads and writes them);
+//! * [`carts`]: `carts --minutes`, carts minute by minute against the
+//!   breaker, from the Carts table and the breaker's state-change history
+//!   ([`carts_cmd`] reads them);
 //! * [`config`]: resource names from the functions' environment variables,
 //!   overridden by flags.
 
@@ -19,6 +22,8 @@ pub mod advise_cmd;
 pub mod aws;
 pub mod breaker;
 pub mod calls;
+pub mod carts;
+pub mod carts_cmd;
 pub mod config;
 pub mod detection;
 pub mod status;
