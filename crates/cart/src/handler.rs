@@ -48,6 +48,7 @@ use lifeboat_core::cart::{
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::StoreError;
 use lifeboat_core::sale::SaleStatusStore;
+use lifeboat_core::watched::watch;
 use lifeboat_core::{Operation, OperatorId};
 use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
 use lifeboat_lookup::params::{self, price_params, search_params};
@@ -108,10 +109,12 @@ impl CartService {
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
+        let lookup = lifeboat_lookup::config::lookup(env, clients)?;
+        let (metrics, clock) = (lookup.metrics.clone(), lookup.clock.clone());
         Ok(Self {
-            carts: Arc::new(clients.cart_store(env)?),
-            sale: Arc::new(clients.sale_status_store(env)?),
-            lookup: lifeboat_lookup::config::lookup(env, clients)?,
+            carts: watch(Arc::new(clients.cart_store(env)?), &metrics, &clock),
+            sale: watch(Arc::new(clients.sale_status_store(env)?), &metrics, &clock),
+            lookup,
             operators: lifeboat_lookup::config::operators(env)?,
             settings: CartSettings::from_json(env.optional(CART_SETTINGS)?.unwrap_or(""))?,
         })

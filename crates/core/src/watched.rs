@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 
 use crate::breaker::{BreakerRecord, ConsumerTarget};
 use crate::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
+use crate::cart::{Cart, CartStore};
 use crate::clock::Clock;
 use crate::events::LifeboatEvent;
 use crate::metrics::{MetricSet, MetricsSink};
@@ -235,6 +236,18 @@ impl<T: SaleStatusStore + ?Sized> SaleStatusStore for Watched<T> {
     ) -> Result<(), StoreError> {
         let saved = self.inner.save(record, expected_revision).await;
         self.store("sale.write", saved)
+    }
+}
+
+#[async_trait]
+impl<T: CartStore + ?Sized> CartStore for Watched<T> {
+    async fn get(&self, cart_id: &str) -> Result<Option<Cart>, StoreError> {
+        self.store("carts.read", self.inner.get(cart_id).await)
+    }
+
+    async fn save(&self, cart: &Cart, expected_revision: Option<u64>) -> Result<(), StoreError> {
+        let saved = self.inner.save(cart, expected_revision).await;
+        self.store("carts.write", saved)
     }
 }
 

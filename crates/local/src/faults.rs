@@ -196,8 +196,7 @@ impl FaultProxy {
         self.shared.lock().rate = rate.clamp(0.0, 1.0);
     }
 
-    /// Never fail calls on these tables (e.g. the Carts table, whose calls
-    /// the cart function does not count in `DependencyErrors`).
+    /// Never fail calls on these tables (to keep a table out of a run).
     pub fn spare_tables(&self, tables: impl IntoIterator<Item = String>) {
         self.shared.lock().spared_tables.extend(tables);
     }

@@ -614,9 +614,6 @@ impl LocalGateway {
                 env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
                 env.push(("AWS_ENDPOINT_URL".to_owned(), proxy.endpoint()));
                 env.push(("AWS_MAX_ATTEMPTS".to_owned(), "1".to_owned()));
-                // The cart function does not count its Carts table calls
-                // in DependencyErrors: a fault there would go unseen.
-                proxy.spare_tables([resources.names.carts_table.clone()]);
                 Some(proxy)
             }
             None => None,
