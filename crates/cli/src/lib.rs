@@ -6,4 +6,6 @@ pub mod demo;
 pub mod fleet;
 pub mod local;
 pub mod ops;
+pub mod plot;
 pub mod progress;
+pub mod replay;

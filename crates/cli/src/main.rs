@@ -59,6 +59,10 @@ enum Command {
         /// --json: under `carts_minutes`).
         #[arg(long)]
         carts_minutes: bool,
+        /// Draw the day's carts minute by minute against the breaker as SVG
+        /// to this file.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
     },
     /// The fault campaign: lifeboat's own dependencies failing (every store
     /// operation, PutEvents, mapping updates, consumers killed mid-batch,
@@ -124,6 +128,11 @@ enum Command {
     /// call durations: the clusters of useful answers, and a budget past
     /// the last one.
     AdviseTimeouts(lifeboat_cli::ops::advise_cmd::AdviseArgs),
+    /// Replay recorded operator calls (or four modelled weeks) through the
+    /// budgets, failure window, alarm and breaker under several
+    /// configurations side by side: durations, failures, detection, calls
+    /// while open and what customers got.
+    Replay(lifeboat_cli::replay::ReplayArgs),
     /// Carts minute by minute against the breaker (`--minutes`): per minute
     /// and operator, the breaker's state, carts started, steps taken, carts
     /// reaching payment, carts stopped and price changes shown, from the
@@ -422,6 +431,7 @@ fn main() -> ExitCode {
         Command::Detection(args) => block_on("detection", detection_command(args)),
         Command::Local(args) => lifeboat_cli::local::cli::main(args),
         Command::AdviseTimeouts(args) => lifeboat_cli::ops::advise_cmd::main(args),
+        Command::Replay(args) => lifeboat_cli::replay::main(args),
         Command::Carts(args) => block_on("carts", lifeboat_cli::ops::carts_cmd::run(args)),
         Command::Status(args) => block_on("status", status(args)),
         Command::Breaker { action } => {
@@ -474,6 +484,7 @@ fn main() -> ExitCode {
             outage_s,
             seed,
             carts_minutes,
+            plot,
         } => {
             let defaults = Script::default();
             let script = Script {
@@ -484,6 +495,16 @@ fn main() -> ExitCode {
             };
             let wall = Instant::now();
             let report = demo::run_paused(&script);
+            if let (Some(path), Ok(report)) = (&plot, &report)
+                && let Err(e) = lifeboat_cli::plot::carts_rows(
+                    path,
+                    "lifeboat demo: carts minute by minute against the breaker",
+                    &report.carts_minutes.rows,
+                )
+            {
+                eprintln!("lifeboat demo: {e}");
+                return ExitCode::FAILURE;
+            }
             if carts_minutes {
                 return print_demo_with_carts_minutes(json, report, wall);
             }

@@ -47,6 +47,74 @@ pub struct AdviseArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Also draw the answers' durations per operator and operation, with
+    /// the clusters' centres and the chosen budgets marked, as SVG to this
+    /// file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// The answered calls' durations per operator and operation, the clusters
+/// and budgets marked.
+fn plot(
+    path: &std::path::Path,
+    recorded: &[CallRecord],
+    advice: &advise::Advice,
+) -> Result<(), String> {
+    let names: Vec<String> = advice
+        .budgets
+        .iter()
+        .map(|b| format!("{} {}", b.operator, b.operation))
+        .collect();
+    let values: Vec<Vec<f64>> = advice
+        .budgets
+        .iter()
+        .map(|b| {
+            recorded
+                .iter()
+                .filter(|c| {
+                    c.operator == b.operator
+                        && c.operation == b.operation
+                        && c.outcome == calls::CallOutcome::Answered
+                })
+                .map(|c| c.duration_ms)
+                .collect()
+        })
+        .collect();
+    let series: Vec<crate::plot::Series<'_>> = names
+        .iter()
+        .zip(&values)
+        .map(|(name, values)| crate::plot::Series { name, values })
+        .collect();
+    let mut marks = Vec::new();
+    for (b, name) in advice.budgets.iter().zip(&names) {
+        for (i, cluster) in b.clusters.iter().enumerate() {
+            marks.push(crate::plot::Mark {
+                label: format!("{name}: cluster {} ({:.0} ms)", i + 1, cluster.centre_ms),
+                x: cluster.centre_ms,
+            });
+        }
+        if let Some(budget) = b.budget_ms {
+            marks.push(crate::plot::Mark {
+                label: format!("{name}: budget {budget} ms"),
+                x: budget as f64,
+            });
+        }
+    }
+    let max_ms = values
+        .iter()
+        .flatten()
+        .copied()
+        .fold(1_000.0_f64, f64::max)
+        .min(20_000.0);
+    crate::plot::distributions(
+        path,
+        "answer times, clusters and advised budgets",
+        &series,
+        &marks,
+        max_ms,
+        max_ms / 120.0,
+    )
 }
 
 fn parse_margin(text: &str) -> Result<f64, String> {
@@ -97,6 +165,12 @@ pub fn main(args: AdviseArgs) -> ExitCode {
         ..AdviceRules::default()
     };
     let advice = advise::advise(&recorded, &rules);
+    if let Some(path) = &args.plot
+        && let Err(e) = plot(path, &recorded, &advice)
+    {
+        eprintln!("lifeboat advise-timeouts: {e}");
+        return ExitCode::FAILURE;
+    }
     if args.json {
         match serde_json::to_string_pretty(&advice) {
             Ok(text) => println!("{text}"),

@@ -6,7 +6,10 @@
 //! fields: `at` RFC 3339, `operation` `search` or `price`, `duration_ms` a
 //! whole or decimal number of milliseconds, `outcome` `answered`, `timeout`
 //! or `failed`. docs/timeouts.md has the Logs Insights query that exports it
-//! from the real consumer's log lines.
+//! from the real consumer's log lines. An optional sixth column (field)
+//! `question` names the question asked (any text without commas, e.g. a hash
+//! of the cache key): `lifeboat replay` then knows which answers a cache
+//! would have held; without it every call is a question of its own.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -18,6 +21,8 @@ use serde::{Deserialize, Serialize};
 
 /// The CSV header, in this order.
 pub const HEADER: &str = "at,operator,operation,duration_ms,outcome";
+/// The CSV header with the optional question column.
+pub const HEADER_WITH_QUESTION: &str = "at,operator,operation,duration_ms,outcome,question";
 
 /// What became of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +63,25 @@ pub struct CallRecord {
     pub operation: Operation,
     pub duration_ms: f64,
     pub outcome: CallOutcome,
+    /// The question asked, where the export knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+}
+
+impl CallRecord {
+    /// The question's key for a cache: its `question`, or the call itself
+    /// (time, operator, operation) when none was recorded.
+    pub fn question_key(&self) -> String {
+        match &self.question {
+            Some(q) => format!("{}#{}#{q}", self.operator, self.operation),
+            None => format!(
+                "{}#{}#{}",
+                self.operator,
+                self.operation,
+                self.at.timestamp_nanos_opt().unwrap_or_default()
+            ),
+        }
+    }
 }
 
 /// A row that cannot be read, with its line number (from 1).
@@ -82,9 +106,11 @@ pub fn read(text: &str) -> Result<Vec<CallRecord>, ReadError> {
     let json = text.trim_start().starts_with('{');
     let mut calls = Vec::new();
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+    let mut with_question = false;
     if !json {
         match lines.find(|(_, l)| !l.is_empty()) {
             Some((_, header)) if header == HEADER => {}
+            Some((_, header)) if header == HEADER_WITH_QUESTION => with_question = true,
             Some((n, header)) => {
                 return Err(bad(
                     n,
@@ -98,7 +124,7 @@ pub fn read(text: &str) -> Result<Vec<CallRecord>, ReadError> {
         let call = if json {
             serde_json::from_str::<CallRecord>(line).map_err(|e| bad(n, e.to_string()))?
         } else {
-            csv_row(n, line)?
+            csv_row(n, line, with_question)?
         };
         if !(call.duration_ms.is_finite() && call.duration_ms >= 0.0) {
             return Err(bad(
@@ -111,8 +137,23 @@ pub fn read(text: &str) -> Result<Vec<CallRecord>, ReadError> {
     Ok(calls)
 }
 
-fn csv_row(n: usize, line: &str) -> Result<CallRecord, ReadError> {
+fn csv_row(n: usize, line: &str, with_question: bool) -> Result<CallRecord, ReadError> {
     let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    let (fields, question) = match (with_question, fields.split_last()) {
+        (true, Some((question, rest))) if fields.len() == 6 => {
+            (rest, (!question.is_empty()).then(|| (*question).to_owned()))
+        }
+        (true, _) => {
+            return Err(bad(
+                n,
+                format!(
+                    "6 fields expected ({HEADER_WITH_QUESTION}), found {}",
+                    fields.len()
+                ),
+            ));
+        }
+        (false, _) => (&fields[..], None),
+    };
     let [at, operator, operation, duration, outcome] = fields[..] else {
         return Err(bad(
             n,
@@ -147,6 +188,7 @@ fn csv_row(n: usize, line: &str) -> Result<CallRecord, ReadError> {
                 format!("outcome {outcome:?} is not answered, timeout or failed"),
             )
         })?,
+        question,
     })
 }
 
@@ -162,12 +204,19 @@ fn parse_at(text: &str) -> Option<DateTime<Utc>> {
         })
 }
 
-/// `calls` as CSV, header first.
+/// `calls` as CSV, header first; with the question column when any call
+/// has a question.
 pub fn to_csv(calls: &[CallRecord]) -> String {
     let mut out = String::with_capacity(64 * (calls.len() + 1));
-    let _ = writeln!(out, "{HEADER}");
+    let with_question = calls.iter().any(|c| c.question.is_some());
+    let header = if with_question {
+        HEADER_WITH_QUESTION
+    } else {
+        HEADER
+    };
+    let _ = writeln!(out, "{header}");
     for c in calls {
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{},{},{},{:.0},{}",
             c.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -176,6 +225,10 @@ pub fn to_csv(calls: &[CallRecord]) -> String {
             c.duration_ms,
             c.outcome.as_str()
         );
+        if with_question {
+            let _ = write!(out, ",{}", c.question.as_deref().unwrap_or_default());
+        }
+        out.push('\n');
     }
     out
 }
@@ -214,6 +267,7 @@ pub fn synthetic(
                 operation,
                 duration_ms: duration_ms.round(),
                 outcome,
+                question: None,
             });
         }
     }

@@ -39,6 +39,10 @@ pub struct CartsArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Also draw the minutes (steps, carts started, payments; minutes the
+    /// breaker was not closed shaded) as SVG to this file.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
     /// The Carts table [default: env CARTS_TABLE].
     #[arg(long)]
     carts_table: Option<String>,
@@ -146,6 +150,12 @@ pub async fn run(args: CartsArgs) -> ExitCode {
         Ok(rows) => rows,
         Err(e) => return fail(&e),
     };
+    if let Some(path) = &args.plot
+        && let Err(e) =
+            crate::plot::carts_rows(path, "carts minute by minute against the breaker", &rows)
+    {
+        return fail(&e);
+    }
     if args.json {
         match to_json(rows) {
             Ok(text) => println!("{text}"),
