@@ -323,22 +323,27 @@ impl SimulatedOperator {
         let mode = state.mode_at(now, &config.outages);
         state.count(operation, mode);
         state.last_request_id = request_id.map(str::to_owned);
+        if let Some(plan) = api_failure(mode, quick) {
+            return plan;
+        }
         if operation == Operation::Ping {
-            return ping_plan(mode, quick);
+            return Plan {
+                delay: quick,
+                reply: Reply::Answer {
+                    status: 200,
+                    content_type: "application/json",
+                    body: PING_ANSWER.to_string(),
+                },
+            };
         }
         match mode {
-            Some(OutageMode::Hang) => Plan {
-                delay: Duration::ZERO,
-                reply: Reply::Hang,
-            },
-            Some(OutageMode::Refuse) => Plan {
-                delay: Duration::ZERO,
-                reply: Reply::Close,
-            },
-            Some(OutageMode::ServerError) => Plan {
-                delay: quick,
-                reply: error_reply(503, "service unavailable"),
-            },
+            // Answered above.
+            Some(
+                OutageMode::Hang
+                | OutageMode::Refuse
+                | OutageMode::ServerError
+                | OutageMode::RateLimited,
+            ) => unreachable_plan(quick),
             Some(OutageMode::Garbage) => Plan {
                 delay: config.latency.sample(&mut state.rng),
                 reply: Reply::Answer {
@@ -346,10 +351,6 @@ impl SimulatedOperator {
                     content_type: "text/html",
                     body: MAINTENANCE_PAGE.to_owned(),
                 },
-            },
-            Some(OutageMode::RateLimited) => Plan {
-                delay: quick,
-                reply: error_reply(429, "too many requests"),
             },
             Some(OutageMode::Oversized) => Plan {
                 delay: config.latency.sample(&mut state.rng),
@@ -474,38 +475,29 @@ impl State {
 static PING_ANSWER: std::sync::LazyLock<serde_json::Value> =
     std::sync::LazyLock::new(|| serde_json::json!({"ok": true}));
 
-/// How a ping goes: the API's front door fails with the whole API (hang,
-/// refuse, 5xx, 429) but answers at once while the answers behind it are
-/// slow, wrong or too big (slow, brownout, garbage, oversized).
-fn ping_plan(mode: Option<OutageMode>, quick: Duration) -> Plan {
-    match mode {
-        Some(OutageMode::Hang) => Plan {
-            delay: Duration::ZERO,
-            reply: Reply::Hang,
-        },
-        Some(OutageMode::Refuse) => Plan {
-            delay: Duration::ZERO,
-            reply: Reply::Close,
-        },
-        Some(OutageMode::ServerError) => Plan {
-            delay: quick,
-            reply: error_reply(503, "service unavailable"),
-        },
-        Some(OutageMode::RateLimited) => Plan {
-            delay: quick,
-            reply: error_reply(429, "too many requests"),
-        },
-        None
-        | Some(
-            OutageMode::Slow | OutageMode::Garbage | OutageMode::Brownout | OutageMode::Oversized,
-        ) => Plan {
-            delay: quick,
-            reply: Reply::Answer {
-                status: 200,
-                content_type: "application/json",
-                body: PING_ANSWER.to_string(),
-            },
-        },
+/// How the whole API fails, every operation alike (a ping included): it
+/// hangs, refuses, answers 5xx or 429. `None` in the modes where the API
+/// answers but its answers are slow, wrong or too big (slow, brownout,
+/// garbage, oversized): a ping then answers at once.
+fn api_failure(mode: Option<OutageMode>, quick: Duration) -> Option<Plan> {
+    let (delay, reply) = match mode? {
+        OutageMode::Hang => (Duration::ZERO, Reply::Hang),
+        OutageMode::Refuse => (Duration::ZERO, Reply::Close),
+        OutageMode::ServerError => (quick, error_reply(503, "service unavailable")),
+        OutageMode::RateLimited => (quick, error_reply(429, "too many requests")),
+        OutageMode::Slow | OutageMode::Garbage | OutageMode::Brownout | OutageMode::Oversized => {
+            return None;
+        }
+    };
+    Some(Plan { delay, reply })
+}
+
+/// Never used: [`api_failure`] answers those modes first. A 500 rather than
+/// a panic if that ever changes.
+fn unreachable_plan(quick: Duration) -> Plan {
+    Plan {
+        delay: quick,
+        reply: error_reply(500, "internal server error"),
     }
 }
 
