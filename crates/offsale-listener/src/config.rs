@@ -46,7 +46,9 @@ pub const SELF_FAULT_SHARE: &str = "SELF_FAULT_SHARE";
 /// With `dynamodb`: the SaleStatus table's name (required) and the queue's URL.
 pub use lifeboat_aws::clients::{OFFSALE_QUEUE_URL, SALE_STATUS_TABLE};
 
-const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+/// The template's `SaleSwitchTimeoutMs` default (a test holds them
+/// together).
+const DEFAULT_TIMEOUT_MS: u64 = 2_000;
 /// The longest on-sale hold: an hour.
 const MAX_ON_SALE_HOLD_S: u64 = 3_600;
 const MAX_OFF_SALE_HOLD_S: u64 = 300;
@@ -307,13 +309,24 @@ mod tests {
     }
 
     #[test]
+    fn the_default_write_timeout_is_the_templates() {
+        let template = include_str!("../../../template.yaml");
+        let block = template.split("\n  SaleSwitchTimeoutMs:\n").nth(1).unwrap();
+        let default = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Default: "))
+            .unwrap();
+        assert_eq!(default.parse::<u64>().unwrap(), DEFAULT_TIMEOUT_MS);
+    }
+
+    #[test]
     fn defaults_are_the_status_table_and_eight_attempts() {
         let config = ListenerConfig::from_env(&env(&[(SALE_STATUS_STORE, "memory")])).unwrap();
         assert!(matches!(config.switch, SwitchTarget::Table));
         assert_eq!(config.policy.schedule, RetrySchedule::default());
         assert_eq!(config.policy.schedule.max_attempts, 8);
-        assert_eq!(config.policy.attempt_timeout, Duration::from_secs(5));
-        assert_eq!(config.policy.lease, Duration::from_secs(15));
+        assert_eq!(config.policy.attempt_timeout, Duration::from_secs(2));
+        assert_eq!(config.policy.lease, Duration::from_secs(12));
         assert_eq!(config.store, StoreChoice::Memory);
         assert_eq!(config.on_sale_at, OnSaleAt::Closed);
         assert_eq!(config.policy.on_sale_hold, Duration::from_secs(60));

@@ -48,8 +48,9 @@ pub const NAME: &str = "real-consumer";
 
 /// Default number of operator calls in flight per batch: a whole batch of the
 /// template's BatchSize at once, so a batch takes as long as its slowest call
-/// (at most one budget) rather than several budgets in waves.
-pub const DEFAULT_CONCURRENCY: usize = 64;
+/// (at most one budget) rather than several budgets in waves. The same as
+/// the template's `CallConcurrency` default (a test holds them together).
+pub const DEFAULT_CONCURRENCY: usize = 50;
 
 /// Why a whole invocation failed (records never fail the invocation).
 #[derive(Debug, thiserror::Error)]
@@ -898,6 +899,17 @@ mod tests {
         record.state = state;
         record.version = version;
         w.breakers.save(&record, None).await.unwrap();
+    }
+
+    #[test]
+    fn the_default_concurrency_is_the_templates() {
+        let template = include_str!("../../../template.yaml");
+        let block = template.split("\n  CallConcurrency:\n").nth(1).unwrap();
+        let default = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Default: "))
+            .unwrap();
+        assert_eq!(default.parse::<usize>().unwrap(), DEFAULT_CONCURRENCY);
     }
 
     #[test]
