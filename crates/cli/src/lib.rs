@@ -9,3 +9,4 @@ pub mod ops;
 pub mod plot;
 pub mod progress;
 pub mod replay;
+pub mod span;

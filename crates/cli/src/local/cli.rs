@@ -13,6 +13,7 @@ use lifeboat_operator::OutageMode;
 use super::state::{self, LocalState};
 use super::{LocalConfig, run};
 use crate::progress::Progress;
+use crate::span::parse_duration;
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -120,30 +121,6 @@ pub enum LocalAction {
         #[arg(long, default_value_t = 5000)]
         port: u16,
     },
-}
-
-/// `60s`, `2m`, `1h`, `500ms`, or a number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 60s, 2m, 500ms)"))?;
-    let seconds = match unit.trim() {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}: use ms, s, m or h"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
 fn parse_rate(text: &str) -> Result<f64, String> {
@@ -312,19 +289,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_read_as_people_write_them() {
-        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("soon").is_err());
-        assert!(
-            parse_duration("5 days")
-                .unwrap_err()
-                .contains("unknown unit")
-        );
+    fn rates_are_searches_per_second() {
         assert!(parse_rate("0").is_err());
         assert_eq!(parse_rate("2.5"), Ok(2.5));
     }
