@@ -502,8 +502,7 @@ fn main() -> ExitCode {
                     &report.carts_minutes.rows,
                 )
             {
-                eprintln!("lifeboat demo: {e}");
-                return ExitCode::FAILURE;
+                eprintln!("lifeboat demo: no picture: {e}");
             }
             if carts_minutes {
                 return print_demo_with_carts_minutes(json, report, wall);

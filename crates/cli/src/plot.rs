@@ -46,10 +46,13 @@ pub fn distributions(
     let shares: Vec<Vec<(f64, f64)>> = series
         .iter()
         .map(|s| {
+            // Values past the chart's end are left out of the bins (but
+            // count in the shares): no false peak at the right edge.
             let mut counts = vec![0u64; bins];
             for v in s.values {
-                let bin = ((v / bin_ms) as usize).min(bins - 1);
-                counts[bin] += 1;
+                if let Some(count) = counts.get_mut((v / bin_ms) as usize) {
+                    *count += 1;
+                }
             }
             let n = s.values.len().max(1) as f64;
             counts

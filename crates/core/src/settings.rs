@@ -99,8 +99,9 @@ impl IdCase {
 ///
 /// After a batch in which a call to a closed operator timed out and the
 /// window did not trip, the real consumer makes this call once, bounded by
-/// `timeout`. No answer in time, or a failure (refused, 5xx, 429), asks for a
-/// trip at once; an answer, even a 4xx, leaves it to the window's rules. An
+/// `timeout`. No answer in time, no connection or a 5xx asks for a trip at
+/// once; any other answer (a 4xx, a 429, an unreadable body) says the API is
+/// there and leaves it to the window's rules. An
 /// operator that answers one operation slowly but the check quickly is not
 /// hanging, so a slow outage or a brownout is still the window's to judge.
 /// At one search a second this opens a hang within about the search budget

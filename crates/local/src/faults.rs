@@ -6,7 +6,7 @@
 //! to its tables, bus, stream mappings and timer queue, drawn from a seeded
 //! generator, the way AWS fails them: DynamoDB throttling or a 500, PutEvents
 //! entries rejected one by one (the rest accepted), a stream mapping busy
-//! (409) or throttled (429), an SQS 500. Everything else, and every call
+//! (400 ResourceInUse) or throttled (429), an SQS 500. Everything else, and every call
 //! while the rate is zero, goes to moto unchanged. The harness itself talks
 //! to moto directly.
 
@@ -313,7 +313,7 @@ fn fault(target: &Target, draw: f64) -> Reply {
             json!({"__type": "InternalFailure", "message": "internal failure"}),
         ),
         Target::MappingUpdate if draw < 0.5 => reply(
-            StatusCode::CONFLICT,
+            StatusCode::BAD_REQUEST,
             &[("x-amzn-errortype", "ResourceInUseException")],
             json!({"Type": "User", "Message": "The resource is in use: an update is in progress"}),
         ),
@@ -357,6 +357,10 @@ async fn put_events(
         *entries = kept;
         let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
         let answer = forward(shared, parts, body).await?;
+        if !answer.status().is_success() {
+            // moto refused the rest: its answer, as it gave it.
+            return Ok(answer);
+        }
         let answer: Value = serde_json::from_slice(
             &answer
                 .into_body()
@@ -373,18 +377,21 @@ async fn put_events(
     }
     .into_iter();
     let rejected = json!({"ErrorCode": "ThrottlingException", "ErrorMessage": "Rate exceeded"});
-    let mut failed_count = 0;
     let listed: Vec<Value> = failed
         .iter()
         .map(|f| {
             if *f {
-                failed_count += 1;
                 rejected.clone()
             } else {
                 accepted.next().unwrap_or_else(|| rejected.clone())
             }
         })
         .collect();
+    // Every entry with an error code, the proxy's and moto's own.
+    let failed_count = listed
+        .iter()
+        .filter(|e| e.get("ErrorCode").is_some())
+        .count();
     Ok(reply(
         StatusCode::OK,
         &[("content-type", "application/x-amz-json-1.1")],

@@ -650,9 +650,15 @@ impl RealConsumer {
             .operator
             .call(&check.call(operator, self.clock.now()))
             .await;
-        let health = result.class.health(&settings.failure_statuses);
+        // Only "nothing answers" confirms a hang: no answer in time, no
+        // connection, a 5xx. A 4xx (a gateway without the route, a rate
+        // limit) or an unreadable body says the API is there.
+        let hung = matches!(
+            result.class,
+            CallClass::Timeout | CallClass::Connect | CallClass::ServerError { .. }
+        );
         tracing::info!(operator = %operator, timeouts = counts.timeouts, duration_ms = u64::try_from(result.elapsed.as_millis()).unwrap_or(u64::MAX), class = ?result.class, "hang check");
-        matches!(health, Health::Timeout | Health::Failure).then(|| WindowVerdict::HangConfirmed {
+        hung.then(|| WindowVerdict::HangConfirmed {
             timeouts: counts.timeouts,
             check_ms: u64::try_from(check.timeout.as_millis()).unwrap_or(u64::MAX),
         })

@@ -126,6 +126,9 @@ pub fn read(text: &str) -> Result<Vec<CallRecord>, ReadError> {
         } else {
             csv_row(n, line, with_question)?
         };
+        if !matches!(call.operation, Operation::Search | Operation::Price) {
+            return Err(bad(n, "operation must be search or price"));
+        }
         if !(call.duration_ms.is_finite() && call.duration_ms >= 0.0) {
             return Err(bad(
                 n,

@@ -237,7 +237,7 @@ fn run(calls: &[CallRecord], config: &ReplayConfig) -> (ConfigFigures, Vec<(Date
     }
     if let Some(last) = calls.last() {
         advance(
-            last.at + TimeDelta::hours(1),
+            last.at + TimeDelta::seconds(10),
             config,
             &mut operators,
             &mut pending,
@@ -284,8 +284,9 @@ struct Tally {
     customers: Customers,
 }
 
-/// Run everything due up to `to`: calls ending (window, alarm counts,
-/// trials), alarm evaluations, open periods ending, probes.
+/// Run everything due up to `to`, in time order: calls ending (window,
+/// alarm counts, trials), alarm evaluations, probes, open periods and stuck
+/// rounds ending.
 #[allow(clippy::too_many_arguments)]
 fn advance(
     to: DateTime<Utc>,
@@ -297,83 +298,142 @@ fn advance(
     tally: &mut Tally,
     ahead: &[CallRecord],
 ) {
-    while let Some(Reverse(next)) = pending.peek() {
-        if next.done > to {
-            break;
+    loop {
+        let call_due = pending.peek().map(|Reverse(p)| p.done).filter(|d| *d <= to);
+        let timer_due = operators
+            .iter()
+            .enumerate()
+            .filter_map(|(op, state)| next_timer(state, config).map(|at| (at, op)))
+            .filter(|(at, _)| *at <= to)
+            .min();
+        match (call_due, timer_due) {
+            (Some(done), timer) if timer.is_none_or(|(at, _)| done <= at) => {
+                let Some(Reverse(call)) = pending.pop() else {
+                    break;
+                };
+                evaluate_alarm(done, config, operators, alarm_clock, opened);
+                end_call(&call, config, operators, opened);
+            }
+            (_, Some((at, op))) => {
+                evaluate_alarm(at, config, operators, alarm_clock, opened);
+                let Some(state) = operators.get_mut(op) else {
+                    break;
+                };
+                let before = (state.record.version, state.next_probe);
+                fire_timer(state, op, at, config, opened, tally, ahead);
+                if (state.record.version, state.next_probe) == before {
+                    // A timer that moves nothing would come due again at
+                    // once: the breaker's own rules said not yet.
+                    break;
+                }
+            }
+            (_, None) => break,
         }
-        let Some(Reverse(done)) = pending.pop() else {
-            break;
-        };
-        evaluate_alarm(done.done, config, operators, alarm_clock, opened);
-        end_call(&done, config, operators, opened);
     }
     evaluate_alarm(to, config, operators, alarm_clock, opened);
-    for (op, state) in operators.iter_mut().enumerate() {
-        let settings = config.settings.for_operator(&state.id);
-        let cfg = &settings.breaker;
-        // Probes while open: the operator's answer is that of its next
-        // recorded call; the switch's trials those of the calls after it.
-        if state.record.state == BreakerState::Open
-            && let Some(probe) = &settings.probe
-        {
-            let budget = settings.budgets.for_operation(probe.operation);
-            let answered = |c: &CallRecord| {
-                matches!(
-                    outcome(c, budget.timeout, budget.slow_after).1,
-                    HealthKey::Success | HealthKey::Slow
-                )
-            };
-            while let Some(at) = state.next_probe.filter(|p| *p <= to) {
-                tally.calls_while_open += 1;
-                tally.calls += 1;
-                let id = state.id.clone();
-                let mut next = ahead.iter().filter(move |c| c.operator == id);
-                state.next_probe = Some(at + to_delta(cfg.probe_every));
-                if !next.next().is_some_and(answered) {
-                    continue;
-                }
-                let input = Input::ProbeAnswered {
-                    observed_version: state.record.version,
-                };
-                apply(state, op, &input, at, cfg, opened);
-                let version = state.record.version;
-                let trials: Vec<bool> = next
-                    .take(cfg.successes_to_close as usize)
-                    .map(answered)
-                    .collect();
-                tally.calls_while_open += trials.len() as u64;
-                tally.calls += trials.len() as u64;
-                state.record.trials_claimed += trials.len() as u32;
-                let input = if trials.len() == cfg.successes_to_close as usize
-                    && trials.iter().all(|ok| *ok)
-                {
-                    state.record.trial_successes += trials.len() as u32;
-                    Input::TrialsPassed {
-                        observed_version: version,
-                    }
-                } else {
-                    state.record.trial_failures += 1;
-                    Input::Trip {
-                        reason: TripReason::TrialFailed {
-                            detail: "replayed probe trial failed".to_owned(),
-                        },
-                        observed_version: version,
-                    }
-                };
-                apply(state, op, &input, at, cfg, opened);
-                break;
+}
+
+/// When the operator's breaker next wakes the switch: a probe (open, with
+/// a probe and a probe period), the end of its open period, or the end of a
+/// half-open round.
+fn next_timer(state: &OperatorState, config: &ReplayConfig) -> Option<DateTime<Utc>> {
+    let settings = config.settings.for_operator(&state.id);
+    let cfg = &settings.breaker;
+    match state.record.state {
+        BreakerState::Open => {
+            let probe = state
+                .next_probe
+                .filter(|_| settings.probe.is_some() && !cfg.probe_every.is_zero());
+            match (probe, state.record.open_until) {
+                (Some(p), Some(u)) => Some(p.min(u)),
+                (p, u) => p.or(u),
             }
         }
-        // Open periods and stuck rounds end on a timer, to the second.
-        let due = match state.record.state {
-            BreakerState::Open => state.record.open_until,
-            BreakerState::HalfOpen => Some(state.record.since + to_delta(cfg.half_open_timeout)),
-            _ => None,
-        };
-        if let Some(due) = due.filter(|d| *d <= to) {
-            apply(state, op, &Input::Tick, due, cfg, opened);
+        BreakerState::HalfOpen => Some(state.record.since + to_delta(cfg.half_open_timeout)),
+        _ => None,
+    }
+}
+
+/// The timer due at `at`: a probe (the operator's answer is that of its
+/// next recorded call; the switch's trials those of the calls after it,
+/// stopping at the first failure), or a tick.
+fn fire_timer(
+    state: &mut OperatorState,
+    op: usize,
+    at: DateTime<Utc>,
+    config: &ReplayConfig,
+    opened: &mut Vec<(usize, DateTime<Utc>, BreakerState)>,
+    tally: &mut Tally,
+    ahead: &[CallRecord],
+) {
+    let settings = config.settings.for_operator(&state.id);
+    let cfg = &settings.breaker;
+    let probing = state.record.state == BreakerState::Open
+        && !cfg.probe_every.is_zero()
+        && state.next_probe.is_some_and(|p| p <= at);
+    let Some(probe) = settings.probe.as_ref().filter(|_| probing) else {
+        apply(state, op, &Input::Tick, at, cfg, opened);
+        return;
+    };
+    state.next_probe = Some(at + to_delta(cfg.probe_every));
+    let budget = settings.budgets.for_operation(probe.operation);
+    let answered = |c: &CallRecord| {
+        matches!(
+            outcome(c, budget.timeout, budget.slow_after).1,
+            HealthKey::Success | HealthKey::Slow
+        )
+    };
+    let mut next = ahead
+        .iter()
+        .filter(|c| c.operator == state.id && c.at >= at);
+    tally.calls_while_open += 1;
+    tally.calls += 1;
+    if !next.next().is_some_and(answered) {
+        tally.failures += 1;
+        return;
+    }
+    let answered_probe = Input::ProbeAnswered {
+        observed_version: state.record.version,
+    };
+    if !matches!(
+        decide(&state.record, &answered_probe, at, cfg),
+        Decision::Transition(_)
+    ) {
+        return;
+    }
+    // The switch's trials: one after another, until one fails or enough
+    // have passed.
+    let mut passed = 0;
+    let mut failed = false;
+    for call in next.take(cfg.successes_to_close as usize) {
+        tally.calls_while_open += 1;
+        tally.calls += 1;
+        if answered(call) {
+            passed += 1;
+        } else {
+            tally.failures += 1;
+            failed = true;
+            break;
         }
     }
+    apply(state, op, &answered_probe, at, cfg, opened);
+    let version = state.record.version;
+    state.record.trials_claimed += passed + u32::from(failed);
+    state.record.trial_successes += passed;
+    let input = if failed || passed < cfg.successes_to_close {
+        state.record.trial_failures += 1;
+        Input::Trip {
+            reason: TripReason::TrialFailed {
+                detail: "replayed probe trial failed".to_owned(),
+            },
+            observed_version: version,
+        }
+    } else {
+        Input::TrialsPassed {
+            observed_version: version,
+        }
+    };
+    apply(state, op, &input, at, cfg, opened);
 }
 
 fn to_delta(d: Duration) -> TimeDelta {

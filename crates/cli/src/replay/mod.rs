@@ -161,7 +161,10 @@ pub const TARGETS: [(&str, f64); 5] = [
 
 /// The model's value of each calibration figure: the old configuration
 /// replayed over its calls.
-fn calibration_figures(calls: &[CallRecord], old: &ConfigFigures) -> BTreeMap<&'static str, f64> {
+fn calibration_figures(
+    calls: &[CallRecord],
+    old: &ConfigFigures,
+) -> BTreeMap<&'static str, Option<f64>> {
     let days: Vec<_> = engine::outages(calls)
         .iter()
         .map(|o| o.start.date_naive())
@@ -169,15 +172,12 @@ fn calibration_figures(calls: &[CallRecord], old: &ConfigFigures) -> BTreeMap<&'
     BTreeMap::from([
         (
             "healthy_search_median_ms",
-            model::healthy_search_median_ms(calls, &days),
+            Some(model::healthy_search_median_ms(calls, &days)),
         ),
-        ("p95_ms", old.p95_ms),
-        ("mean_ms", old.mean_ms),
-        (
-            "outage_day_median_ms",
-            old.outage_day_median_ms.unwrap_or(0.0),
-        ),
-        ("detection_s", old.detection_s.unwrap_or(0.0)),
+        ("p95_ms", Some(old.p95_ms)),
+        ("mean_ms", Some(old.mean_ms)),
+        ("outage_day_median_ms", old.outage_day_median_ms),
+        ("detection_s", old.detection_s),
     ])
 }
 
@@ -187,17 +187,25 @@ fn calibration(operator: &OperatorId, model: &IncidentModel, first_seed: u64, se
     let Some(old) = named("old") else {
         return Value::Null;
     };
-    let mut sums: BTreeMap<&'static str, f64> = BTreeMap::new();
+    // Per figure: the sum and the number of seeds that had it.
+    let mut sums: BTreeMap<&'static str, (f64, u32)> = BTreeMap::new();
     for seed in first_seed..first_seed + seeds {
         let calls = model.generate(operator, seed, start());
         for (name, value) in calibration_figures(&calls, &replay(&calls, &old)) {
-            *sums.entry(name).or_default() += value;
+            if let Some(value) = value {
+                let sum = sums.entry(name).or_default();
+                sum.0 += value;
+                sum.1 += 1;
+            }
         }
     }
     let rows: serde_json::Map<String, Value> = TARGETS
         .iter()
         .map(|(name, target)| {
-            let model = sums.get(name).copied().unwrap_or(0.0) / seeds.max(1) as f64;
+            let Some((sum, n)) = sums.get(name).copied() else {
+                return ((*name).to_owned(), json!({"target": target, "model": null, "error": null}));
+            };
+            let model = sum / f64::from(n.max(1));
             (
                 (*name).to_owned(),
                 json!({"target": target, "model": round(model), "error": round3((model - target) / target)}),

@@ -146,3 +146,16 @@ fn the_json_keeps_the_contracts_field_names() {
         assert!(figures["customers"].get(field).is_some(), "{field}");
     }
 }
+
+#[test]
+fn probes_turned_off_end_open_periods_on_their_timer() {
+    // A probe in the settings but `probe_every` 0: the switch probes
+    // nothing, and the replay must not wait for a probe that never comes.
+    let mut config = named("lifeboat").unwrap();
+    config.settings.default.breaker.probe_every = std::time::Duration::ZERO;
+    let calls = hour(10, 60, 400, 0);
+    let figures = replay(&calls, &config);
+    assert!(figures.openings >= 1);
+    // Customers' calls are the trials once each open period ends.
+    assert!(figures.calls_while_open > 0);
+}
