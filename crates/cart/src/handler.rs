@@ -101,6 +101,11 @@ struct ExtrasBody {
     codes: Vec<String>,
 }
 
+/// The longest a step that changes nothing but the cart's history waits for
+/// that history to be written (an incident is when such steps are most
+/// common, and when the store may be slowest).
+const HISTORY_WRITE_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The most extras one cart may hold.
 const MAX_EXTRAS: usize = 10;
 
@@ -244,12 +249,25 @@ impl CartService {
         if cart.differs_beyond_steps(&before) {
             cart.revision = read_revision + 1;
             self.save(&cart, Some(read_revision)).await?;
-        } else if let Err(e) = self.carts.save(&cart, Some(read_revision)).await {
+        } else {
             // Only the step history changed: it is written on the revision
             // read, without a new one, so the customer's cart reads the same.
-            // Losing it (a concurrent step, a store error) costs the history
-            // one entry, never the customer their answer.
-            tracing::warn!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, step, error = %e, "step not added to the cart's history");
+            // Losing it (a concurrent step, a store error, a store slower
+            // than HISTORY_WRITE_LIMIT) costs the history one entry, never
+            // the customer their answer or more than that wait.
+            let written = tokio::time::timeout(
+                HISTORY_WRITE_LIMIT,
+                self.carts.save(&cart, Some(read_revision)),
+            )
+            .await;
+            let error = match written {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!("no answer within {HISTORY_WRITE_LIMIT:?}")),
+            };
+            if let Some(error) = error {
+                tracing::warn!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, step, error, "step not added to the cart's history");
+            }
         }
         log_step(&cart, &record, on_sale);
         let (status, extra) = outcome?;
