@@ -24,6 +24,8 @@ use lifeboat_core::window::{Bucket, CallCounts};
 use lifeboat_core::{BreakerState, OperatorId};
 use serde::{Deserialize, Serialize};
 
+use super::figures::Tally;
+pub use super::figures::{ConfigFigures, Customers};
 pub use super::outages::{OUTAGE_MERGE, OUTAGE_MIN_CALLS, Outage, outages, quantile};
 use crate::ops::calls::{CallOutcome, CallRecord};
 
@@ -55,41 +57,6 @@ pub struct ReplayConfig {
     pub settings: Settings,
     pub alarm: Option<AlarmModel>,
     pub fast_detector: bool,
-}
-
-/// What customers got.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Customers {
-    pub live: u64,
-    pub fresh: u64,
-    pub last_good: u64,
-    pub unavailable: u64,
-}
-
-/// The figures of one configuration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ConfigFigures {
-    /// Durations of the operator-calling invocations (calls made, plus
-    /// [`FALLBACK_MS`] for answers without a call), milliseconds.
-    pub p50_ms: f64,
-    pub p95_ms: f64,
-    pub mean_ms: f64,
-    /// Median on the days with an outage.
-    pub outage_day_median_ms: Option<f64>,
-    /// Calls that failed or timed out, of the calls made.
-    pub failure_rate: f64,
-    /// Median time from an outage's start to the breaker opening; `None`
-    /// when it never opened during one.
-    pub detection_s: Option<f64>,
-    /// Outages during which the breaker opened, of all outages.
-    pub outages_detected: usize,
-    pub outages: usize,
-    /// Operator calls made while the breaker was open (probes) or half-open
-    /// (trials).
-    pub calls_while_open: u64,
-    pub calls: u64,
-    pub openings: u64,
-    pub customers: Customers,
 }
 
 /// A call in flight: when it ends, for whom, and how.
@@ -150,11 +117,13 @@ fn run(calls: &[CallRecord], config: &ReplayConfig) -> (ConfigFigures, Vec<(Date
     let truth = outages(calls);
     let mut operators: Vec<OperatorState> = Vec::new();
     let mut index: HashMap<OperatorId, usize> = HashMap::new();
-    let mut pending: BinaryHeap<Reverse<Pending>> = BinaryHeap::new();
     let mut durations: Vec<(DateTime<Utc>, f64)> = Vec::with_capacity(calls.len());
-    let mut tally = Tally::default();
-    let mut opened: Vec<(usize, DateTime<Utc>, BreakerState)> = Vec::new();
-    let mut alarm_clock = None::<i64>;
+    let mut clockwork = Clockwork {
+        pending: BinaryHeap::new(),
+        alarm_clock: None,
+        transitions: Vec::new(),
+        tally: Tally::default(),
+    };
 
     for (n, call) in calls.iter().enumerate() {
         let op = *index.entry(call.operator.clone()).or_insert_with(|| {
@@ -169,16 +138,8 @@ fn run(calls: &[CallRecord], config: &ReplayConfig) -> (ConfigFigures, Vec<(Date
             });
             operators.len() - 1
         });
-        advance(
-            call.at,
-            config,
-            &mut operators,
-            &mut pending,
-            &mut alarm_clock,
-            &mut opened,
-            &mut tally,
-            &calls[n..],
-        );
+        advance(call.at, config, &mut operators, &mut clockwork, &calls[n..]);
+        let tally = &mut clockwork.tally;
         let settings = config.settings.for_operator(&call.operator);
         let state = &mut operators[op];
         let key = call.question_key();
@@ -198,13 +159,17 @@ fn run(calls: &[CallRecord], config: &ReplayConfig) -> (ConfigFigures, Vec<(Date
             }
             _ => None,
         };
+        // No live answer: the last good one if the cache holds it.
+        let fall_back = |customers: &mut Customers| {
+            if age(settings.cache.last_good) && !settings.cache.last_good.is_zero() {
+                customers.last_good += 1;
+            } else {
+                customers.unavailable += 1;
+            }
+        };
         let Some(trial) = trial else {
             durations.push((call.at, FALLBACK_MS));
-            if age(settings.cache.last_good) && !settings.cache.last_good.is_zero() {
-                tally.customers.last_good += 1;
-            } else {
-                tally.customers.unavailable += 1;
-            }
+            fall_back(&mut tally.customers);
             continue;
         };
         let budget = settings.budgets.for_operation(call.operation);
@@ -220,13 +185,9 @@ fn run(calls: &[CallRecord], config: &ReplayConfig) -> (ConfigFigures, Vec<(Date
             state.answered.insert(key, call.at);
         } else {
             tally.failures += 1;
-            if age(settings.cache.last_good) && !settings.cache.last_good.is_zero() {
-                tally.customers.last_good += 1;
-            } else {
-                tally.customers.unavailable += 1;
-            }
+            fall_back(&mut tally.customers);
         }
-        pending.push(Reverse(Pending {
+        clockwork.pending.push(Reverse(Pending {
             done: call.at + ms(took_ms),
             started: call.at,
             operator: op,
@@ -236,18 +197,13 @@ fn run(calls: &[CallRecord], config: &ReplayConfig) -> (ConfigFigures, Vec<(Date
         }));
     }
     if let Some(last) = calls.last() {
-        advance(
-            last.at + TimeDelta::seconds(10),
-            config,
-            &mut operators,
-            &mut pending,
-            &mut alarm_clock,
-            &mut opened,
-            &mut tally,
-            &[],
-        );
+        let to = last.at + TimeDelta::seconds(10);
+        advance(to, config, &mut operators, &mut clockwork, &[]);
     }
-    let figures = tally.finish(&durations, &truth, &opened, &index);
+    let Clockwork {
+        tally, transitions, ..
+    } = clockwork;
+    let figures = tally.finish(&durations, &truth, &transitions, &index);
     (figures, durations)
 }
 
@@ -276,28 +232,31 @@ fn ms(ms: f64) -> TimeDelta {
     TimeDelta::microseconds((ms * 1000.0) as i64)
 }
 
-#[derive(Debug, Default)]
-struct Tally {
-    calls: u64,
-    failures: u64,
-    calls_while_open: u64,
-    customers: Customers,
+/// What moves while a replay runs: the calls in flight, the alarm's clock,
+/// every breaker transition, and the counts.
+struct Clockwork {
+    pending: BinaryHeap<Reverse<Pending>>,
+    alarm_clock: Option<i64>,
+    transitions: Vec<(usize, DateTime<Utc>, BreakerState)>,
+    tally: Tally,
 }
 
 /// Run everything due up to `to`, in time order: calls ending (window,
 /// alarm counts, trials), alarm evaluations, probes, open periods and stuck
 /// rounds ending.
-#[allow(clippy::too_many_arguments)]
 fn advance(
     to: DateTime<Utc>,
     config: &ReplayConfig,
     operators: &mut [OperatorState],
-    pending: &mut BinaryHeap<Reverse<Pending>>,
-    alarm_clock: &mut Option<i64>,
-    opened: &mut Vec<(usize, DateTime<Utc>, BreakerState)>,
-    tally: &mut Tally,
+    clockwork: &mut Clockwork,
     ahead: &[CallRecord],
 ) {
+    let Clockwork {
+        pending,
+        alarm_clock,
+        transitions: opened,
+        tally,
+    } = clockwork;
     loop {
         let call_due = pending.peek().map(|Reverse(p)| p.done).filter(|d| *d <= to);
         let timer_due = operators
@@ -581,80 +540,5 @@ fn apply(
         opened.push((op, at, next.state));
         next.announced_version = next.version;
         state.record = next;
-    }
-}
-
-impl Tally {
-    fn finish(
-        self,
-        durations: &[(DateTime<Utc>, f64)],
-        truth: &[Outage],
-        transitions: &[(usize, DateTime<Utc>, BreakerState)],
-        index: &HashMap<OperatorId, usize>,
-    ) -> ConfigFigures {
-        let mut all: Vec<f64> = durations.iter().map(|(_, d)| *d).collect();
-        all.sort_by(f64::total_cmp);
-        let outage_days: std::collections::BTreeSet<_> =
-            truth.iter().map(|o| o.start.date_naive()).collect();
-        let mut on_outage_days: Vec<f64> = durations
-            .iter()
-            .filter(|(at, _)| outage_days.contains(&at.date_naive()))
-            .map(|(_, d)| *d)
-            .collect();
-        on_outage_days.sort_by(f64::total_cmp);
-        let mut detections: Vec<f64> = Vec::new();
-        for outage in truth {
-            let op = index.get(&outage.operator).copied();
-            let mine = transitions.iter().filter(|(o, _, _)| Some(*o) == op);
-            // Already open (or testing recovery) when the outage began: no
-            // customer waited for a detection.
-            let before = mine
-                .clone()
-                .rfind(|(_, at, _)| *at <= outage.start)
-                .map_or(BreakerState::Closed, |(_, _, s)| *s);
-            if before != BreakerState::Closed {
-                detections.push(0.0);
-                continue;
-            }
-            // The first opening from the outage's start to a minute after
-            // its last failed call.
-            let first = mine
-                .filter(|(_, at, s)| {
-                    *s == BreakerState::Open
-                        && *at >= outage.start
-                        && *at <= outage.end + TimeDelta::minutes(1)
-                })
-                .map(|(_, at, _)| *at)
-                .min();
-            if let Some(at) = first {
-                detections.push((at - outage.start).num_milliseconds() as f64 / 1000.0);
-            }
-        }
-        detections.sort_by(f64::total_cmp);
-        ConfigFigures {
-            p50_ms: quantile(&all, 0.5).unwrap_or(0.0),
-            p95_ms: quantile(&all, 0.95).unwrap_or(0.0),
-            mean_ms: if all.is_empty() {
-                0.0
-            } else {
-                all.iter().sum::<f64>() / all.len() as f64
-            },
-            outage_day_median_ms: quantile(&on_outage_days, 0.5),
-            failure_rate: if self.calls == 0 {
-                0.0
-            } else {
-                self.failures as f64 / self.calls as f64
-            },
-            detection_s: quantile(&detections, 0.5),
-            outages_detected: detections.len(),
-            outages: truth.len(),
-            calls_while_open: self.calls_while_open,
-            calls: self.calls,
-            openings: transitions
-                .iter()
-                .filter(|(_, _, s)| *s == BreakerState::Open)
-                .count() as u64,
-            customers: self.customers,
-        }
     }
 }

@@ -3,6 +3,7 @@
 //! (docs/replay.md).
 
 pub mod engine;
+pub mod figures;
 pub mod model;
 pub mod outages;
 
