@@ -9,14 +9,23 @@
 //! deployed (or local) suite through the AWS APIs, configured like the
 //! functions themselves (the same environment variables), with flags
 //! overriding them.
+//!
+//! `demo`, `chaos`, `fleet` and `local` (the developers' harness) are in the
+//! default build only: `--no-default-features` builds the operators'
+//! `lifeboat` without them and without their simulator, moto and test-util
+//! dependencies (docs/binaries.md).
 
 use std::process::ExitCode;
+#[cfg(feature = "harness")]
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
 use lifeboat_aws::{Clients, Env};
+#[cfg(feature = "harness")]
 use lifeboat_cli::chaos::{self, ChaosScript};
+#[cfg(feature = "harness")]
 use lifeboat_cli::demo::{self, Script};
+#[cfg(feature = "harness")]
 use lifeboat_cli::fleet::{self, FleetScript};
 use lifeboat_cli::ops::aws::{StatusConfig, StatusFlags};
 use lifeboat_cli::ops::config::{ALARM_OPERATORS, BREAKER_TABLE, CIRCUIT_SWITCH_FUNCTION};
@@ -24,7 +33,9 @@ use lifeboat_cli::ops::detection::{self, DetectionQuery, Since};
 use lifeboat_cli::ops::{BreakerCommand, breaker, status};
 use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::Command as SwitchCommand;
+#[cfg(feature = "harness")]
 use lifeboat_operator::OutageMode;
+#[cfg(feature = "harness")]
 use lifeboat_sim::LaneLayout;
 
 #[derive(Parser)]
@@ -42,6 +53,7 @@ struct Cli {
 enum Command {
     /// Run the whole suite through a scripted day with an operator outage,
     /// on virtual time, without network or AWS.
+    #[cfg(feature = "harness")]
     Demo {
         /// Print one JSON object with the figures instead of the timeline.
         #[arg(long)]
@@ -69,6 +81,7 @@ enum Command {
     /// switch timeouts, duplicated and reordered events, an egress fault)
     /// under customer traffic, on virtual time: outcomes, faults seen, and
     /// how soon everything matched the truth after the faults stopped.
+    #[cfg(feature = "harness")]
     Chaos {
         /// Print one JSON object with the figures instead of the summary.
         #[arg(long)]
@@ -90,6 +103,7 @@ enum Command {
     /// A marketplace day of many operators with uneven traffic and
     /// overlapping incidents, on virtual time: what each incident did to its
     /// operator and to everyone else's answers.
+    #[cfg(feature = "harness")]
     Fleet {
         /// Print one JSON object with the figures instead of the summary.
         #[arg(long)]
@@ -141,6 +155,7 @@ enum Command {
     /// Run the whole wired suite on this machine (moto_server, the six
     /// functions under cargo lambda watch, the simulated operator, customers)
     /// and print what the breaker does; `--outage 60s` scripts an outage.
+    #[cfg(feature = "harness")]
     Local(lifeboat_cli::local::cli::LocalArgs),
 }
 
@@ -429,6 +444,7 @@ async fn detection_command(args: DetectionArgs) -> ExitCode {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Detection(args) => block_on("detection", detection_command(args)),
+        #[cfg(feature = "harness")]
         Command::Local(args) => lifeboat_cli::local::cli::main(args),
         Command::AdviseTimeouts(args) => lifeboat_cli::ops::advise_cmd::main(args),
         Command::Replay(args) => lifeboat_cli::replay::main(args),
@@ -442,6 +458,7 @@ fn main() -> ExitCode {
             };
             block_on("breaker", breaker_command(command, args))
         }
+        #[cfg(feature = "harness")]
         Command::Chaos {
             json,
             records,
@@ -459,6 +476,7 @@ fn main() -> ExitCode {
             };
             print_report("chaos", json, chaos::run_paused(&script), |r| r.render())
         }
+        #[cfg(feature = "harness")]
         Command::Fleet {
             json,
             operators,
@@ -478,6 +496,7 @@ fn main() -> ExitCode {
             };
             print_report("fleet", json, fleet::run_paused(&script), |r| r.render())
         }
+        #[cfg(feature = "harness")]
         Command::Demo {
             json,
             mode,
@@ -512,6 +531,7 @@ fn main() -> ExitCode {
     }
 }
 
+#[cfg(feature = "harness")]
 fn parse_hours(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(h) if (1.0..=24.0).contains(&h) => Ok(h),
@@ -519,6 +539,7 @@ fn parse_hours(text: &str) -> Result<f64, String> {
     }
 }
 
+#[cfg(feature = "harness")]
 fn parse_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(r) if r > 0.0 && r <= 200.0 => Ok(r),
@@ -528,6 +549,7 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     }
 }
 
+#[cfg(feature = "harness")]
 fn parse_lanes(text: &str) -> Result<LaneLayout, String> {
     match text {
         "per-operator" => Ok(LaneLayout::PerOperator),
@@ -538,6 +560,7 @@ fn parse_lanes(text: &str) -> Result<LaneLayout, String> {
 
 /// Print the demo's report with its carts minute by minute: after the
 /// summary, or in the JSON object under `carts_minutes`.
+#[cfg(feature = "harness")]
 fn print_demo_with_carts_minutes(
     json: bool,
     report: std::io::Result<demo::Report>,
@@ -579,6 +602,7 @@ fn print_demo_with_carts_minutes(
 }
 
 /// Print a simulated day's report, as JSON or for a terminal.
+#[cfg(feature = "harness")]
 fn print_report<T: serde::Serialize>(
     command: &str,
     json: bool,

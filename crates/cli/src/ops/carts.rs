@@ -29,6 +29,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use lifeboat_aws::breaker::BreakerChange;
 use lifeboat_core::cart::Cart;
 use lifeboat_core::{BreakerState, OperatorId};
+#[cfg(feature = "harness")]
 use lifeboat_sim::Transition;
 use serde::Serialize;
 
@@ -63,6 +64,7 @@ impl From<&BreakerChange> for StateChange {
     }
 }
 
+#[cfg(feature = "harness")]
 impl From<&Transition> for StateChange {
     fn from(t: &Transition) -> Self {
         Self {
