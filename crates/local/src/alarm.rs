@@ -101,7 +101,7 @@ impl AlarmRule {
     /// The template's `RealConsumerErrorsAlarm` named `name`, watching
     /// `operator` (its `AlarmedOperator`).
     pub fn errors_alarm(name: &str, operator: &str) -> Self {
-        use crate::gateway::template;
+        use crate::template;
         Self {
             name: name.to_owned(),
             description: format!(

@@ -7,4 +7,5 @@ pub mod gateway;
 pub mod moto;
 pub mod net;
 pub mod pump;
+pub mod template;
 pub mod watch;

@@ -1,0 +1,259 @@
+//! The functions' environment, its env file for an attached watch, and the
+//! warm-up that starts every function under `cargo lambda watch`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use lifeboat_core::OperatorId;
+use serde_json::{Value, json};
+
+use crate::moto::{MotoServer, REGION};
+use crate::pump::TickerConfig;
+use crate::template::{
+    self, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER, SEARCH,
+};
+use crate::watch::{Watch, WatchError};
+
+use super::{AttachWatch, GatewayError, GatewayOptions, GatewayResources};
+
+/// The environment of every function: AWS at moto, the resources, the
+/// operator, and the settings.
+/// `endpoints` are every operator's base URL, `options.operator` first.
+pub fn function_env(
+    moto: &MotoServer,
+    resources: &GatewayResources,
+    options: &GatewayOptions,
+    endpoints: &[(OperatorId, String)],
+) -> Vec<(String, String)> {
+    let operator = options.operator.as_str();
+    let join = |item: &dyn Fn(&(OperatorId, String)) -> String| {
+        endpoints.iter().map(item).collect::<Vec<_>>().join(",")
+    };
+    let names = &resources.names;
+    let mut env: Vec<(String, String)> = [
+        ("AWS_ENDPOINT_URL", moto.endpoint()),
+        ("AWS_REGION", REGION.to_owned()),
+        ("AWS_DEFAULT_REGION", REGION.to_owned()),
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+        ("AWS_LAMBDA_LOG_LEVEL", options.log_level.clone()),
+        ("REQUESTS_TABLE_PREFIX", names.requests_table_prefix.clone()),
+        ("BREAKER_TABLE", names.breaker_table.clone()),
+        ("CACHE_TABLE", names.cache_table.clone()),
+        ("EVENT_BUS_NAME", names.bus.clone()),
+        ("REAL_CONSUMER_FUNCTION", REAL_CONSUMER.to_owned()),
+        ("FALLBACK_CONSUMER_FUNCTION", FALLBACK_CONSUMER.to_owned()),
+        ("OPERATOR_ENDPOINTS", join(&|(o, url)| format!("{o}={url}"))),
+        ("OPERATORS", join(&|(o, _)| o.to_string())),
+        ("OPERATOR_SETTINGS", options.operator_settings.clone()),
+        ("BREAKER_TIMER_QUEUE_URL", resources.timer_queue.url.clone()),
+        (
+            "ALARM_OPERATORS",
+            options
+                .alarm
+                .as_ref()
+                .map(|name| format!("{name}={operator}"))
+                .unwrap_or_default(),
+        ),
+        ("CALL_CONCURRENCY", template::CALL_CONCURRENCY.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    if let (Some(customer), Some(created)) = (&options.customer, &resources.customer) {
+        env.extend(
+            [
+                ("CARTS_TABLE", names.carts_table.clone()),
+                ("SALE_STATUS_TABLE", names.sale_status_table.clone()),
+                ("SALE_STATUS_STORE", "dynamodb".to_owned()),
+                ("OFFSALE_QUEUE_URL", created.offsale_queue.url.clone()),
+                ("SALE_SWITCH", "table".to_owned()),
+                ("CART_SETTINGS", customer.cart_settings.clone()),
+                ("BREAKER_CACHE_MS", customer.breaker_cache_ms.to_string()),
+                (
+                    "SALE_RETRY_MAX_ATTEMPTS",
+                    customer.sale_retry_max_attempts.to_string(),
+                ),
+                (
+                    "SALE_SWITCH_TIMEOUT_MS",
+                    customer.sale_switch_timeout_ms.to_string(),
+                ),
+                (
+                    "SALE_ON_SALE_HOLD_S",
+                    customer.sale_on_sale_hold_s.to_string(),
+                ),
+                (
+                    "SALE_OFF_SALE_HOLD_S",
+                    customer.sale_off_sale_hold_s.to_string(),
+                ),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v)),
+        );
+    }
+    env
+}
+
+/// The functions' environment as a file for cargo-lambda's `--env-file`:
+/// `KEY='value'` lines. cargo-lambda's reader keeps what is between single
+/// quotes as it is (JSON settings, `$`) except `\n` and `\'`, so a value
+/// with a backslash, a quote or a line break is refused rather than
+/// changed on the way.
+pub fn env_file_text(env: &[(String, String)]) -> Result<String, GatewayError> {
+    let mut text = String::from(
+        "# The environment of lifeboat's functions under `lifeboat local`, for\n\
+         # cargo lambda watch --env-file. Written by lifeboat local; do not edit.\n",
+    );
+    for (key, value) in env {
+        if value.contains(['\'', '\n', '\\']) {
+            return Err(GatewayError::EnvFile {
+                key: key.clone(),
+                why: "a quote, a backslash or a line break would not reach the functions as it is"
+                    .to_owned(),
+            });
+        }
+        text.push_str(&format!("{key}='{value}'\n"));
+    }
+    Ok(text)
+}
+
+/// Write the functions' environment for the running watch and attach to it.
+/// A watch already running with another environment (or none) would run the
+/// functions against the wrong resources: that is refused.
+pub(super) async fn attach_watch(
+    running: &AttachWatch,
+    env: &[(String, String)],
+    invoke_timeout: Duration,
+) -> Result<Watch, GatewayError> {
+    let text = env_file_text(env)?;
+    let port = crate::net::loopback_port(&running.endpoint).map_err(WatchError::from)?;
+    let listening = tokio::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port))
+        .await
+        .is_ok();
+    let before = std::fs::read_to_string(&running.env_file).unwrap_or_default();
+    let same = env_lines(&before) == env_lines(&text);
+    if listening && !same {
+        return Err(GatewayError::EnvChanged {
+            file: running.env_file.clone(),
+            endpoint: running.endpoint.clone(),
+            keys: changed_keys(&before, &text),
+        });
+    }
+    if !same {
+        let temp = running
+            .env_file
+            .with_extension(format!("{}.tmp", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = running.env_file.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(&temp, &text)?;
+            std::fs::rename(&temp, &running.env_file)
+        };
+        write().map_err(|source| GatewayError::EnvFileWrite {
+            file: running.env_file.clone(),
+            source,
+        })?;
+    }
+    Ok(Watch::attach(
+        &running.endpoint,
+        running.log.clone(),
+        running.wait,
+        invoke_timeout,
+    )
+    .await?)
+}
+
+/// The KEY=value lines of an env file.
+pub(super) fn env_lines(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The keys whose lines differ between two env files.
+pub(super) fn changed_keys(before: &str, after: &str) -> String {
+    let (before, after) = (env_lines(before), env_lines(after));
+    if before.is_empty() {
+        return "no environment file was there".to_owned();
+    }
+    let keys: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Invoke each function once with a harmless payload, so `cargo lambda
+/// watch` starts it (`cargo run`, a build if it is not built) now.
+pub(super) async fn warm_up(watch: &Watch) -> Result<(), GatewayError> {
+    let empty_batch = json!({ "Records": [] });
+    let tick = crate::pump::schedule_event(
+        &TickerConfig::new(CIRCUIT_SWITCH, Duration::from_secs(60), "warm-up"),
+        "00000000-0000-4000-8000-000000000000",
+        chrono::Utc::now(),
+    );
+    for (function, payload) in [
+        (REAL_CONSUMER, &empty_batch),
+        (FALLBACK_CONSUMER, &empty_batch),
+        (CIRCUIT_SWITCH, &tick),
+    ] {
+        watch
+            .invoke(function, payload)
+            .await
+            .map_err(|source| GatewayError::WarmUp {
+                function,
+                log: watch.log_hint(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// Start the customer functions under `cargo lambda watch`: search and cart
+/// with an HTTP request to a path they do not serve (their own 404 problem
+/// proves the function answered), the off-sale listener with an empty batch.
+pub(super) async fn warm_up_customer(watch: &Watch) -> Result<(), GatewayError> {
+    let log = || watch.log_hint();
+    // As long as the first invocation of the gateway functions may take.
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .map_err(GatewayError::Control)?;
+    for function in [SEARCH, CART] {
+        let fail = |detail: String| GatewayError::WarmUpHttp {
+            function,
+            log: log(),
+            detail,
+        };
+        let response = http
+            .get(watch.function_url(function, "/"))
+            .send()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let status = response.status().as_u16();
+        let body: Value = response
+            .json()
+            .await
+            .map_err(|e| fail(format!("HTTP {status}, not JSON: {e}")))?;
+        // The handler's own problem reply, not cargo-lambda's "Missing
+        // function" or a function error.
+        if status != 404 || body.get("title") != Some(&json!("not found")) {
+            return Err(fail(format!("HTTP {status}: {body}")));
+        }
+    }
+    watch
+        .invoke(OFFSALE_LISTENER, &json!({ "Records": [] }))
+        .await
+        .map_err(|source| GatewayError::WarmUp {
+            function: OFFSALE_LISTENER,
+            log: log(),
+            source,
+        })?;
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! The moto_server launcher: moto without its own stream delivery.
+
+use std::path::{Path, PathBuf};
+
+use crate::moto::find_moto_server;
+
+use super::GatewayError;
+
+/// moto_server with one change: DynamoDB tables forget the event source
+/// mappings on their streams.
+///
+/// moto 5.2.1 registers a mapping created on a table's stream with the
+/// table, and on every write to the table it invokes the mapped function in
+/// Docker with every stream record not yet handed over. Without Docker that
+/// invocation "returns" its error message, which moto takes for success: it
+/// empties the stream after every write (the next record even reuses the
+/// sequence number), so nothing else can read it, and every write pays for a
+/// failed Docker call. The mapping itself (Get / Update / List through the
+/// Lambda API) is untouched; delivering the stream is the [`crate::pump::StreamPump`]'s
+/// job.
+pub(super) const MOTO_WITHOUT_STREAM_DELIVERY: &str = "import sys
+from moto.dynamodb.models.table import Table
+Table.lambda_event_source_mappings = property(lambda self: {}, lambda self, value: None)
+from moto.server import main
+sys.argv[0] = \"moto_server\"
+main()";
+
+/// The Python that runs `moto_server`: its script's `#!` line, else a
+/// `python3` beside it, else `python3` from PATH.
+fn moto_python(moto_server: &Path) -> PathBuf {
+    let shebang = std::fs::read_to_string(moto_server).ok().and_then(|text| {
+        let first = text.lines().next()?.strip_prefix("#!")?.trim().to_owned();
+        (first.contains("python") && !first.contains(' ')).then(|| PathBuf::from(first))
+    });
+    shebang
+        .or_else(|| {
+            let beside = moto_server.parent()?.join("python3");
+            beside.is_file().then_some(beside)
+        })
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// A word the shell reads back as `text`.
+pub fn shell_quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// Write (atomically) an executable that runs `moto_server` as found by
+/// [`find_moto_server`] with the change described at
+/// [`MOTO_WITHOUT_STREAM_DELIVERY`], for [`crate::moto::MotoServer::start_program`].
+pub fn moto_launcher() -> Result<PathBuf, GatewayError> {
+    use std::os::unix::fs::PermissionsExt;
+
+    let python = moto_python(&find_moto_server()?);
+    let dir = crate::watch::local_dir(&crate::watch::workspace_root());
+    let path = dir.join("moto-server-without-stream-delivery");
+    let script = format!(
+        "#!/bin/sh\n# moto_server for lifeboat-local: see MOTO_WITHOUT_STREAM_DELIVERY in crates/local/src/gateway/launcher.rs\nexec {} -c {} \"$@\"\n",
+        shell_quoted(&python.display().to_string()),
+        shell_quoted(MOTO_WITHOUT_STREAM_DELIVERY)
+    );
+    // Unique per call: two suites started at once in one process (two tests
+    // of one binary) must not rename each other's temporary file away.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let temp = dir.join(format!(
+        "moto-server-without-stream-delivery.{}.{}.tmp",
+        std::process::id(),
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&temp, script))
+        .and_then(|()| std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o755)))
+        .and_then(|()| std::fs::rename(&temp, &path))
+        .map_err(|source| GatewayError::Launcher {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(path)
+}

@@ -1,0 +1,569 @@
+//! The wired suite on one machine: moto, the functions under `cargo lambda
+//! watch`, a simulated operator, and the harness's pumps for what moto does
+//! not run; with [`GatewayOptions::customer`] also search, cart and the
+//! off-sale listener. What [`LocalGateway::start`] creates and starts, step by
+//! step: docs/local.md ("How the harness starts the suite"). Dropping it stops
+//! everything it started; [`LocalGateway::stop`] does it gracefully.
+
+mod env;
+mod launcher;
+mod options;
+mod provision;
+#[cfg(test)]
+mod tests;
+
+pub use crate::template::{
+    self, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER, SEARCH,
+    api_function,
+};
+pub use env::{env_file_text, function_env};
+pub use launcher::{moto_launcher, shell_quoted};
+pub use options::{
+    ApiReply, Attach, AttachWatch, CustomerOptions, CustomerResources, GatewayError, GatewayNames,
+    GatewayOptions, GatewayResources, Neighbour, StartupTimes,
+};
+pub use provision::{
+    LaneResources, create_customer_resources, create_lane, create_requests_mapping,
+    create_resources,
+};
+
+use std::time::{Duration, Instant};
+
+use aws_config::SdkConfig;
+use lifeboat_aws::{
+    DynamoBreakerStore, DynamoCartStore, DynamoRequestStore, DynamoSaleStatusStore, RequestTables,
+};
+use lifeboat_core::OperatorId;
+use lifeboat_core::metrics::LogLevel;
+use lifeboat_operator::{SimConfig, SimServer, SimStats};
+use serde_json::{Value, json};
+
+use crate::alarm::{AlarmConfig, AlarmRule, LocalAlarm};
+use crate::faults::FaultProxy;
+use crate::moto::MotoServer;
+use crate::pump::{
+    BusDrain, BusDrainConfig, DrainStats, Invoker, PumpConfig, PumpStats, QueuePump,
+    QueuePumpConfig, QueueStats, StreamPump, Ticker, TickerConfig, TickerStats, read_mapping,
+};
+use crate::watch::Watch;
+use env::{attach_watch, warm_up, warm_up_customer};
+use provision::{check_stream_keeps_records, purge_queues};
+
+/// Long-poll wait of the `BreakerTimerQueue` pump: a timer that comes due
+/// reaches the switch within it.
+const TIMER_QUEUE_WAIT: Duration = Duration::from_secs(1);
+
+/// The wired gateway; see the module docs.
+#[derive(Debug)]
+pub struct LocalGateway {
+    // Field order is drop order: the harness's tasks first, then the
+    // functions, the operator, and moto last.
+    pump: StreamPump,
+    drain: BusDrain,
+    ticker: Ticker,
+    alarm: Option<LocalAlarm>,
+    offsale: Option<QueuePump>,
+    timers: QueuePump,
+    neighbours: Vec<Neighbour>,
+    watch: Watch,
+    operator: SimServer,
+    moto: MotoServer,
+    sdk: SdkConfig,
+    resources: GatewayResources,
+    env: Vec<(String, String)>,
+    http: reqwest::Client,
+    /// For [`LocalGateway::api`]: bounded by the invoke timeout.
+    api_http: reqwest::Client,
+    startup: StartupTimes,
+    faults: Option<FaultProxy>,
+}
+
+impl LocalGateway {
+    /// Start everything; see the module docs.
+    pub async fn start(options: GatewayOptions) -> Result<Self, GatewayError> {
+        let started = Instant::now();
+        let attach = &options.attach;
+        let moto = match &attach.moto {
+            Some(endpoint) => MotoServer::attach(endpoint, attach.aws_port).await?,
+            None => MotoServer::start_program_with(&moto_launcher()?, attach.aws_port).await?,
+        };
+        let sdk = moto.sdk_config().await;
+        let mut resources = create_resources(&sdk, &options.names, &options.operator).await?;
+        if options.customer.is_some() {
+            resources.customer = Some(create_customer_resources(&sdk, &options.names).await?);
+        }
+        if moto.is_attached() {
+            check_stream_keeps_records(&sdk, &resources).await?;
+            purge_queues(&sdk, &resources).await?;
+        }
+        let moto_and_resources = started.elapsed();
+
+        let operator = SimServer::start_with(
+            options.operator.clone(),
+            options.sim.clone(),
+            attach.operator_port,
+        )
+        .await
+        .map_err(GatewayError::Operator)?;
+        // The neighbours' lanes exist before the switch starts: it finds
+        // every operator's mapping when it starts.
+        let mut lanes = Vec::new();
+        for (n, neighbour) in options.neighbours.iter().enumerate() {
+            let lane = create_lane(
+                &sdk,
+                &resources.names,
+                neighbour,
+                &resources.failed_queue_arn,
+            )
+            .await?;
+            let sim = SimServer::start_with(
+                neighbour.clone(),
+                SimConfig {
+                    seed: options.sim.seed ^ (n as u64 + 1),
+                    outages: Vec::new(),
+                    ..options.sim.clone()
+                },
+                0,
+            )
+            .await
+            .map_err(GatewayError::Operator)?;
+            lanes.push((
+                neighbour.clone(),
+                lane.requests_table,
+                lane.mapping_uuid,
+                sim,
+            ));
+        }
+        let endpoints: Vec<(OperatorId, String)> =
+            std::iter::once((options.operator.clone(), operator.base_url()))
+                .chain(
+                    lanes
+                        .iter()
+                        .map(|(o, _, _, sim)| (o.clone(), sim.base_url())),
+                )
+                .collect();
+        let mut env = function_env(&moto, &resources, &options, &endpoints);
+        let faults = match options.aws_faults {
+            Some(seed) => {
+                let proxy = FaultProxy::start(&moto.endpoint(), seed)
+                    .await
+                    .map_err(GatewayError::FaultProxy)?;
+                env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+                env.push(("AWS_ENDPOINT_URL".to_owned(), proxy.endpoint()));
+                env.push(("AWS_MAX_ATTEMPTS".to_owned(), "1".to_owned()));
+                Some(proxy)
+            }
+            None => None,
+        };
+        let watch_started = Instant::now();
+        let watch = match &attach.watch {
+            Some(running) => attach_watch(running, &env, options.invoke_timeout).await?,
+            None => {
+                Watch::for_workspace()
+                    .envs(env.iter().cloned())
+                    .concurrency(options.concurrency)
+                    .start()
+                    .await?
+            }
+        };
+        let watch_time = watch_started.elapsed();
+
+        let warm_started = Instant::now();
+        warm_up(&watch).await?;
+        if options.customer.is_some() {
+            warm_up_customer(&watch).await?;
+        }
+        let warm_up_time = warm_started.elapsed();
+
+        let invoker = Invoker::for_endpoint(&watch.invoke_endpoint(), options.invoke_timeout).await;
+        let mut pump_config = PumpConfig::new(&resources.mapping_uuid);
+        pump_config.poll_every = options.poll_every;
+        pump_config.tap = options.stream_tap.clone();
+        let pump = StreamPump::start(
+            aws_sdk_dynamodbstreams::Client::new(&sdk),
+            aws_sdk_lambda::Client::new(&sdk),
+            invoker.clone(),
+            pump_config,
+        )
+        .await?;
+        let mut neighbours = Vec::new();
+        for (operator, requests_table, mapping_uuid, sim) in lanes {
+            let mut config = PumpConfig::new(&mapping_uuid);
+            config.poll_every = options.poll_every;
+            let pump = StreamPump::start(
+                aws_sdk_dynamodbstreams::Client::new(&sdk),
+                aws_sdk_lambda::Client::new(&sdk),
+                invoker.clone(),
+                config,
+            )
+            .await?;
+            neighbours.push(Neighbour {
+                operator,
+                requests_table,
+                mapping_uuid,
+                sim,
+                _pump: pump,
+            });
+        }
+        let drain = BusDrain::start(
+            aws_sdk_sqs::Client::new(&sdk),
+            invoker.clone(),
+            BusDrainConfig::new(&resources.switch_queue.queue_url, CIRCUIT_SWITCH),
+        );
+        let mut timer_config = QueuePumpConfig::new(
+            &resources.timer_queue.url,
+            &resources.timer_queue.arn,
+            CIRCUIT_SWITCH,
+        );
+        timer_config.batch_size = template::TIMER_BATCH_SIZE;
+        timer_config.wait = TIMER_QUEUE_WAIT;
+        let timers = QueuePump::start(
+            aws_sdk_sqs::Client::new(&sdk),
+            invoker.clone(),
+            timer_config,
+        );
+        let offsale = match (&options.customer, &resources.customer) {
+            (Some(customer), Some(created)) => {
+                let mut config = QueuePumpConfig::new(
+                    &created.offsale_queue.url,
+                    &created.offsale_queue.arn,
+                    OFFSALE_LISTENER,
+                );
+                config.batch_size = template::OFFSALE_BATCH_SIZE;
+                config.wait = customer.queue_wait;
+                Some(QueuePump::start(
+                    aws_sdk_sqs::Client::new(&sdk),
+                    invoker.clone(),
+                    config,
+                ))
+            }
+            _ => None,
+        };
+        let alarm = options
+            .alarm
+            .as_ref()
+            .zip(watch.log_path())
+            .map(|(name, log)| {
+                let mut config = AlarmConfig::new(
+                    AlarmRule::errors_alarm(name, options.operator.as_str()),
+                    log,
+                    CIRCUIT_SWITCH,
+                );
+                config.from_end = watch.is_attached();
+                config.filter = LogLevel::parse(&options.log_level).unwrap_or_default();
+                LocalAlarm::start(invoker.clone(), config)
+            });
+        let ticker = Ticker::start(
+            invoker,
+            TickerConfig::new(
+                CIRCUIT_SWITCH,
+                options.tick_every,
+                &resources.names.schedule_rule,
+            ),
+        );
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(GatewayError::Control)?;
+        let api_http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(options.invoke_timeout)
+            .build()
+            .map_err(GatewayError::Control)?;
+        Ok(Self {
+            pump,
+            drain,
+            ticker,
+            alarm,
+            offsale,
+            timers,
+            neighbours,
+            watch,
+            operator,
+            moto,
+            sdk,
+            resources,
+            env,
+            http,
+            api_http,
+            startup: StartupTimes {
+                moto_and_resources,
+                watch: watch_time,
+                warm_up: warm_up_time,
+                total: started.elapsed(),
+            },
+            faults,
+        })
+    }
+
+    /// The fault proxy, when started with [`GatewayOptions::aws_faults`].
+    pub fn fault_proxy(&self) -> Option<&FaultProxy> {
+        self.faults.as_ref()
+    }
+
+    pub fn resources(&self) -> &GatewayResources {
+        &self.resources
+    }
+
+    pub fn startup_times(&self) -> StartupTimes {
+        self.startup
+    }
+
+    /// An SDK configuration for moto.
+    pub fn sdk_config(&self) -> &SdkConfig {
+        &self.sdk
+    }
+
+    pub fn moto(&self) -> &MotoServer {
+        &self.moto
+    }
+
+    pub fn watch(&self) -> &Watch {
+        &self.watch
+    }
+
+    /// The simulated operator.
+    pub fn operator(&self) -> &SimServer {
+        &self.operator
+    }
+
+    /// The healthy operators served beside it, each on its own lane.
+    pub fn neighbours(&self) -> &[Neighbour] {
+        &self.neighbours
+    }
+
+    /// The environment every function runs with.
+    pub fn function_env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// The Requests tables in moto, as the functions see them.
+    pub fn request_store(&self) -> DynamoRequestStore {
+        DynamoRequestStore::with_tables(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            RequestTables::PerOperator {
+                prefix: self.resources.names.requests_table_prefix.clone(),
+            },
+        )
+    }
+
+    /// The breakers in moto, as the functions see them.
+    pub fn breaker_store(&self) -> DynamoBreakerStore {
+        DynamoBreakerStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.names.breaker_table,
+        )
+    }
+
+    /// The function the Requests stream's mapping delivers to now.
+    pub async fn mapping_function(&self) -> Result<String, GatewayError> {
+        let mapping = read_mapping(
+            &aws_sdk_lambda::Client::new(&self.sdk),
+            &self.resources.mapping_uuid,
+        )
+        .await?;
+        Ok(mapping.function)
+    }
+
+    /// Switch the operator's mode through its control endpoint: `hang`,
+    /// `refuse`, `server_error`, `slow`, `garbage`, or `None` for healthy.
+    /// Returns the mode now in force.
+    pub async fn set_operator_mode(&self, mode: Option<&str>) -> Result<Value, GatewayError> {
+        self.http
+            .post(format!("{}/_control/mode", self.operator.base_url()))
+            .json(&json!({ "mode": mode }))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(GatewayError::Control)?
+            .json::<Value>()
+            .await
+            .map(|answer| answer.get("mode").cloned().unwrap_or(Value::Null))
+            .map_err(GatewayError::Control)
+    }
+
+    /// The operator's call counts, from its control endpoint.
+    pub async fn operator_stats(&self) -> Result<SimStats, GatewayError> {
+        self.http
+            .get(format!("{}/_control/stats", self.operator.base_url()))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(GatewayError::Control)?
+            .json::<SimStats>()
+            .await
+            .map_err(GatewayError::Control)
+    }
+
+    /// The customer half's resources, or [`GatewayError::NoCustomer`].
+    pub fn customer_resources(&self) -> Result<&CustomerResources, GatewayError> {
+        self.resources
+            .customer
+            .as_ref()
+            .ok_or(GatewayError::NoCustomer)
+    }
+
+    /// The SaleStatus table in moto, as the cart and the listener see it.
+    pub fn sale_status_store(&self) -> Result<DynamoSaleStatusStore, GatewayError> {
+        self.customer_resources()?;
+        Ok(DynamoSaleStatusStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.names.sale_status_table,
+        ))
+    }
+
+    /// The Carts table in moto, as the cart sees it.
+    pub fn cart_store(&self) -> Result<DynamoCartStore, GatewayError> {
+        self.customer_resources()?;
+        Ok(DynamoCartStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.names.carts_table,
+        ))
+    }
+
+    /// The URL `LifeboatHttpApi` would serve `path_and_query` from: the
+    /// function it routes to, under `cargo lambda watch` (see the module
+    /// docs).
+    pub fn api_url(&self, path_and_query: &str) -> Result<String, GatewayError> {
+        self.customer_resources()?;
+        let function = api_function(path_and_query)
+            .ok_or_else(|| GatewayError::NoRoute(path_and_query.to_owned()))?;
+        Ok(self.watch.function_url(function, path_and_query))
+    }
+
+    /// Send one HTTP request to search or cart as `LifeboatHttpApi` would
+    /// route it (`method` e.g. `GET`, `path_and_query` e.g.
+    /// `/sailings?operator=nordic&…`, a JSON body for `POST` and `PUT`) and
+    /// return the reply. Any status is a reply; a body that is not JSON is
+    /// an error.
+    pub async fn api(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<&Value>,
+    ) -> Result<ApiReply, GatewayError> {
+        let url = self.api_url(path_and_query)?;
+        let api_err = |source| GatewayError::Api {
+            method: method.to_owned(),
+            url: url.clone(),
+            source,
+        };
+        let verb = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|_| GatewayError::NoRoute(format!("{method} {path_and_query}")))?;
+        let mut request = self.api_http.request(verb, &url);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let sent = Instant::now();
+        let response = request.send().await.map_err(api_err)?;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let text = response.text().await.map_err(api_err)?;
+        let elapsed = sent.elapsed();
+        let body = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).map_err(|_| GatewayError::ApiNotJson {
+                method: method.to_owned(),
+                url: url.clone(),
+                status,
+                body: text.chars().take(500).collect(),
+            })?
+        };
+        Ok(ApiReply {
+            status,
+            headers,
+            body,
+            elapsed,
+        })
+    }
+
+    /// What the `OffsaleQueue` pump has done (default stats without the
+    /// customer half).
+    pub fn offsale_stats(&self) -> QueueStats {
+        self.offsale
+            .as_ref()
+            .map(QueuePump::stats)
+            .unwrap_or_default()
+    }
+
+    pub fn pump_stats(&self) -> PumpStats {
+        self.pump.stats()
+    }
+
+    pub fn drain_stats(&self) -> DrainStats {
+        self.drain.stats()
+    }
+
+    pub fn ticker_stats(&self) -> TickerStats {
+        self.ticker.stats()
+    }
+
+    /// The errors alarm, evaluated here (see [`GatewayOptions::alarm`]).
+    pub fn alarm(&self) -> Option<&LocalAlarm> {
+        self.alarm.as_ref()
+    }
+
+    /// Whether the pump, the drain, the ticker and (with the customer half)
+    /// the `OffsaleQueue` pump are all still running.
+    pub fn harness_running(&self) -> bool {
+        self.pump.is_running()
+            && self.drain.is_running()
+            && self.ticker.is_running()
+            && self.alarm.as_ref().is_none_or(LocalAlarm::is_running)
+            && self.offsale.as_ref().is_none_or(QueuePump::is_running)
+            && self.timers.is_running()
+    }
+
+    /// Stop the harness's tasks (after their invocations in flight), the
+    /// functions, the operator and moto.
+    pub async fn stop(self) {
+        let Self {
+            pump,
+            drain,
+            ticker,
+            alarm,
+            offsale,
+            timers,
+            watch,
+            operator,
+            moto,
+            faults,
+            ..
+        } = self;
+        let offsale = async move {
+            if let Some(offsale) = offsale {
+                offsale.stop().await;
+            }
+        };
+        let alarm = async move {
+            if let Some(alarm) = alarm {
+                alarm.stop().await;
+            }
+        };
+        tokio::join!(
+            pump.stop(),
+            drain.stop(),
+            ticker.stop(),
+            alarm,
+            offsale,
+            timers.stop()
+        );
+        watch.stop().await;
+        if let Some(faults) = faults {
+            faults.shutdown().await;
+        }
+        operator.shutdown().await;
+        moto.stop().await;
+    }
+}

@@ -1,0 +1,357 @@
+//! What the local suite is started with and what it creates: options,
+//! resource names, the resources, errors.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lifeboat_core::OperatorId;
+use lifeboat_operator::{LatencyModel, SimConfig, SimServer};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::moto::MotoError;
+use crate::moto::resources::{Queue, QueueTarget, ResourceError};
+use crate::pump::{PumpError, StreamPump};
+use crate::template;
+use crate::watch::WatchError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Moto(#[from] MotoError),
+    #[error("cannot write the moto_server launcher {path}: {source}")]
+    Launcher {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("creating resources in moto: {0}")]
+    Resource(#[from] ResourceError),
+    #[error("starting the simulated operator: {0}")]
+    Operator(#[source] std::io::Error),
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+    #[error("warming up {function} under cargo lambda watch (its log is {log}): {source}")]
+    WarmUp {
+        function: &'static str,
+        log: String,
+        source: WatchError,
+    },
+    #[error(transparent)]
+    Pump(#[from] PumpError),
+    #[error("starting the fault proxy: {0}")]
+    FaultProxy(#[source] std::io::Error),
+    #[error("operator control endpoint: {0}")]
+    Control(#[source] reqwest::Error),
+    #[error("warming up {function} over HTTP (its log is {log}): {detail}")]
+    WarmUpHttp {
+        function: &'static str,
+        log: String,
+        detail: String,
+    },
+    #[error("the gateway was started without the customer functions (GatewayOptions::customer)")]
+    NoCustomer,
+    #[error("LifeboatHttpApi has no route for {0:?}")]
+    NoRoute(String),
+    #[error("the functions' environment has {key}, which cannot be written to an env file: {why}")]
+    EnvFile { key: String, why: String },
+    #[error("cannot write the functions' environment to {file}: {source}")]
+    EnvFileWrite {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "cargo lambda watch at {endpoint} runs with another environment than this run's ({keys}): \
+         stop it, run this again (it writes {file} and waits), then start the watch with --env-file {file}; \
+         keep --moto, --aws-port, --operator-port and --settings the same between runs to avoid this"
+    )]
+    EnvChanged {
+        file: PathBuf,
+        endpoint: String,
+        keys: String,
+    },
+    #[error("the attached moto_server cannot serve the suite: {detail}")]
+    StreamProbe { detail: String },
+    #[error("cannot empty {queue} of what an earlier run left: {detail}")]
+    Purge { queue: String, detail: String },
+    #[error("{method} {url}: {source}")]
+    Api {
+        method: String,
+        url: String,
+        source: reqwest::Error,
+    },
+    #[error("{method} {url} answered HTTP {status} with something that is not JSON: {body:?}")]
+    ApiNotJson {
+        method: String,
+        url: String,
+        status: u16,
+        body: String,
+    },
+}
+
+/// Names of the resources (the functions are always named after their
+/// binaries, which is how the pump finds them under `cargo lambda watch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayNames {
+    /// The operator's Requests table is `{requests_table_prefix}{operator}`
+    /// (`REQUESTS_TABLE_PREFIX`), as the template names each lane's table.
+    pub requests_table_prefix: String,
+    pub breaker_table: String,
+    pub cache_table: String,
+    pub bus: String,
+    pub switch_rule: String,
+    pub switch_queue: String,
+    pub failed_queue: String,
+    pub schedule_rule: String,
+    /// `BreakerTimerQueue`: the circuit switch's timers.
+    pub timer_queue: String,
+    pub role: String,
+    /// The customer half's resources (created with
+    /// [`GatewayOptions::customer`]).
+    pub carts_table: String,
+    pub sale_status_table: String,
+    pub offsale_queue: String,
+    pub offsale_dead_letter_queue: String,
+    pub offsale_rule: String,
+}
+
+impl GatewayNames {
+    pub fn prefixed(prefix: &str) -> Self {
+        Self {
+            requests_table_prefix: format!("{prefix}requests-"),
+            breaker_table: format!("{prefix}Breaker"),
+            cache_table: format!("{prefix}Cache"),
+            bus: format!("{prefix}lifeboat-events"),
+            switch_rule: format!("{prefix}TripRequestedRule"),
+            switch_queue: format!("{prefix}TripRequestedRule-circuit-switch"),
+            failed_queue: format!("{prefix}RequestsFailedQueue"),
+            schedule_rule: format!("{prefix}HalfOpenScheduleRule"),
+            timer_queue: format!("{prefix}BreakerTimerQueue"),
+            role: format!("{prefix}lifeboat-functions"),
+            carts_table: format!("{prefix}Carts"),
+            sale_status_table: format!("{prefix}SaleStatus"),
+            offsale_queue: format!("{prefix}OffsaleQueue"),
+            offsale_dead_letter_queue: format!("{prefix}OffsaleDeadLetterQueue"),
+            offsale_rule: format!("{prefix}BreakerStateChangedRule"),
+        }
+    }
+}
+
+impl Default for GatewayNames {
+    fn default() -> Self {
+        Self::prefixed("")
+    }
+}
+
+/// How to run the gateway.
+#[derive(Debug, Clone)]
+pub struct GatewayOptions {
+    /// The one operator the gateway serves.
+    pub operator: OperatorId,
+    /// The simulated operator. Default: healthy, answer times × 0.1.
+    pub sim: SimConfig,
+    /// `OPERATOR_SETTINGS` of every function (empty: the defaults).
+    pub operator_settings: String,
+    /// The schedule's period (the template's is a minute).
+    pub tick_every: Duration,
+    /// How often the pump polls an idle stream.
+    pub poll_every: Duration,
+    /// Instances per function under `cargo lambda watch`.
+    pub concurrency: u32,
+    /// How long one invocation may take.
+    pub invoke_timeout: Duration,
+    /// `AWS_LAMBDA_LOG_LEVEL` of the functions.
+    pub log_level: String,
+    pub names: GatewayNames,
+    /// Every stream record the pump reads, in Lambda's shape.
+    pub stream_tap: Option<mpsc::UnboundedSender<Value>>,
+    /// Also run search, cart and the off-sale listener (default: not; the
+    /// gateway alone does not build or start them).
+    pub customer: Option<CustomerOptions>,
+    /// The errors alarm's name (default `lifeboat-<operator>-errors`, the
+    /// template's default for nordic): evaluated by a [`crate::alarm::LocalAlarm`] on the
+    /// functions' metrics and mapped to the operator in `ALARM_OPERATORS`.
+    /// `None`: no alarm, the breaker opens by the failure window alone.
+    pub alarm: Option<String>,
+    /// Servers to use instead of starting them, and fixed ports.
+    pub attach: Attach,
+    /// Healthy operators served beside `operator`, each on a lane of its own
+    /// (table, stream, mapping, as the template makes them) with a simulated
+    /// operator of its own on a free port. Default none. Not for a watch the
+    /// suite attaches to: their ports change from run to run.
+    pub neighbours: Vec<OperatorId>,
+    /// Put a [`crate::faults::FaultProxy`] seeded with this between the functions and moto
+    /// (their `AWS_ENDPOINT_URL`), with `AWS_MAX_ATTEMPTS=1` so that every
+    /// fault it injects reaches lifeboat's code; it fails nothing until
+    /// [`super::LocalGateway::fault_proxy`]'s rate is raised. Default none. Not for
+    /// an attached watch.
+    pub aws_faults: Option<u64>,
+}
+
+/// Servers the suite uses instead of starting its own, and the ports of
+/// what it starts that the functions call. The default starts everything
+/// on free ports.
+///
+/// A watch that runs before the suite starts must have been given the
+/// functions' environment, so that environment must not change from one
+/// run to the next: with [`Attach::watch`], keep `moto`, `aws_port` and
+/// `operator_port` the same between runs. The resources the suite creates
+/// in an attached moto are left there when it stops, and the next run uses
+/// them again (the Requests stream's mapping keeps its UUID).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attach {
+    /// A moto_server already running (`http://127.0.0.1:5000`).
+    pub moto: Option<String>,
+    /// A `cargo lambda watch` of this workspace already running.
+    pub watch: Option<AttachWatch>,
+    /// The loopback port of the proxy in front of moto, the
+    /// `AWS_ENDPOINT_URL` of the functions (0: a free one).
+    pub aws_port: u16,
+    /// The simulated operator's loopback port (0: a free one).
+    pub operator_port: u16,
+}
+
+/// A running `cargo lambda watch` to invoke the functions on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachWatch {
+    /// Its Invoke API (`http://127.0.0.1:9000`).
+    pub endpoint: String,
+    /// Where its output goes, for the errors alarm; `None`: no alarm.
+    pub log: Option<PathBuf>,
+    /// Where the functions' environment is written, for its `--env-file`.
+    pub env_file: PathBuf,
+    /// How long to wait for it to listen.
+    pub wait: Duration,
+}
+
+/// How to run the customer half: settings of search, cart and the off-sale
+/// listener. The defaults are the template's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomerOptions {
+    /// `CART_SETTINGS` (empty: the defaults).
+    pub cart_settings: String,
+    /// `BREAKER_CACHE_MS` of search and cart.
+    pub breaker_cache_ms: u32,
+    /// `SALE_RETRY_MAX_ATTEMPTS` of the off-sale listener.
+    pub sale_retry_max_attempts: u32,
+    /// `SALE_SWITCH_TIMEOUT_MS` of the off-sale listener.
+    pub sale_switch_timeout_ms: u32,
+    /// `SALE_ON_SALE_HOLD_S` of the off-sale listener.
+    pub sale_on_sale_hold_s: u32,
+    /// `SALE_OFF_SALE_HOLD_S` of the off-sale listener.
+    pub sale_off_sale_hold_s: u32,
+    /// Long-poll wait of each receive from `OffsaleQueue` (Lambda's poller
+    /// waits up to 20 s; it answers as soon as a message is there either way).
+    pub queue_wait: Duration,
+}
+
+impl Default for CustomerOptions {
+    fn default() -> Self {
+        Self {
+            cart_settings: String::new(),
+            breaker_cache_ms: template::BREAKER_CACHE_MS,
+            sale_retry_max_attempts: template::SALE_RETRY_MAX_ATTEMPTS,
+            sale_switch_timeout_ms: template::SALE_SWITCH_TIMEOUT_MS,
+            sale_on_sale_hold_s: template::SALE_ON_SALE_HOLD_S,
+            sale_off_sale_hold_s: template::SALE_OFF_SALE_HOLD_S,
+            queue_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+impl GatewayOptions {
+    pub fn new(operator: OperatorId) -> Self {
+        Self {
+            sim: SimConfig {
+                latency: LatencyModel::scaled(0.1),
+                ..SimConfig::default()
+            },
+            operator_settings: String::new(),
+            tick_every: Duration::from_secs(60),
+            poll_every: Duration::from_millis(100),
+            concurrency: 1,
+            invoke_timeout: Duration::from_secs(60),
+            log_level: "INFO".to_owned(),
+            names: GatewayNames::default(),
+            stream_tap: None,
+            customer: None,
+            alarm: Some(format!("lifeboat-{operator}-errors")),
+            attach: Attach::default(),
+            neighbours: Vec::new(),
+            aws_faults: None,
+            operator,
+        }
+    }
+}
+
+/// One neighbour's lane and simulated operator.
+#[derive(Debug)]
+pub struct Neighbour {
+    pub operator: OperatorId,
+    pub requests_table: String,
+    pub mapping_uuid: String,
+    pub sim: SimServer,
+    /// Held for its drop, which stops the lane's pump.
+    pub(super) _pump: StreamPump,
+}
+
+/// What was created in moto.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayResources {
+    pub names: GatewayNames,
+    /// The operator's lane: its Requests table and that table's stream.
+    pub requests_table: String,
+    pub stream_arn: String,
+    pub bus_arn: String,
+    /// The `TripRequestedRule`'s stand-in target.
+    pub switch_queue: QueueTarget,
+    pub failed_queue_url: String,
+    pub failed_queue_arn: String,
+    /// `BreakerTimerQueue`, drained into the circuit switch.
+    pub timer_queue: Queue,
+    pub real_function_arn: String,
+    pub fallback_function_arn: String,
+    pub switch_function_arn: String,
+    /// The Requests stream's mapping.
+    pub mapping_uuid: String,
+    /// The customer half's resources, if it runs.
+    pub customer: Option<CustomerResources>,
+}
+
+/// The customer half's resources in moto.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomerResources {
+    pub offsale_queue: Queue,
+    pub offsale_dead_letter_queue: Queue,
+    /// `BreakerStateChangedRule`.
+    pub offsale_rule_arn: String,
+}
+
+/// An HTTP reply of search or cart through [`super::LocalGateway::api`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiReply {
+    pub status: u16,
+    /// Header names in lower case.
+    pub headers: Vec<(String, String)>,
+    /// The JSON body (`null` when empty).
+    pub body: Value,
+    /// From sending the request to the whole reply.
+    pub elapsed: Duration,
+}
+
+impl ApiReply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// How long start-up took, step by step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartupTimes {
+    pub moto_and_resources: Duration,
+    pub watch: Duration,
+    pub warm_up: Duration,
+    pub total: Duration,
+}

@@ -1,0 +1,490 @@
+use super::env::changed_keys;
+use super::*;
+use crate::moto::resources;
+
+fn nordic() -> OperatorId {
+    OperatorId::new("nordic").unwrap()
+}
+
+const TEMPLATE: &str = include_str!("../../../../template.yaml");
+
+/// The text of one resource of the template.
+fn resource(name: &str) -> &'static str {
+    let start = TEMPLATE
+        .find(&format!("\n  {name}:\n"))
+        .unwrap_or_else(|| panic!("{name} is not in template.yaml"));
+    let rest = &TEMPLATE[start + 1..];
+    let end = rest[name.len() + 4..]
+        .find("\n  # ")
+        .map_or(rest.len(), |i| i + name.len() + 4);
+    &rest[..end]
+}
+
+/// A moto that outlives a run: the second creation finds every resource
+/// in place, the same mapping and stream, and puts back a lost TTL.
+#[tokio::test]
+async fn resources_already_in_moto_are_used_again() {
+    let moto = MotoServer::start_program(&moto_launcher().unwrap())
+        .await
+        .unwrap();
+    let sdk = moto.sdk_config().await;
+    let names = GatewayNames::prefixed("again-");
+    let first = create_resources(&sdk, &names, &nordic()).await.unwrap();
+    let customer = create_customer_resources(&sdk, &names).await.unwrap();
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let spec = aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
+        .attribute_name(resources::TTL_ATTRIBUTE)
+        .enabled(false)
+        .build()
+        .unwrap();
+    dynamodb
+        .update_time_to_live()
+        .table_name(&names.cache_table)
+        .time_to_live_specification(spec)
+        .send()
+        .await
+        .unwrap();
+    let ttl_status = || async {
+        dynamodb
+            .describe_time_to_live()
+            .table_name(&names.cache_table)
+            .send()
+            .await
+            .unwrap()
+            .time_to_live_description
+            .and_then(|d| d.time_to_live_status)
+    };
+    assert_eq!(
+        ttl_status().await,
+        Some(aws_sdk_dynamodb::types::TimeToLiveStatus::Disabled)
+    );
+
+    let second = create_resources(&sdk, &names, &nordic()).await.unwrap();
+    assert_eq!(second, first);
+    assert_eq!(
+        create_customer_resources(&sdk, &names).await.unwrap(),
+        customer
+    );
+    assert_eq!(
+        ttl_status().await,
+        Some(aws_sdk_dynamodb::types::TimeToLiveStatus::Enabled)
+    );
+    moto.stop().await;
+}
+
+/// With moto's own delivery attempt, every write emptied the stream.
+#[tokio::test]
+async fn the_stream_keeps_its_records_with_a_mapping_on_it() {
+    let moto = MotoServer::start_program(&moto_launcher().unwrap())
+        .await
+        .unwrap();
+    let sdk = moto.sdk_config().await;
+    let resources = create_resources(&sdk, &GatewayNames::prefixed("keep-"), &nordic())
+        .await
+        .unwrap();
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    for id in ["a", "b", "c"] {
+        dynamodb
+            .put_item()
+            .table_name(&resources.requests_table)
+            .item(
+                "request_id",
+                aws_sdk_dynamodb::types::AttributeValue::S(id.into()),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
+    let shards = streams
+        .describe_stream()
+        .stream_arn(&resources.stream_arn)
+        .send()
+        .await
+        .unwrap()
+        .stream_description
+        .unwrap()
+        .shards
+        .unwrap();
+    let iterator = streams
+        .get_shard_iterator()
+        .stream_arn(&resources.stream_arn)
+        .shard_id(shards[0].shard_id().unwrap())
+        .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .unwrap()
+        .shard_iterator
+        .unwrap();
+    let records = streams
+        .get_records()
+        .shard_iterator(iterator)
+        .send()
+        .await
+        .unwrap()
+        .records
+        .unwrap();
+    let sequences: std::collections::BTreeSet<&str> = records
+        .iter()
+        .filter_map(|r| r.dynamodb()?.sequence_number())
+        .collect();
+    assert_eq!((records.len(), sequences.len()), (3, 3));
+    let mapping = read_mapping(&aws_sdk_lambda::Client::new(&sdk), &resources.mapping_uuid)
+        .await
+        .unwrap();
+    assert_eq!(mapping.stream_arn, resources.stream_arn);
+    assert_eq!(mapping.function, REAL_CONSUMER);
+    assert_eq!(mapping.batch_size, 50);
+    assert_eq!(mapping.max_retry_attempts, Some(3));
+    assert!(mapping.report_item_failures && mapping.bisect_on_error);
+    moto.stop().await;
+}
+
+/// The stream mapping the template stamps out for each operator's lane
+/// (`RequestsMapping&{Operator}` in `Fn::ForEach::RequestsLanes`).
+fn lane_mapping() -> &'static str {
+    let start = TEMPLATE
+        .find("\n      RequestsMapping&{Operator}:\n")
+        .unwrap_or_else(|| panic!("no lane mapping in template.yaml"))
+        + 1;
+    let rest = &TEMPLATE[start..];
+    &rest[..rest.find("\n\n").unwrap_or(rest.len())]
+}
+
+#[test]
+fn the_mapping_has_the_templates_settings() {
+    let mapping = lane_mapping();
+    for line in [
+        format!("BatchSize: {}", template::BATCH_SIZE),
+        format!(
+            "MaximumBatchingWindowInSeconds: {}",
+            template::MAXIMUM_BATCHING_WINDOW_IN_SECONDS
+        ),
+        format!(
+            "ParallelizationFactor: {}",
+            template::PARALLELIZATION_FACTOR
+        ),
+        format!("MaximumRetryAttempts: {}", template::MAXIMUM_RETRY_ATTEMPTS),
+        format!(
+            "MaximumRecordAgeInSeconds: {}",
+            template::MAXIMUM_RECORD_AGE_IN_SECONDS
+        ),
+        format!(
+            "BisectBatchOnFunctionError: {}",
+            template::BISECT_BATCH_ON_FUNCTION_ERROR
+        ),
+        "StartingPosition: LATEST".to_owned(),
+        "FunctionResponseTypes: [ReportBatchItemFailures]".to_owned(),
+        format!("- Pattern: '{}'", template::FILTER_PATTERN),
+    ] {
+        assert!(mapping.contains(&line), "template mapping lacks {line:?}");
+    }
+}
+
+#[test]
+fn the_customer_tables_have_the_templates_keys() {
+    // As resources::create_cache_table, create_carts_table and
+    // create_sale_status_table make them.
+    for (table, key, ttl) in [
+        ("CacheTable", "cache_key", true),
+        ("CartsTable", "cart_id", true),
+        ("SaleStatusTable", "operator", false),
+    ] {
+        let text = resource(table);
+        assert!(
+            text.contains(&format!(
+                "- AttributeName: {key}\n          AttributeType: S"
+            )),
+            "{table} has no string attribute {key}"
+        );
+        assert!(
+            text.contains(&format!("- AttributeName: {key}\n          KeyType: HASH")),
+            "{table} is not keyed by {key}"
+        );
+        assert!(!text.contains("KeyType: RANGE"), "{table} has a sort key");
+        let ttl_line = format!("AttributeName: {}", resources::TTL_ATTRIBUTE);
+        assert_eq!(
+            text.contains("TimeToLiveSpecification") && text.contains(&ttl_line),
+            ttl,
+            "{table}'s TTL"
+        );
+    }
+}
+
+#[test]
+fn every_table_is_encrypted_and_no_delivery_is_lost_silently() {
+    assert_eq!(
+        TEMPLATE.matches("Type: AWS::DynamoDB::Table").count(),
+        TEMPLATE.matches("SSEEnabled: true").count(),
+        "a table without SSESpecification"
+    );
+    let policy = entry("DeliveryDeadLetterQueuePolicy");
+    for rule in [
+        "BreakerStateChangedRule",
+        "AlarmStateChangeRule",
+        "TripRequestedRule",
+        "HalfOpenScheduleRule",
+        "SaleSweepRule",
+    ] {
+        assert!(
+            entry(rule).contains("Arn: !GetAtt DeliveryDeadLetterQueue.Arn"),
+            "{rule} has no dead-letter target"
+        );
+        assert!(policy.contains(&format!("!GetAtt {rule}.Arn")), "{rule}");
+    }
+    let switch = entry("CircuitSwitchFunction");
+    assert!(switch.contains("Destination: !GetAtt DeliveryDeadLetterQueue.Arn"));
+    assert!(entry("DeliveryDeadLetterAlarm").contains("DeliveryDeadLetterQueue.QueueName"));
+    assert!(entry("LifeboatHttpApi").contains("DestinationArn: !GetAtt ApiAccessLogGroup.Arn"));
+}
+
+#[test]
+fn failed_dependency_calls_alarm_and_show_on_the_dashboard() {
+    let metric = lifeboat_core::watched::METRIC;
+    let alarm = entry("DependencyErrorsAlarm");
+    assert!(alarm.contains(&format!("MetricName: {metric}")), "{alarm}");
+    assert!(alarm.contains("Namespace: Lifeboat"), "{alarm}");
+    assert!(
+        entry("LifeboatDashboard").contains(&format!(
+            "{{Lifeboat,Dependency}} MetricName=\\\"{metric}\\\""
+        )),
+        "the dashboard has no DependencyErrors series"
+    );
+}
+
+#[test]
+fn the_public_api_is_authenticated_throttled_and_capped() {
+    let api = entry("LifeboatHttpApi");
+    assert!(api.contains("ThrottlingRateLimit: !Ref ApiRateLimit"));
+    assert!(api.contains("- AWS_IAM"));
+    assert!(entry("ApiAuth").contains("Default: iam"));
+    for (function, reserved) in [
+        ("RealConsumerFunction", "!Ref RealConsumerConcurrency"),
+        ("FallbackConsumerFunction", "10"),
+        ("CircuitSwitchFunction", "20"),
+        ("OffsaleListenerFunction", "5"),
+        ("SearchFunction", "!Ref SearchConcurrencyCap"),
+        ("CartFunction", "!Ref CartConcurrencyCap"),
+    ] {
+        assert!(
+            entry(function).contains(&format!(
+                "ReservedConcurrentExecutions: !If [ReservesConcurrency, {reserved}, !Ref AWS::NoValue]"
+            )),
+            "{function}"
+        );
+    }
+}
+
+#[test]
+fn only_lifeboats_functions_put_events_and_the_listener_checks_changes() {
+    let policy = entry("EventBusPolicy");
+    assert!(policy.contains("Effect: Deny") && policy.contains("ArnNotEquals"));
+    for function in [
+        "RealConsumerFunction",
+        "FallbackConsumerFunction",
+        "CircuitSwitchFunction",
+        "OffsaleListenerFunction",
+    ] {
+        // Every function allowed to put events is one the policy lets through.
+        assert!(entry(function).contains("events:PutEvents"), "{function}");
+        assert!(
+            policy.contains(&format!("!GetAtt {function}Role.Arn")),
+            "{function}"
+        );
+    }
+    for function in ["SearchFunction", "CartFunction"] {
+        assert!(!entry(function).contains("events:PutEvents"), "{function}");
+    }
+    let listener = entry("OffsaleListenerFunction");
+    assert!(listener.contains("OPERATORS: !Join"));
+    assert!(listener.contains("Resource: !GetAtt BreakerTable.Arn"));
+}
+
+/// The text of one top-level entry (a parameter or a resource): up to
+/// the next line indented by two spaces only.
+fn entry(name: &str) -> &'static str {
+    let start = TEMPLATE
+        .find(&format!("\n  {name}:\n"))
+        .unwrap_or_else(|| panic!("{name} is not in template.yaml"))
+        + 1;
+    let rest = &TEMPLATE[start..];
+    let end = rest
+        .match_indices("\n  ")
+        .map(|(i, _)| i)
+        .find(|&i| {
+            rest[i + 3..]
+                .chars()
+                .next()
+                .is_some_and(|c| !c.is_whitespace())
+        })
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn the_timer_queue_has_the_templates_settings() {
+    let queue = entry("BreakerTimerQueue");
+    assert!(queue.contains(&format!(
+        "VisibilityTimeout: {}",
+        template::TIMER_QUEUE_VISIBILITY_S
+    )));
+    let mapping = entry("BreakerTimerQueueMapping");
+    assert!(mapping.contains("EventSourceArn: !GetAtt BreakerTimerQueue.Arn"));
+    assert!(mapping.contains("FunctionName: !Ref CircuitSwitchFunction"));
+    assert!(mapping.contains(&format!("BatchSize: {}", template::TIMER_BATCH_SIZE)));
+    assert!(mapping.contains("FunctionResponseTypes: [ReportBatchItemFailures]"));
+    let switch = entry("CircuitSwitchFunction");
+    assert!(switch.contains("BREAKER_TIMER_QUEUE_URL: !Ref BreakerTimerQueue"));
+    assert!(switch.contains("OPERATOR_ENDPOINTS: !Ref OperatorEndpoints"));
+}
+
+#[test]
+fn the_offsale_wiring_has_the_templates_settings() {
+    let rule = entry("BreakerStateChangedRule");
+    assert!(rule.contains("source: [lifeboat]"));
+    assert!(rule.contains("detail-type: [Breaker State Changed]"));
+    assert!(rule.contains(&format!("- Id: {}", template::OFFSALE_TARGET_ID)));
+    assert!(rule.contains("Arn: !GetAtt OffsaleQueue.Arn"));
+    let pattern: Value = serde_json::from_str(template::OFFSALE_RULE_PATTERN).unwrap();
+    assert_eq!(
+        pattern,
+        json!({"source": ["lifeboat"], "detail-type": ["Breaker State Changed"]})
+    );
+    let queue = entry("OffsaleQueue");
+    assert!(queue.contains(&format!(
+        "VisibilityTimeout: {}",
+        template::OFFSALE_VISIBILITY_TIMEOUT
+    )));
+    assert!(queue.contains(&format!(
+        "maxReceiveCount: {}",
+        template::OFFSALE_MAX_RECEIVE_COUNT
+    )));
+    assert!(queue.contains("deadLetterTargetArn: !GetAtt OffsaleDeadLetterQueue.Arn"));
+    let mapping = entry("OffsaleQueueMapping");
+    assert!(mapping.contains("EventSourceArn: !GetAtt OffsaleQueue.Arn"));
+    assert!(mapping.contains(&format!("BatchSize: {}", template::OFFSALE_BATCH_SIZE)));
+    assert!(mapping.contains("MaximumBatchingWindowInSeconds: 0"));
+    assert!(mapping.contains("FunctionResponseTypes: [ReportBatchItemFailures]"));
+    let listener = entry("OffsaleListenerFunction");
+    assert!(listener.contains(&format!("Binary: {OFFSALE_LISTENER}")));
+    for variable in [
+        "SALE_STATUS_STORE: dynamodb",
+        "SALE_STATUS_TABLE: !Ref SaleStatusTable",
+        "OFFSALE_QUEUE_URL: !Ref OffsaleQueue",
+    ] {
+        assert!(listener.contains(variable), "{variable}");
+    }
+    assert!(
+        entry("SaleRetryMaxAttempts")
+            .contains(&format!("Default: {}", template::SALE_RETRY_MAX_ATTEMPTS))
+    );
+    assert!(
+        entry("SaleSwitchTimeoutMs")
+            .contains(&format!("Default: {}", template::SALE_SWITCH_TIMEOUT_MS))
+    );
+    assert!(
+        entry("SaleOnSaleHoldSeconds")
+            .contains(&format!("Default: {}", template::SALE_ON_SALE_HOLD_S))
+    );
+    assert!(listener.contains("SALE_ON_SALE_HOLD_S: !Ref SaleOnSaleHoldSeconds"));
+    assert!(
+        entry("SaleOffSaleHoldSeconds")
+            .contains(&format!("Default: {}", template::SALE_OFF_SALE_HOLD_S))
+    );
+    assert!(listener.contains("SALE_OFF_SALE_HOLD_S: !Ref SaleOffSaleHoldSeconds"));
+    assert!(entry("BreakerCacheMs").contains(&format!("Default: {}", template::BREAKER_CACHE_MS)));
+    for function in ["SearchFunction", "CartFunction"] {
+        assert!(
+            entry(function).contains("BREAKER_CACHE_MS: !Ref BreakerCacheMs"),
+            "{function}"
+        );
+    }
+}
+
+#[test]
+fn api_routes_are_the_templates() {
+    let mut routes = 0;
+    for (resource, binary) in [("SearchFunction", SEARCH), ("CartFunction", CART)] {
+        let text = entry(resource);
+        assert!(text.contains(&format!("Binary: {binary}")));
+        for line in text.lines().map(str::trim) {
+            if let Some(path) = line.strip_prefix("Path: ") {
+                let concrete = path.replace("{cart_id}", "0b6f4c1e-3c1f-4a55-9d43-6f0d3a1e2b7c");
+                assert_eq!(api_function(&concrete), Some(binary), "{path}");
+                assert_eq!(
+                    api_function(&format!("{concrete}?passengers=2")),
+                    Some(binary),
+                    "{path} with a query"
+                );
+                routes += 1;
+            }
+        }
+    }
+    assert_eq!(routes, 8, "two search routes and six cart routes");
+    for unrouted in ["/", "/sailing", "/prices", "/carts/a/b/c", "/other/carts"] {
+        assert_eq!(api_function(unrouted), None, "{unrouted}");
+    }
+}
+
+#[test]
+fn the_switch_rule_has_the_templates_pattern() {
+    let rule = resource("TripRequestedRule");
+    assert!(rule.contains("source: [lifeboat]"));
+    assert!(rule.contains("detail-type: [Trip Requested, Trials Passed]"));
+    let pattern: Value = serde_json::from_str(template::SWITCH_RULE_PATTERN).unwrap();
+    assert_eq!(
+        pattern,
+        json!({"source": ["lifeboat"], "detail-type": ["Trip Requested", "Trials Passed"]})
+    );
+    assert!(resource("RealConsumerFunction").contains("CallConcurrency"));
+    assert!(TEMPLATE.contains(&format!("Default: {}", template::CALL_CONCURRENCY)));
+    assert!(TEMPLATE.contains(&format!("Default: {}", template::ALARM_OPERATORS)));
+}
+
+#[test]
+fn the_env_file_is_what_cargo_lambda_reads_back() {
+    let env = vec![
+        ("BREAKER_TABLE".to_owned(), "Breaker".to_owned()),
+        (
+            "OPERATOR_SETTINGS".to_owned(),
+            r#"{"default":{"cache":{"recent":20000}}}"#.to_owned(),
+        ),
+    ];
+    let text = env_file_text(&env).unwrap();
+    assert!(text.starts_with("# "), "{text}");
+    assert!(text.contains("BREAKER_TABLE='Breaker'\n"));
+    assert!(text.contains(r#"OPERATOR_SETTINGS='{"default":{"cache":{"recent":20000}}}'"#));
+    let quoted = vec![("CART_SETTINGS".to_owned(), "it's".to_owned())];
+    let e = env_file_text(&quoted).unwrap_err();
+    assert!(e.to_string().contains("CART_SETTINGS"), "{e}");
+
+    let mut other = env.clone();
+    other[1].1 = "{}".to_owned();
+    other.push(("NEW".to_owned(), "1".to_owned()));
+    let changed = changed_keys(&text, &env_file_text(&other).unwrap());
+    assert_eq!(changed, "NEW, OPERATOR_SETTINGS");
+}
+
+#[test]
+fn the_local_alarm_has_the_templates_rule() {
+    let alarm = resource("RealConsumerErrorsAlarm");
+    for line in [
+        "Namespace: Lifeboat".to_owned(),
+        "MetricName: FailedOperatorCalls".to_owned(),
+        "- Name: Operator".to_owned(),
+        "Statistic: Sum".to_owned(),
+        format!("Period: {}", template::ALARM_PERIOD_S),
+        format!("EvaluationPeriods: {}", template::ALARM_EVALUATION_PERIODS),
+        format!("DatapointsToAlarm: {}", template::ALARM_DATAPOINTS),
+        "ComparisonOperator: GreaterThanOrEqualToThreshold".to_owned(),
+        "TreatMissingData: notBreaching".to_owned(),
+    ] {
+        assert!(alarm.contains(&line), "RealConsumerErrorsAlarm has {line}");
+    }
+    assert!(TEMPLATE.contains(&format!(
+        "FailedOperatorCalls:\n      Threshold: \"{}\"",
+        template::ALARM_THRESHOLD
+    )));
+    assert!(TEMPLATE.contains(&format!("Default: {}", template::ERRORS_ALARM_NAME)));
+    assert!(template::ALARM_OPERATORS.starts_with(&format!("{}=", template::ERRORS_ALARM_NAME)));
+}
