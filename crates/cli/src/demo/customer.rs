@@ -31,6 +31,14 @@ pub(crate) const ROUTES: [(&str, &str); 8] = [
 /// How many days ahead customers travel, from the day after the demo's day.
 const DAYS_AHEAD: u32 = 14;
 
+/// The customer model of the price shock (docs/carts.md): the share of
+/// customers who leave when they are shown that the price of what they chose
+/// changed, at payment and at an earlier step. Most leave at payment, as the
+/// incident's team found; a change shown while still choosing is read as
+/// news, and few leave.
+pub(crate) const LEAVE_ON_CHANGE_AT_PAYMENT: f64 = 0.7;
+pub(crate) const LEAVE_ON_CHANGE_BEFORE_PAYMENT: f64 = 0.15;
+
 /// One search as the customer saw it.
 #[derive(Debug, Clone)]
 pub(crate) struct SearchSeen {
@@ -56,8 +64,12 @@ pub(crate) struct CartSeen {
     pub degraded: bool,
     pub reached_payment: Option<Duration>,
     pub on_cached_price: bool,
-    /// 409 answers with an old and a new price.
+    /// Answers that showed a changed price (an old and a new price).
     pub price_changes: u32,
+    /// The step at which a change was first shown (`confirm` is payment).
+    pub first_change_at: Option<&'static str>,
+    /// The customer left after being shown a changed price.
+    pub left_on_price_change: bool,
     pub price_age_s: Option<u64>,
     pub stopped: Option<String>,
     pub label: String,
@@ -155,6 +167,8 @@ pub(crate) async fn customer(shop: Arc<Shop>, seed: u64) {
         reached_payment: None,
         on_cached_price: false,
         price_changes: 0,
+        first_change_at: None,
+        left_on_price_change: false,
         price_age_s: None,
         stopped: None,
         label: format!(
@@ -162,11 +176,20 @@ pub(crate) async fn customer(shop: Arc<Shop>, seed: u64) {
             sailing["sailing_id"].as_str().unwrap_or("?")
         ),
     };
-    run_cart(&shop, &mut rng, &new_cart, &mut seen).await;
+    // Whether the customer leaves on a price change is drawn from a stream of
+    // its own, so the model changes no other choice of the day.
+    let mut mood = SimRng::new(seed ^ 0x5EED_0F5C_0C4E_D00D);
+    run_cart(&shop, &mut rng, &mut mood, &new_cart, &mut seen).await;
     shop.observed().carts.push(seen);
 }
 
-async fn run_cart(shop: &Shop, rng: &mut SimRng, new_cart: &Value, seen: &mut CartSeen) {
+async fn run_cart(
+    shop: &Shop,
+    rng: &mut SimRng,
+    mood: &mut SimRng,
+    new_cart: &Value,
+    seen: &mut CartSeen,
+) {
     let opened = shop
         .carts
         .handle(&HttpRequest::with_json("POST", "/carts", new_cart))
@@ -196,6 +219,9 @@ async fn run_cart(shop: &Shop, rng: &mut SimRng, new_cart: &Value, seen: &mut Ca
             ))
             .await;
         note(seen, &reply);
+        if shown_change(seen, mood, &reply, step) {
+            return;
+        }
         // 409 off sale: the step was decided for the customer; go on.
         // 503 on price: confirm will try again.
     }
@@ -210,6 +236,9 @@ async fn run_cart(shop: &Shop, rng: &mut SimRng, new_cart: &Value, seen: &mut Ca
             ))
             .await;
         note(seen, &reply);
+        if shown_change(seen, mood, &reply, "confirm") {
+            return;
+        }
         match reply.status {
             200 => {
                 seen.reached_payment = Some(shop.now());
@@ -218,8 +247,7 @@ async fn run_cart(shop: &Shop, rng: &mut SimRng, new_cart: &Value, seen: &mut Ca
                 return;
             }
             409 if reply.body.get("price_changed").is_some() => {
-                // Shown the old and new price; the customer accepts.
-                seen.price_changes += 1;
+                // Shown the old and new price, and stayed: confirm again.
             }
             409 if reply.body.get("price_to_confirm").is_some() => {
                 // Shown a price for the first time; the customer accepts.
@@ -246,6 +274,27 @@ fn note(seen: &mut CartSeen, reply: &Reply) {
     if cart.get("degraded").is_some_and(|d| !d.is_null()) {
         seen.degraded = true;
     }
+}
+
+/// Whether `reply` showed the customer a changed price at `step` and the
+/// customer left over it (the model's shares above).
+fn shown_change(seen: &mut CartSeen, mood: &mut SimRng, reply: &Reply, step: &'static str) -> bool {
+    if reply.body.get("price_changed").is_none() {
+        return false;
+    }
+    seen.price_changes += 1;
+    seen.first_change_at.get_or_insert(step);
+    let leave = if step == "confirm" {
+        LEAVE_ON_CHANGE_AT_PAYMENT
+    } else {
+        LEAVE_ON_CHANGE_BEFORE_PAYMENT
+    };
+    if mood.next_f64() < leave {
+        seen.left_on_price_change = true;
+        seen.stopped = Some(format!("left when shown a changed price at {step}"));
+        return true;
+    }
+    false
 }
 
 async fn think(rng: &mut SimRng, min_s: u64, max_s: u64) {

@@ -12,7 +12,7 @@ use lifeboat_core::sale::{SwitchOutcome, SwitchWrite};
 use lifeboat_sim::Transition;
 use serde::Serialize;
 
-use super::customer::{CartSeen, Observed, SearchSeen};
+use super::customer::{self, CartSeen, Observed, SearchSeen};
 use super::{Phase, Script};
 use crate::ops::carts::{self, MinuteRow, MinutesQuery, StateChange};
 use lifeboat_core::cart::Cart;
@@ -111,12 +111,27 @@ pub struct Carts {
     pub reached_payment: usize,
     pub degraded: usize,
     pub price_changes_shown: u32,
+    /// Carts first shown a changed price at payment (confirm).
+    pub price_changes_first_at_payment: usize,
+    /// Carts whose customer left when shown a changed price (the customer
+    /// model's shares are in `customer_model`).
+    pub lost_to_price_change: usize,
+    pub customer_model: CustomerModel,
     pub started_during_outage: usize,
     /// Carts started during the outage that reached payment (at any time).
     pub outage_carts_reached_payment: usize,
     /// Carts that reached payment while the operator was down.
     pub reached_payment_during_outage: usize,
     pub confirmed_on_cached_price: usize,
+}
+
+/// The demo's customer model of the price shock.
+#[derive(Debug, Clone, Serialize)]
+pub struct CustomerModel {
+    /// Share of customers who leave when first shown a changed price at payment.
+    pub leave_on_change_at_payment: f64,
+    /// Share who leave when shown one at an earlier step.
+    pub leave_on_change_before_payment: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -288,6 +303,15 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
             reached_payment: carts.iter().filter(|c| c.reached_payment.is_some()).count(),
             degraded: carts.iter().filter(|c| c.degraded).count(),
             price_changes_shown: carts.iter().map(|c| c.price_changes).sum(),
+            price_changes_first_at_payment: carts
+                .iter()
+                .filter(|c| c.first_change_at == Some("confirm"))
+                .count(),
+            lost_to_price_change: carts.iter().filter(|c| c.left_on_price_change).count(),
+            customer_model: CustomerModel {
+                leave_on_change_at_payment: customer::LEAVE_ON_CHANGE_AT_PAYMENT,
+                leave_on_change_before_payment: customer::LEAVE_ON_CHANGE_BEFORE_PAYMENT,
+            },
             started_during_outage: carts.iter().filter(in_outage).count(),
             outage_carts_reached_payment: carts
                 .iter()
@@ -527,6 +551,16 @@ impl Report {
                     self.carts.started,
                     self.carts.degraded,
                     self.carts.price_changes_shown
+                ),
+            ),
+            (
+                "  price changes first shown at payment",
+                format!(
+                    "{} carts ({} left over a changed price; {:.0} % leave at payment, {:.0} % before)",
+                    self.carts.price_changes_first_at_payment,
+                    self.carts.lost_to_price_change,
+                    self.carts.customer_model.leave_on_change_at_payment * 100.0,
+                    self.carts.customer_model.leave_on_change_before_payment * 100.0
                 ),
             ),
             (
