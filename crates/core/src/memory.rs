@@ -4,6 +4,13 @@
 //! (conditional writes, atomic counters, one outcome per request), so the demo
 //! and the tests run the handlers on them unchanged.
 
+mod sale;
+
+pub use sale::{
+    MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, ReceivedMessage, SwitchOutcome,
+    SwitchWrite,
+};
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
