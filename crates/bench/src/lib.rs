@@ -1,0 +1,353 @@
+//! Shared pieces of lifeboat's benchmarks (`cargo bench -p lifeboat-bench`,
+//! see docs/benchmarks.md): the call sequences every breaker is run on, and
+//! lifeboat's breaker driven in one process the way the real consumer and the
+//! circuit switch drive it across Lambda invocations.
+//!
+//! Each sequence is deterministic (a fixed xorshift seed) and spaced on a
+//! virtual timeline of [`CALL_GAP`] per call, so a time-window breaker sees
+//! the same seconds every run, however fast the machine.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use lifeboat_core::breaker::{Decision, Input, TripReason, decide};
+use lifeboat_core::request::Health;
+use lifeboat_core::window::{Bucket, CallCounts, WindowConfig};
+use lifeboat_core::{BreakerConfig, BreakerRecord, BreakerState, OperatorId};
+
+/// Calls in one sequence.
+pub const CALLS: usize = 10_000;
+
+/// Virtual time between two calls: 100 calls a second, so a sequence spans
+/// 100 s (ten failure windows, three open periods).
+pub const CALL_GAP: Duration = Duration::from_millis(10);
+
+/// What one call to the operator came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    /// A fast failure: refused, 5xx, 429.
+    Failure,
+    /// No answer within the budget.
+    Timeout,
+}
+
+impl Outcome {
+    pub fn is_ok(self) -> bool {
+        self == Outcome::Success
+    }
+
+    /// What lifeboat's failure window makes of it.
+    pub fn health(self) -> Health {
+        match self {
+            Outcome::Success => Health::Success,
+            Outcome::Failure => Health::Failure,
+            Outcome::Timeout => Health::Timeout,
+        }
+    }
+}
+
+/// A named call sequence.
+#[derive(Debug, Clone)]
+pub struct Sequence {
+    pub name: &'static str,
+    pub calls: Vec<Outcome>,
+}
+
+/// xorshift64*: deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The three sequences every breaker runs, [`CALLS`] calls each:
+///
+/// * `healthy`: 1 % fast failures and 0.5 % timeouts, spread at random;
+///   no breaker should trip, so every call is admitted and recorded;
+/// * `brownout`: 30 % fast failures at random;
+/// * `outage`: 20 s healthy, 20 s of timeouts, 60 s healthy again.
+pub fn sequences() -> Vec<Sequence> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let healthy = (0..CALLS)
+        .map(|_| match rng.unit() {
+            u if u < 0.010 => Outcome::Failure,
+            u if u < 0.015 => Outcome::Timeout,
+            _ => Outcome::Success,
+        })
+        .collect();
+    let brownout = (0..CALLS)
+        .map(|_| {
+            if rng.unit() < 0.3 {
+                Outcome::Failure
+            } else {
+                Outcome::Success
+            }
+        })
+        .collect();
+    let outage = (0..CALLS)
+        .map(|i| {
+            if (2_000..4_000).contains(&i) {
+                Outcome::Timeout
+            } else {
+                Outcome::Success
+            }
+        })
+        .collect();
+    vec![
+        Sequence {
+            name: "healthy",
+            calls: healthy,
+        },
+        Sequence {
+            name: "brownout",
+            calls: brownout,
+        },
+        Sequence {
+            name: "outage",
+            calls: outage,
+        },
+    ]
+}
+
+/// The virtual start of every sequence (2026-12-01T08:00:00Z).
+pub fn start() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_796_032_800, 0).unwrap_or_default()
+}
+
+/// The virtual time of call `i`.
+pub fn at(i: usize) -> DateTime<Utc> {
+    let gap = TimeDelta::from_std(CALL_GAP).unwrap_or_default();
+    start() + gap * i32::try_from(i).unwrap_or(i32::MAX)
+}
+
+/// What a run of a breaker over a sequence came to, to check that the
+/// breakers really did different amounts of work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub admitted: u32,
+    pub rejected: u32,
+    /// State changes (lifeboat only: the peers do not tell).
+    pub transitions: u32,
+}
+
+/// lifeboat's breaker in one process: the breaker record and
+/// [`decide`], the failure window's buckets and [`WindowConfig::evaluate`],
+/// with the trial slots and their tally kept on the record as the Breaker
+/// table keeps them.
+///
+/// The decision what to do is the production code's; the bookkeeping around
+/// it (bucket vector, trial counters) stands in for the stores.
+///
+/// * admit: a closed breaker admits; an open one whose open period is over
+///   takes a tick first (the switch's timer) and goes half-open; a half-open
+///   one admits while a trial slot is free.
+/// * record: the call's health goes into the bucket of the time it was made;
+///   every `evaluate_every` calls of a closed breaker the window is
+///   evaluated and a verdict trips it. A trial's result is tallied; a failed
+///   trial re-opens the breaker, enough successes close it.
+pub struct InProcessBreaker {
+    pub record: BreakerRecord,
+    pub window: WindowConfig,
+    pub breaker: BreakerConfig,
+    /// Oldest first; none older than the window's longest lookback.
+    buckets: Vec<Bucket>,
+    /// Calls recorded since the last evaluation.
+    since_evaluation: usize,
+    evaluate_every: usize,
+    /// Whether the call admitted last was a half-open trial.
+    trial: bool,
+    pub tally: Tally,
+}
+
+impl InProcessBreaker {
+    /// A closed breaker whose window is evaluated after every
+    /// `evaluate_every` calls (1: after each call; the real consumer
+    /// evaluates once per stream batch).
+    pub fn new(evaluate_every: usize, now: DateTime<Utc>) -> Self {
+        let operator = OperatorId::new("nordic").expect("a valid operator id");
+        Self {
+            record: BreakerRecord::initial(operator, now),
+            window: WindowConfig::default(),
+            breaker: BreakerConfig::default(),
+            buckets: Vec::with_capacity(64),
+            since_evaluation: 0,
+            evaluate_every: evaluate_every.max(1),
+            trial: false,
+            tally: Tally::default(),
+        }
+    }
+
+    fn apply(&mut self, decision: Decision) {
+        if let Decision::Transition(next) = decision {
+            self.record = next;
+            self.tally.transitions += 1;
+        }
+    }
+
+    /// Whether a call made at `now` may go to the operator.
+    pub fn admit(&mut self, now: DateTime<Utc>) -> bool {
+        if self.record.state == BreakerState::Open
+            && self.record.open_until.is_some_and(|until| now >= until)
+        {
+            let decision = decide(&self.record, &Input::Tick, now, &self.breaker);
+            self.apply(decision);
+        }
+        let admitted = match self.record.state {
+            BreakerState::Closed | BreakerState::ForcedClosed => {
+                self.trial = false;
+                true
+            }
+            BreakerState::HalfOpen if self.record.may_claim_trial(&self.breaker) => {
+                self.record.trials_claimed += 1;
+                self.trial = true;
+                true
+            }
+            BreakerState::HalfOpen | BreakerState::Open | BreakerState::ForcedOpen => false,
+        };
+        if admitted {
+            self.tally.admitted += 1;
+        } else {
+            self.tally.rejected += 1;
+        }
+        admitted
+    }
+
+    /// Record the outcome of the call admitted last, made at `started`.
+    pub fn record(&mut self, health: Health, started: DateTime<Utc>) {
+        if self.trial {
+            self.record_trial(health, started);
+            return;
+        }
+        if self.record.state != BreakerState::Closed {
+            return;
+        }
+        let start = self.window.bucket_start(started);
+        match self.buckets.last_mut() {
+            Some(last) if last.start == start => last.counts.record(health),
+            _ => {
+                let mut counts = CallCounts::default();
+                counts.record(health);
+                let oldest = self.window.oldest_read(started);
+                self.buckets.retain(|b| b.start >= oldest);
+                self.buckets.push(Bucket { start, counts });
+            }
+        }
+        self.since_evaluation += 1;
+        if self.since_evaluation >= self.evaluate_every {
+            self.since_evaluation = 0;
+            self.evaluate(started);
+        }
+    }
+
+    /// The real consumer's check after a batch: only buckets that start
+    /// after the breaker last closed.
+    fn evaluate(&mut self, now: DateTime<Utc>) {
+        let since = self.record.since;
+        let first = self.buckets.partition_point(|b| b.start <= since);
+        if let Some(verdict) = self.window.evaluate(&self.buckets[first..], now) {
+            let input = Input::Trip {
+                reason: TripReason::Window { verdict },
+                observed_version: self.record.version,
+            };
+            let decision = decide(&self.record, &input, now, &self.breaker);
+            self.apply(decision);
+        }
+    }
+
+    fn record_trial(&mut self, health: Health, now: DateTime<Utc>) {
+        self.trial = false;
+        if self.record.state != BreakerState::HalfOpen {
+            return;
+        }
+        match health {
+            Health::Success | Health::SlowSuccess => {
+                self.record.trial_successes += 1;
+                if self.record.trial_successes >= self.breaker.successes_to_close {
+                    let input = Input::TrialsPassed {
+                        observed_version: self.record.version,
+                    };
+                    let decision = decide(&self.record, &input, now, &self.breaker);
+                    self.apply(decision);
+                }
+            }
+            Health::Failure | Health::Timeout => {
+                self.record.trial_failures += 1;
+                let input = Input::Trip {
+                    reason: TripReason::TrialFailed {
+                        detail: "trial call failed".to_owned(),
+                    },
+                    observed_version: self.record.version,
+                };
+                let decision = decide(&self.record, &input, now, &self.breaker);
+                self.apply(decision);
+            }
+            Health::Neutral => {}
+        }
+    }
+}
+
+/// Run lifeboat's breaker over `calls`, evaluating every `evaluate_every`.
+pub fn run_lifeboat(calls: &[Outcome], evaluate_every: usize) -> Tally {
+    let mut breaker = InProcessBreaker::new(evaluate_every, start());
+    for (i, outcome) in calls.iter().enumerate() {
+        let now = at(i);
+        if breaker.admit(now) {
+            breaker.record(outcome.health(), now);
+        }
+    }
+    breaker.tally
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sequences_are_what_they_say() {
+        let seqs = sequences();
+        assert_eq!(seqs.len(), 3);
+        for s in &seqs {
+            assert_eq!(s.calls.len(), CALLS);
+        }
+        let failed = |s: &Sequence| s.calls.iter().filter(|o| !o.is_ok()).count();
+        assert!(
+            (100..=200).contains(&failed(&seqs[0])),
+            "{}",
+            failed(&seqs[0])
+        );
+        assert!(
+            (2_800..=3_200).contains(&failed(&seqs[1])),
+            "{}",
+            failed(&seqs[1])
+        );
+        assert_eq!(failed(&seqs[2]), 2_000);
+    }
+
+    #[test]
+    fn lifeboat_stays_closed_when_healthy_and_opens_in_the_outage() {
+        let seqs = sequences();
+        for every in [1, 10] {
+            let healthy = run_lifeboat(&seqs[0].calls, every);
+            assert_eq!(healthy.transitions, 0, "every {every}");
+            assert_eq!(healthy.admitted as usize, CALLS);
+            let outage = run_lifeboat(&seqs[2].calls, every);
+            assert!(outage.transitions >= 3, "{outage:?}");
+            assert!(outage.rejected > 2_000, "{outage:?}");
+            // Closed again after the outage: the last calls are admitted.
+            let mut breaker = InProcessBreaker::new(every, start());
+            for (i, o) in seqs[2].calls.iter().enumerate() {
+                if breaker.admit(at(i)) {
+                    breaker.record(o.health(), at(i));
+                }
+            }
+            assert_eq!(breaker.record.state, BreakerState::Closed, "every {every}");
+        }
+    }
+}
