@@ -10,7 +10,9 @@
 //! * `window_batch_store/<traffic>/<n>`: the same through the in-memory
 //!   `WindowStore` (`add`, then `since`: a copy of the buckets) as the real
 //!   consumer's code calls it, awaited on a current-thread runtime;
-//! * `window_evaluate/<traffic>`: `evaluate` alone over the 60 buckets.
+//! * `window_evaluate/<traffic>`: `evaluate` alone over the 60 buckets;
+//! * `window_oldest_read`: `WindowConfig::oldest_read` alone, which
+//!   `evaluate` computes once per bucket in its filter.
 //!
 //! [`InProcessBreaker`]: lifeboat_bench::InProcessBreaker
 
@@ -48,6 +50,9 @@ fn batches(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a current-thread runtime");
+    c.bench_function("window_oldest_read", |b| {
+        b.iter(|| cfg.oldest_read(black_box(now)));
+    });
     // Healthy and brownout traffic: neither trips (the brownout's 30 % is
     // under the 50 % rule, and every bucket holds successes), so every rule
     // is checked, the common case after a batch.
