@@ -10,6 +10,7 @@ use std::sync::Arc;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use futures::StreamExt;
 use lambda_runtime::Diagnostic;
+use lifeboat_core::invocation::NotABatch;
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
 use lifeboat_core::ports::{EventPublisher, RequestStore};
 use lifeboat_core::request::{FailureReason, Outcome};
@@ -27,14 +28,14 @@ const WRITE_CONCURRENCY: usize = 16;
 /// Why a whole invocation failed (records never fail the invocation).
 #[derive(Debug, thiserror::Error)]
 pub enum FallbackError {
-    #[error("{0}")]
-    NotABatch(String),
+    #[error(transparent)]
+    NotABatch(#[from] NotABatch),
 }
 
 impl From<FallbackError> for Diagnostic {
     fn from(e: FallbackError) -> Self {
         Diagnostic {
-            error_type: "NotABatch".into(),
+            error_type: NotABatch::ERROR_TYPE.into(),
             error_message: e.to_string(),
         }
     }
@@ -81,7 +82,7 @@ impl FallbackConsumer {
     pub async fn handle(&self, payload: &Value) -> Result<FallbackReport, FallbackError> {
         let batch = read_batch(payload, self.requests.as_ref(), self.clock.now(), NAME)
             .await
-            .map_err(FallbackError::NotABatch)?;
+            .map_err(NotABatch)?;
         let mut report = FallbackReport {
             skipped: batch.skipped,
             quarantined: batch.quarantined,

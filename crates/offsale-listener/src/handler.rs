@@ -118,6 +118,7 @@ use lifeboat_aws::{DynamoSaleStatusStore, SqsRedelivery};
 use lifeboat_core::events::{
     BreakerStateChanged, LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION, SOURCE,
 };
+use lifeboat_core::invocation::NotABatch;
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
 use lifeboat_core::ports::{EventPublisher, PublishError, StoreError};
 use lifeboat_core::request::FailureReason;
@@ -145,7 +146,7 @@ const MAX_DETAIL_CHARS: usize = 400;
 #[derive(Debug, thiserror::Error)]
 pub enum ListenerError {
     #[error("payload is not an SQS batch: {0}")]
-    NotABatch(String),
+    NotABatch(#[from] NotABatch),
     /// The batch response could not be written: the whole batch comes back.
     #[error("batch response not serialisable: {0}")]
     Response(String),
@@ -154,7 +155,7 @@ pub enum ListenerError {
 impl From<ListenerError> for Diagnostic {
     fn from(e: ListenerError) -> Self {
         let error_type = match e {
-            ListenerError::NotABatch(_) => "NotABatch",
+            ListenerError::NotABatch(_) => NotABatch::ERROR_TYPE,
             ListenerError::Response(_) => "Response",
         };
         Diagnostic {
@@ -505,7 +506,7 @@ impl OffsaleListener {
         let records = payload
             .get("Records")
             .and_then(Value::as_array)
-            .ok_or_else(|| ListenerError::NotABatch("no Records array".into()))?;
+            .ok_or_else(|| NotABatch("no Records array".into()))?;
         let mut by_operator: BTreeMap<OperatorId, Vec<Delivery>> = BTreeMap::new();
         let mut poison = Vec::new();
         for record in records {

@@ -29,6 +29,7 @@ use lambda_runtime::Diagnostic;
 use lifeboat_core::breaker::TripReason;
 use lifeboat_core::cache::{CacheKey, CacheStore, CachedAnswer};
 use lifeboat_core::events::{LifeboatEvent, SCHEMA_VERSION, TrialsPassed, TripRequested};
+use lifeboat_core::invocation::NotABatch;
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names};
 use lifeboat_core::ports::{
     BreakerStore, EventPublisher, OperatorApi, RequestStore, StoreError, WindowStore,
@@ -55,14 +56,14 @@ pub const DEFAULT_CONCURRENCY: usize = 50;
 /// Why a whole invocation failed (records never fail the invocation).
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
-    #[error("{0}")]
-    NotABatch(String),
+    #[error(transparent)]
+    NotABatch(#[from] NotABatch),
 }
 
 impl From<ConsumerError> for Diagnostic {
     fn from(e: ConsumerError) -> Self {
         Diagnostic {
-            error_type: "NotABatch".into(),
+            error_type: NotABatch::ERROR_TYPE.into(),
             error_message: e.to_string(),
         }
     }
@@ -210,7 +211,7 @@ impl RealConsumer {
         let started = self.clock.now();
         let batch = read_batch(payload, self.requests.as_ref(), self.clock.now(), NAME)
             .await
-            .map_err(ConsumerError::NotABatch)?;
+            .map_err(NotABatch)?;
         let mut report = BatchReport {
             skipped: batch.skipped,
             quarantined: batch.quarantined,
