@@ -218,6 +218,8 @@ async fn carts_are_saved_only_on_the_revision_they_were_read_at() {
                 currency: "EUR".into(),
                 source: Source::LastGood,
                 as_of: t(-3600),
+                parts: Vec::new(),
+                covers: Default::default(),
             },
             t(30),
         )

@@ -4,7 +4,9 @@
 //!
 //! Invariants: no panic; a search answer is accepted exactly when it is a
 //! JSON object with a `sailings` array, a price answer exactly when it is a
-//! JSON object with a `price` object; a body that is not JSON is reported as
+//! JSON object with a `price` object that `lifeboat_core::price::quote`
+//! accepts (a sane amount in a known currency, parts that add up), and is
+//! refused as not a price otherwise; a body that is not JSON is reported as
 //! such; every refusal has a message naming the operation; a ping's answer
 //! is never read, so any body answers it.
 #![no_main]
@@ -36,9 +38,16 @@ fuzz_target!(|data: &[u8]| {
                     .as_object()
                     .and_then(|o| o.get(field))
                     .is_some_and(fits);
-                assert_eq!(result.is_ok(), expected, "{operation}: {body:?}");
                 if !expected {
                     assert!(matches!(result, Err(PayloadError::WrongShape { .. })));
+                } else if operation == Operation::Price {
+                    let quote = lifeboat_core::price::quote(&value[field]);
+                    assert_eq!(result.is_ok(), quote.is_ok(), "{body:?}");
+                    if quote.is_err() {
+                        assert!(matches!(result, Err(PayloadError::NotAPrice(_))));
+                    }
+                } else {
+                    assert!(result.is_ok(), "{operation}: {body:?}");
                 }
             }
         }

@@ -310,6 +310,8 @@ mod tests {
                 currency: "EUR".into(),
                 source: Source::LastGood,
                 as_of: at(-3600),
+                parts: Vec::new(),
+                covers: Default::default(),
             },
             at(5),
         )

@@ -19,11 +19,18 @@
 //! stored. Back on sale, the cart says `upgrade_available` and the customer
 //! may choose again; nothing changes by itself.
 //!
-//! Confirm re-prices through the gateway while the operator is on sale. A
-//! price that changed is answered 409 with the old price, the new price and
-//! the difference, and the customer confirms again to accept it. While off
+//! A price covers the chosen accommodation and extras, itemised as the
+//! operator gave it; an off-sale cart keeps the base fare (its default
+//! accommodation, no extras). A cart shows a cached price with its age from
+//! the moment it opens, and every step on sale asks for the price of what
+//! is chosen, so a changed price is shown (`price_changed` beside the cart)
+//! at the step the customer is on, not first at payment. Confirm re-prices
+//! once more: the same or a lower price is confirmed, a rise within the
+//! operator's `absorb_rise_percent` is absorbed (the customer pays the price
+//! shown), and any other rise is answered 409 with the old price, the new
+//! price and the difference, for the customer to confirm again. While off
 //! sale, a cart is confirmed on its cached price (with its age) when the
-//! operator's cart policy allows it.
+//! operator's cart policy allows it. See docs/carts.md.
 //!
 //! Every step a customer takes on a stored cart (opening it included, and
 //! refused or failed steps too) is added to the cart's step history with its
@@ -34,24 +41,24 @@
 //!
 //! The sailing id is put in the operator's case (`ids` in
 //! `OPERATOR_SETTINGS`) before it is stored, priced or cached, so its case
-//! variants find the same price. Accommodation and extra codes are only
-//! stored on the cart (no operator call or cache key uses them) and are
-//! kept as sent.
+//! variants find the same price. Accommodation and extra codes are kept as
+//! sent and passed to the operator's price call (`accommodation`, `extras`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lifeboat_core::cart::{
-    Cart, CartPolicy, CartPrice, CartRefusal, CartSettings, CartStore, ConfirmStep,
-    MAX_PRICE_CENTS, Sailing, StepKind, StepRecord,
+    Cart, CartPolicy, CartPrice, CartRefusal, CartSettings, CartStore, Choices, ConfirmStep,
+    PriceChange, Sailing, StepKind, StepRecord,
 };
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::StoreError;
+use lifeboat_core::price::{self as money, PartKind, PricePart, Quote};
 use lifeboat_core::sale::SaleStatusStore;
 use lifeboat_core::watched::watch;
 use lifeboat_core::{Operation, OperatorId};
 use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
-use lifeboat_lookup::params::{self, price_params, search_params};
+use lifeboat_lookup::params::{self, price_params_for, search_params};
 use lifeboat_lookup::{Answer, Lookup, Mode, Source, UnavailableReason};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -201,11 +208,16 @@ impl CartService {
             policy,
             now,
         );
-        if !on_sale {
-            // The cached price is part of the degraded state, stored at once.
-            if let Some(price) = self.price(&cart, Mode::CachedOnly).await? {
-                let _ = cart.set_price(price, now);
-            }
+        // A cached price, with its age, from the start: while off sale it is
+        // part of the degraded state; on sale it is the price the customer's
+        // search showed, until a step asks the operator.
+        let cached = match self.price(&cart, policy, Mode::CachedOnly).await {
+            Ok(price) => price,
+            Err(problem) if !on_sale => return Err(problem),
+            Err(_) => None,
+        };
+        if let Some(price) = cached {
+            let _ = cart.set_price(price, now);
         }
         cart.revision = 1;
         let step = StepRecord {
@@ -273,6 +285,13 @@ impl CartService {
         let (status, extra) = outcome?;
         let view = self.view(&cart, on_sale);
         Ok(match extra {
+            // A step that went through and found the price changed: the
+            // cart, with the change beside it.
+            Some((name, value, _)) if status == 200 => {
+                let mut view = view;
+                view[name] = value;
+                Reply::json(status, view)
+            }
             // A price to show before confirming: a problem document (RFC
             // 9457) with the price and the cart as extension members.
             Some((name, value, detail)) => Problem::new(status, title_of(name), detail)
@@ -294,13 +313,14 @@ impl CartService {
         policy: &CartPolicy,
     ) -> Result<StepReply, Problem> {
         let now = self.lookup.clock.now();
+        let before = cart.clone();
         match step {
             "accommodation" => {
                 let body: AccommodationBody = json_body(request)?;
                 let code = params::code("code", &body.code)?;
                 cart.choose_accommodation(code, on_sale, now)
                     .map_err(refusal)?;
-                Ok((200, None))
+                self.reprice_choices(cart, before, policy).await
             }
             "extras" => {
                 let body: ExtrasBody = json_body(request)?;
@@ -319,7 +339,7 @@ impl CartService {
                     codes.push(code);
                 }
                 cart.choose_extras(codes, on_sale, now).map_err(refusal)?;
-                Ok((200, None))
+                self.reprice_choices(cart, before, policy).await
             }
             "price" => {
                 let mode = if on_sale {
@@ -327,13 +347,43 @@ impl CartService {
                 } else {
                     Mode::CachedOnly
                 };
-                match self.price(cart, mode).await? {
-                    Some(price) => cart.set_price(price, now).map_err(refusal)?,
-                    None => return Err(no_price(cart)),
+                match self.price(cart, policy, mode).await? {
+                    Some(price) => {
+                        let change = cart.set_price(price, now).map_err(refusal)?;
+                        Ok((200, change.map(shown_change)))
+                    }
+                    None => Err(no_price(cart)),
                 }
-                Ok((200, None))
             }
             _ => self.confirm(cart, on_sale, policy).await,
+        }
+    }
+
+    /// Price the choices a step just made (on sale), so the customer sees
+    /// the price of what they chose, and any change of it, at this step
+    /// rather than at payment. Choices the operator does not sell are
+    /// refused (422) and undone; when no price can be found now the choice
+    /// stands, without a price that would not cover it.
+    async fn reprice_choices(
+        &self,
+        cart: &mut Cart,
+        before: Cart,
+        policy: &CartPolicy,
+    ) -> Result<StepReply, Problem> {
+        let now = self.lookup.clock.now();
+        match self.price(cart, policy, Mode::AskOperator).await {
+            Ok(Some(price)) => {
+                let change = cart.set_price(price, now).map_err(refusal)?;
+                Ok((200, change.map(shown_change)))
+            }
+            Err(problem) if problem.status == 422 => {
+                *cart = before;
+                Err(problem)
+            }
+            Ok(None) | Err(_) => {
+                cart.drop_price_unless_covering(&cart.choices(policy));
+                Ok((200, None))
+            }
         }
     }
 
@@ -355,9 +405,9 @@ impl CartService {
         } else {
             Mode::CachedOnly
         };
-        let step = match self.price(cart, mode).await? {
+        let step = match self.price(cart, policy, mode).await? {
             Some(price) if price.source == Source::Live => {
-                cart.confirm_live(price, now).map_err(refusal)?
+                cart.confirm_live(price, policy, now).map_err(refusal)?
             }
             cached => {
                 // Not a live price: the operator is off sale or did not
@@ -396,42 +446,61 @@ impl CartService {
         })
     }
 
-    /// The cart's price: the price answer (as `mode` allows), or else the
+    /// The price of the cart's choices: the operator's price answer for them
+    /// (as `mode` allows); for the default choices (the base fare) else the
     /// sailing's fare in the cached search answer for the same route, date
     /// and passengers (the operator's own figure, with that answer's age).
-    /// `None` when nothing can be shown.
-    async fn price(&self, cart: &Cart, mode: Mode) -> Result<Option<CartPrice>, Problem> {
+    /// `None` when nothing can be shown; 422 when the operator refuses to
+    /// price choices it does not sell.
+    async fn price(
+        &self,
+        cart: &Cart,
+        policy: &CartPolicy,
+        mode: Mode,
+    ) -> Result<Option<CartPrice>, Problem> {
         let s = &cart.sailing;
         // A cart stored before its operator's `ids` said so is asked in the
         // operator's case too.
         let ids = self.lookup.settings.for_operator(&cart.operator).ids;
         let sailing_id = ids.normalise(&s.sailing_id);
+        let choices = cart.choices(policy);
         let priced = self
             .lookup
             .answer(
                 &cart.operator,
                 Operation::Price,
-                &price_params(&sailing_id, s.passengers),
+                &price_params_for(&sailing_id, s.passengers, &choices),
                 mode,
             )
             .await;
         match priced.result {
-            Ok(answer) => {
-                let price = serde_json::from_str::<Value>(&answer.body)
-                    .ok()
-                    .and_then(|v| money(v.get("price")?, "amount_cents"));
-                if let Some(price) = price {
-                    return Ok(Some(cart_price(price, &answer)));
+            Ok(answer) => match quote_in(&answer.body) {
+                Ok(quote) => return Ok(Some(cart_price(quote, &answer, choices))),
+                Err(error) => {
+                    tracing::error!(operator = %cart.operator, %error, "stored price answer is not a price");
                 }
-                tracing::error!(operator = %cart.operator, "stored price answer has no price");
-            }
+            },
             Err(u) if u.reason == UnavailableReason::StoreUnavailable => {
                 return Err(Problem::unavailable(
                     "lifeboat could not look the price up",
                     u.retry_after,
                 ));
             }
+            Err(u) if u.reason == UnavailableReason::Rejected && !choices.are_default() => {
+                return Err(Problem::new(
+                    422,
+                    "choices not sold",
+                    format!(
+                        "{} does not price the accommodation or extras chosen: choose again",
+                        cart.operator
+                    ),
+                ));
+            }
             Err(_) => {}
+        }
+        if !choices.are_default() {
+            // A search's fare is the base fare: it covers no other choices.
+            return Ok(None);
         }
         let searched = self
             .lookup
@@ -456,9 +525,9 @@ impl CartService {
                             .and_then(Value::as_str)
                             .is_some_and(|id| ids.same(id, &sailing_id))
                     })
-                    .and_then(|x| money(x, "price_cents"))
+                    .and_then(fare_of)
             });
-        Ok(fare.map(|fare| cart_price(fare, &answer)))
+        Ok(fare.map(|fare| cart_price(fare, &answer, choices)))
     }
 
     /// Is the operator on sale? An operator never switched is on sale. A
@@ -501,6 +570,7 @@ impl CartService {
             json!({
                 "amount_cents": p.amount_cents, "currency": p.currency, "source": p.source,
                 "as_of": p.as_of, "age_s": lifeboat_core::cache::age_s(p.as_of, now),
+                "parts": p.parts, "covers": p.covers,
             })
         });
         json!({
@@ -564,23 +634,48 @@ fn log_ref(cart_id: &str) -> String {
     format!("{:012x}", hasher.finish() >> 16)
 }
 
-/// An operator's amount and currency, if the amount is a price at all: from
-/// 0 to [`MAX_PRICE_CENTS`], so no arithmetic on prices can overflow.
-fn money(object: &Value, amount: &str) -> Option<(i64, String)> {
-    let cents = object
-        .get(amount)?
-        .as_i64()
-        .filter(|c| (0..=MAX_PRICE_CENTS).contains(c))?;
-    Some((cents, object.get("currency")?.as_str()?.to_owned()))
+/// The price in a price answer's body, checked (a sane amount in a known
+/// currency, parts that add up).
+fn quote_in(body: &str) -> Result<Quote, String> {
+    let value: Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
+    let price = value.get("price").ok_or("no price")?;
+    money::quote(price).map_err(|e| e.to_string())
 }
 
-fn cart_price((amount_cents, currency): (i64, String), answer: &Answer) -> CartPrice {
+/// A search answer's fare of one sailing, if it is a price at all; its one
+/// part is the fare.
+fn fare_of(sailing: &Value) -> Option<Quote> {
+    let fare =
+        json!({"amount_cents": sailing.get("price_cents")?, "currency": sailing.get("currency")?});
+    let quote = money::quote(&fare).ok()?;
+    Some(Quote {
+        parts: vec![PricePart {
+            kind: PartKind::Fare,
+            code: None,
+            amount_cents: quote.amount_cents,
+        }],
+        ..quote
+    })
+}
+
+fn cart_price(quote: Quote, answer: &Answer, covers: Choices) -> CartPrice {
     CartPrice {
-        amount_cents,
-        currency,
+        amount_cents: quote.amount_cents,
+        currency: quote.currency,
         source: answer.source,
         as_of: answer.as_of,
+        parts: quote.parts,
+        covers,
     }
+}
+
+/// A change found at a step before payment, shown with the step's answer.
+fn shown_change(change: PriceChange) -> (&'static str, Value, &'static str) {
+    (
+        "price_changed",
+        json!(change),
+        "the price of your choices changed: this is the new price",
+    )
 }
 
 fn json_body<T: for<'de> Deserialize<'de>>(request: &HttpRequest) -> Result<T, Problem> {

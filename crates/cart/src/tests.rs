@@ -322,13 +322,32 @@ async fn back_on_sale_the_customer_may_upgrade() {
     .await;
     assert_eq!(extras.body["degraded"], Value::Null);
     assert_eq!(extras.body["upgrade_available"], false);
-    // Never priced: the live price is shown first, then confirmed.
+    // Each choice on sale is priced at once: the cabin and the meals, part
+    // by part, adding up.
+    let price = &extras.body["price"];
+    assert_eq!(price["source"], "live", "{}", extras.body);
+    assert_eq!(
+        price["covers"],
+        json!({"accommodation": "cabin", "extras": ["meal"]})
+    );
+    let parts = price["parts"].as_array().unwrap();
+    let kinds: Vec<&str> = parts.iter().map(|p| p["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["fare", "accommodation", "extra"]);
+    let sum: i64 = parts
+        .iter()
+        .map(|p| p["amount_cents"].as_i64().unwrap())
+        .sum();
+    assert_eq!(price["amount_cents"], sum);
+    assert!(
+        extras.body.get("price_changed").is_none(),
+        "new choices are no change"
+    );
+    // The price shown is the price paid: no second look at payment.
     let confirm = HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({}));
-    let shown = call(&mut w, confirm.clone()).await;
-    assert_eq!(shown.status, 409, "{}", shown.body);
     let confirmed = call(&mut w, confirm).await;
     assert_eq!(confirmed.status, 200, "{}", confirmed.body);
     assert_eq!(confirmed.body["confirmation"]["on_cached_price"], false);
+    assert_eq!(confirmed.body["confirmation"]["amount_cents"], sum);
 }
 
 #[tokio::test(start_paused = true)]
@@ -665,28 +684,26 @@ async fn a_case_variant_of_the_sailing_id_finds_the_same_cached_price() {
 
 #[test]
 fn only_amounts_that_are_prices_are_read() {
-    let read = |cents: Value| {
-        money(
-            &json!({"amount_cents": cents, "currency": "EUR"}),
-            "amount_cents",
-        )
+    let fare = |cents: Value, currency: &str| {
+        fare_of(&json!({"price_cents": cents, "currency": currency})).map(|q| q.amount_cents)
     };
-    assert_eq!(read(json!(9_900)), Some((9_900, "EUR".to_owned())));
-    assert_eq!(read(json!(0)), Some((0, "EUR".to_owned())));
-    assert_eq!(
-        read(json!(MAX_PRICE_CENTS)),
-        Some((MAX_PRICE_CENTS, "EUR".to_owned()))
-    );
+    assert_eq!(fare(json!(9_900), "EUR"), Some(9_900));
+    let max = lifeboat_core::price::MAX_PRICE_CENTS;
+    assert_eq!(fare(json!(max), "EUR"), Some(max));
     for bad in [
+        json!(0),
         json!(-1),
         json!(i64::MIN),
-        json!(MAX_PRICE_CENTS + 1),
+        json!(max + 1),
         json!(i64::MAX),
         json!(99.5),
         json!("9900"),
     ] {
-        assert_eq!(read(bad.clone()), None, "{bad}");
+        assert_eq!(fare(bad.clone(), "EUR"), None, "{bad}");
     }
+    assert_eq!(fare(json!(9_900), "EURO"), None);
+    assert!(quote_in(r#"{"price": {"amount_cents": 100, "currency": "EUR", "parts": [{"kind": "fare", "amount_cents": 90}]}}"#).is_err());
+    assert!(quote_in(r#"{"price": {"amount_cents": 100, "currency": "EUR"}}"#).is_ok());
 }
 
 #[test]

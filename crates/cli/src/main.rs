@@ -67,6 +67,12 @@ enum Command {
         /// Seed of every random choice.
         #[arg(long)]
         seed: Option<u64>,
+        /// The rise at payment, in percent of the price shown, that the
+        /// demo's marketplace absorbs (CART_SETTINGS `absorb_rise_percent`;
+        /// 0 absorbs nothing, as lifeboat's default).
+        #[arg(long, default_value_t = Script::default().absorb_rise_percent,
+              value_parser = clap::value_parser!(u32).range(0..=20))]
+        absorb_rise_percent: u32,
         /// Also print the carts minute by minute against the breaker (with
         /// --json: under `carts_minutes`).
         #[arg(long)]
@@ -502,12 +508,14 @@ fn main() -> ExitCode {
             mode,
             outage_s,
             seed,
+            absorb_rise_percent,
             carts_minutes,
             plot,
         } => {
             let defaults = Script::default();
             let script = Script {
                 mode,
+                absorb_rise_percent,
                 outage: std::time::Duration::from_secs(outage_s),
                 seed: seed.unwrap_or(defaults.seed),
                 ..defaults

@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{Source, age_s};
 use crate::operator::OperatorId;
 use crate::ports::StoreError;
+pub use crate::price::MAX_PRICE_CENTS;
+use crate::price::PricePart;
 
 /// The sailing a cart is for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,9 +59,24 @@ pub enum Extras {
     SkippedWhileOffSale,
 }
 
-/// The largest price the cart accepts from an operator, in cents (a
-/// billion in any currency): far above any ticket, far below overflow.
-pub const MAX_PRICE_CENTS: i64 = 100_000_000_000;
+/// The choices a price covers: the accommodation and the extras it was
+/// asked for. A price for other choices is a new price, not a change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choices {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accommodation: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extras: Vec<String>,
+}
+
+impl Choices {
+    /// Whether these are the choices a cart has before the customer chooses,
+    /// or the ones made for it while off sale: the default accommodation (or
+    /// none yet) and no extras. Their price is the sailing's base fare.
+    pub fn are_default(&self) -> bool {
+        *self == Choices::default()
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CartPrice {
@@ -68,9 +85,18 @@ pub struct CartPrice {
     pub source: Source,
     /// When the operator gave this price.
     pub as_of: DateTime<Utc>,
+    /// The price's parts, as the operator itemised them (none when it did
+    /// not, or when the price is a search's fare).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PricePart>,
+    /// The choices this price covers (none on carts stored before prices
+    /// covered choices).
+    #[serde(default)]
+    pub covers: Choices,
 }
 
-/// A price that changed at confirm, shown to the customer.
+/// A price that changed for the same choices, shown to the customer at the
+/// step it was found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PriceChange {
     pub old_cents: i64,
@@ -139,6 +165,15 @@ pub struct Confirmation {
     /// Confirmed on a cached price while the operator was off sale.
     pub on_cached_price: bool,
     pub price_as_of: DateTime<Utc>,
+    /// A rise at payment within the operator's tolerance, which the
+    /// marketplace absorbed: the customer paid `amount_cents`, the operator
+    /// asked this much more.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub absorbed_cents: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -181,7 +216,15 @@ pub struct CartPolicy {
     pub confirm_on_cached_price: bool,
     /// The oldest cached price a cart may be confirmed on, in seconds.
     pub max_price_age_s: u64,
+    /// A rise found at payment of at most this share of the price shown, in
+    /// percent, is absorbed by the marketplace: the customer pays the price
+    /// shown and is not asked again. 0 (the default) absorbs nothing; at
+    /// most [`MAX_ABSORB_RISE_PERCENT`].
+    pub absorb_rise_percent: u32,
 }
+
+/// The largest tolerance `absorb_rise_percent` may be set to.
+pub const MAX_ABSORB_RISE_PERCENT: u32 = 20;
 
 impl Default for CartPolicy {
     fn default() -> Self {
@@ -189,6 +232,7 @@ impl Default for CartPolicy {
             default_accommodation: "seat".into(),
             confirm_on_cached_price: true,
             max_price_age_s: 7 * 24 * 3600,
+            absorb_rise_percent: 0,
         }
     }
 }
@@ -203,8 +247,14 @@ pub struct CartSettings {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("CART_SETTINGS is not valid cart settings JSON: {0}")]
-pub struct CartSettingsError(#[from] serde_json::Error);
+pub enum CartSettingsError {
+    #[error("CART_SETTINGS is not valid cart settings JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(
+        "CART_SETTINGS: absorb_rise_percent of {operator} is {percent}, more than {MAX_ABSORB_RISE_PERCENT}"
+    )]
+    Tolerance { operator: String, percent: u32 },
+}
 
 impl CartSettings {
     /// Parse settings JSON; an empty string means all defaults.
@@ -212,7 +262,22 @@ impl CartSettings {
         if json.trim().is_empty() {
             return Ok(Self::default());
         }
-        Ok(serde_json::from_str(json)?)
+        let settings: Self = serde_json::from_str(json)?;
+        let policies = std::iter::once(("default".to_owned(), &settings.default)).chain(
+            settings
+                .operators
+                .iter()
+                .map(|(operator, policy)| (operator.to_string(), policy)),
+        );
+        for (operator, policy) in policies {
+            if policy.absorb_rise_percent > MAX_ABSORB_RISE_PERCENT {
+                return Err(CartSettingsError::Tolerance {
+                    operator,
+                    percent: policy.absorb_rise_percent,
+                });
+            }
+        }
+        Ok(settings)
     }
 
     pub fn for_operator(&self, operator: &OperatorId) -> &CartPolicy {
@@ -371,6 +436,26 @@ impl Cart {
         Ok(())
     }
 
+    /// The choices the cart's price must cover: the accommodation unless it
+    /// is the operator's default (whose price is the base fare), and the
+    /// chosen extras in code order.
+    pub fn choices(&self, policy: &CartPolicy) -> Choices {
+        let accommodation = self
+            .accommodation
+            .as_ref()
+            .map(|a| a.code.clone())
+            .filter(|code| *code != policy.default_accommodation);
+        let mut extras = match &self.extras {
+            Extras::Chosen { codes } => codes.clone(),
+            Extras::NotChosen | Extras::SkippedWhileOffSale => Vec::new(),
+        };
+        extras.sort();
+        Choices {
+            accommodation,
+            extras,
+        }
+    }
+
     fn after_customer_change(&mut self, now: DateTime<Utc>) {
         // Once no off-sale choice is left the cart is no longer degraded.
         let defaults_left = matches!(
@@ -387,30 +472,45 @@ impl Cart {
         self.updated_at = now;
     }
 
-    /// Record a price for the cart.
-    pub fn set_price(&mut self, price: CartPrice, now: DateTime<Utc>) -> Result<(), CartRefusal> {
-        self.open_for_changes()?;
-        self.price = Some(price);
-        self.price_change = None;
-        self.updated_at = now;
-        Ok(())
-    }
-
-    /// Confirm with a price just asked from the operator (on sale). A price
-    /// that differs from the cart's is not confirmed: it becomes the cart's
-    /// price, and the change is returned for the customer to accept by
-    /// confirming again. So is a price on a cart that had none.
-    pub fn confirm_live(
+    /// Record a price for the cart, at whatever step it was found. When the
+    /// cart's price covers the same choices and this one differs, the change
+    /// is returned (and kept on the cart) for the step to show. A price for
+    /// other choices replaces the old one without being a change.
+    pub fn set_price(
         &mut self,
         price: CartPrice,
         now: DateTime<Utc>,
+    ) -> Result<Option<PriceChange>, CartRefusal> {
+        self.open_for_changes()?;
+        let change = self
+            .price
+            .as_ref()
+            .filter(|old| old.covers == price.covers)
+            .and_then(|old| change_between(old, &price, now));
+        self.price_change = change.clone();
+        self.price = Some(price);
+        self.updated_at = now;
+        Ok(change)
+    }
+
+    /// Forget a price that no longer covers the cart's choices (they changed
+    /// and no price for the new ones could be found).
+    pub fn drop_price_unless_covering(&mut self, choices: &Choices) {
+        if self.price.as_ref().is_some_and(|p| p.covers != *choices) {
+            self.price = None;
+        }
+    }
+
+    /// Confirm with a price just asked from the operator (on sale), as
+    /// [`Cart::settle`] decides.
+    pub fn confirm_live(
+        &mut self,
+        price: CartPrice,
+        policy: &CartPolicy,
+        now: DateTime<Utc>,
     ) -> Result<ConfirmStep, CartRefusal> {
         self.open_for_changes()?;
-        if let Some(step) = self.show_new_price(&price, now) {
-            return Ok(step);
-        }
-        self.confirm_on(price, false, now);
-        Ok(ConfirmStep::Confirmed)
+        Ok(self.settle(price, false, policy, now))
     }
 
     /// Confirm on a cached price while the operator cannot price the cart
@@ -428,59 +528,94 @@ impl Cart {
         if !policy.confirm_on_cached_price {
             return Err(CartRefusal::CachedPriceNotAllowed);
         }
-        let newer = cached.filter(|c| self.price.as_ref().is_none_or(|p| c.as_of > p.as_of));
-        if let Some(price) = newer
-            && let Some(step) = self.show_new_price(&price, now)
-        {
-            return Ok(step);
-        }
-        let price = self.price.clone().ok_or(CartRefusal::NoPrice)?;
+        let newer = cached.filter(|c| {
+            self.price
+                .as_ref()
+                .is_none_or(|p| c.covers != p.covers || c.as_of > p.as_of)
+        });
+        let price = newer
+            .or_else(|| self.price.clone())
+            .ok_or(CartRefusal::NoPrice)?;
         let age_s = age_s(price.as_of, now);
         if age_s > policy.max_price_age_s {
             return Err(CartRefusal::PriceTooOld { age_s });
         }
-        self.confirm_on(price, true, now);
-        Ok(ConfirmStep::Confirmed)
+        Ok(self.settle(price, true, policy, now))
     }
 
-    /// If `price` is not what the customer last saw, make it the cart's price
-    /// and say so.
-    fn show_new_price(&mut self, price: &CartPrice, now: DateTime<Utc>) -> Option<ConfirmStep> {
-        let step = match &self.price {
-            None => ConfirmStep::PriceToConfirm(price.clone()),
-            Some(old)
-                if old.amount_cents != price.amount_cents || old.currency != price.currency =>
+    /// Payment on `price`, the newest price of the cart's choices:
+    /// - the customer never saw a price for these choices: it is shown first
+    ///   ([`ConfirmStep::PriceToConfirm`]);
+    /// - the same or a lower price: confirmed on it (a drop is kept on the
+    ///   cart as its `price_change`, so the customer is told);
+    /// - a rise within the policy's `absorb_rise_percent`: confirmed on the
+    ///   price shown, the rise recorded as absorbed by the marketplace;
+    /// - any other rise, or another currency: shown first
+    ///   ([`ConfirmStep::PriceChanged`]); confirming again accepts it.
+    fn settle(
+        &mut self,
+        price: CartPrice,
+        on_cached_price: bool,
+        policy: &CartPolicy,
+        now: DateTime<Utc>,
+    ) -> ConfirmStep {
+        let Some(old) = self.price.clone().filter(|old| old.covers == price.covers) else {
+            self.price_change = None;
+            self.price = Some(price.clone());
+            self.updated_at = now;
+            return ConfirmStep::PriceToConfirm(price);
+        };
+        // Amounts are checked at the edge (0..=MAX_PRICE_CENTS), so the
+        // difference cannot overflow; checked all the same.
+        let rise = price.amount_cents.checked_sub(old.amount_cents);
+        match rise {
+            Some(rise) if old.currency == price.currency && rise <= 0 => {
+                self.price_change = change_between(&old, &price, now);
+                self.confirm_on(price, on_cached_price, 0, now);
+                ConfirmStep::Confirmed
+            }
+            Some(rise)
+                if old.currency == price.currency
+                    && absorbs(old.amount_cents, rise, policy.absorb_rise_percent) =>
             {
-                let change = PriceChange {
+                let shown = CartPrice {
+                    amount_cents: old.amount_cents,
+                    parts: old.parts,
+                    ..price
+                };
+                self.confirm_on(shown, on_cached_price, rise, now);
+                ConfirmStep::Confirmed
+            }
+            _ => {
+                let change = change_between(&old, &price, now).unwrap_or_else(|| PriceChange {
                     old_cents: old.amount_cents,
                     new_cents: price.amount_cents,
-                    // Prices are checked at the edge (the cart refuses
-                    // amounts outside 0..=MAX_PRICE_CENTS); saturating all
-                    // the same, so no amount can wrap or panic here.
-                    difference_cents: price.amount_cents.saturating_sub(old.amount_cents),
+                    difference_cents: 0,
                     currency: price.currency.clone(),
                     at: now,
-                };
+                });
                 self.price_change = Some(change.clone());
+                self.price = Some(price);
+                self.updated_at = now;
                 ConfirmStep::PriceChanged(change)
             }
-            Some(_) => return None,
-        };
-        if matches!(step, ConfirmStep::PriceToConfirm(_)) {
-            self.price_change = None;
         }
-        self.price = Some(price.clone());
-        self.updated_at = now;
-        Some(step)
     }
 
-    fn confirm_on(&mut self, price: CartPrice, on_cached_price: bool, now: DateTime<Utc>) {
+    fn confirm_on(
+        &mut self,
+        price: CartPrice,
+        on_cached_price: bool,
+        absorbed_cents: i64,
+        now: DateTime<Utc>,
+    ) {
         self.confirmation = Some(Confirmation {
             at: now,
             amount_cents: price.amount_cents,
             currency: price.currency.clone(),
             on_cached_price,
             price_as_of: price.as_of,
+            absorbed_cents,
         });
         self.price = Some(price);
         self.updated_at = now;
@@ -509,6 +644,25 @@ impl Cart {
     pub fn price_age_s(&self, now: DateTime<Utc>) -> Option<u64> {
         self.price.as_ref().map(|p| age_s(p.as_of, now))
     }
+}
+
+/// The change from `old` to `new`, if the amount or the currency differs.
+fn change_between(old: &CartPrice, new: &CartPrice, now: DateTime<Utc>) -> Option<PriceChange> {
+    (old.amount_cents != new.amount_cents || old.currency != new.currency).then(|| PriceChange {
+        old_cents: old.amount_cents,
+        new_cents: new.amount_cents,
+        // Both within 0..=MAX_PRICE_CENTS: saturating only so that no
+        // amount can ever wrap or panic here.
+        difference_cents: new.amount_cents.saturating_sub(old.amount_cents),
+        currency: new.currency.clone(),
+        at: now,
+    })
+}
+
+/// Whether a rise of `rise` cents on `shown` cents is within `percent`
+/// (in 128-bit arithmetic, which no two prices can overflow).
+fn absorbs(shown: i64, rise: i64, percent: u32) -> bool {
+    rise > 0 && i128::from(rise) * 100 <= i128::from(shown) * i128::from(percent)
 }
 
 /// The Carts table.
@@ -553,7 +707,13 @@ mod tests {
             currency: "EUR".into(),
             source,
             as_of: at(as_of),
+            parts: Vec::new(),
+            covers: Choices::default(),
         }
+    }
+
+    fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
+        r.unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -600,12 +760,20 @@ mod tests {
     fn a_cart_without_a_price_shows_one_before_confirming() {
         let mut c = cart(false);
         let step = c
-            .confirm_live(price(10_000, Source::Live, 0), at(0))
+            .confirm_live(
+                price(10_000, Source::Live, 0),
+                &CartPolicy::default(),
+                at(0),
+            )
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(step, ConfirmStep::PriceToConfirm(_)));
         assert!(c.confirmation.is_none());
         assert_eq!(
-            c.confirm_live(price(10_000, Source::Live, 5), at(5)),
+            c.confirm_live(
+                price(10_000, Source::Live, 5),
+                &CartPolicy::default(),
+                at(5)
+            ),
             Ok(ConfirmStep::Confirmed)
         );
     }
@@ -613,10 +781,13 @@ mod tests {
     #[test]
     fn a_changed_price_is_shown_before_it_is_confirmed() {
         let mut c = cart(false);
-        c.set_price(price(10_000, Source::Live, 0), at(0))
-            .unwrap_or_else(|e| panic!("{e}"));
+        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
         let step = c
-            .confirm_live(price(10_500, Source::Live, 60), at(60))
+            .confirm_live(
+                price(10_500, Source::Live, 60),
+                &CartPolicy::default(),
+                at(60),
+            )
             .unwrap_or_else(|e| panic!("{e}"));
         let ConfirmStep::PriceChanged(change) = step else {
             panic!("expected a price change, got {step:?}")
@@ -627,7 +798,11 @@ mod tests {
         );
         assert!(c.confirmation.is_none());
         let again = c
-            .confirm_live(price(10_500, Source::Fresh, 60), at(70))
+            .confirm_live(
+                price(10_500, Source::Fresh, 60),
+                &CartPolicy::default(),
+                at(70),
+            )
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(again, ConfirmStep::Confirmed);
         assert_eq!(
@@ -635,9 +810,93 @@ mod tests {
             Some(10_500)
         );
         assert_eq!(
-            c.confirm_live(price(1, Source::Live, 80), at(80)),
+            c.confirm_live(price(1, Source::Live, 80), &CartPolicy::default(), at(80)),
             Err(CartRefusal::AlreadyConfirmed)
         );
+    }
+
+    #[test]
+    fn a_change_is_shown_at_the_step_it_is_found_and_new_choices_are_no_change() {
+        let mut c = cart(false);
+        let policy = CartPolicy::default();
+        assert_eq!(
+            ok(c.set_price(price(10_000, Source::Fresh, 0), at(0))),
+            None
+        );
+        let change = ok(c.set_price(price(10_100, Source::Live, 30), at(30)));
+        assert_eq!(change.map(|c| c.difference_cents), Some(100));
+        assert!(c.price_change.is_some());
+        ok(c.choose_accommodation("cabin".into(), true, at(40)));
+        let cabin = c.choices(&policy);
+        assert_eq!(cabin.accommodation.as_deref(), Some("cabin"));
+        c.drop_price_unless_covering(&cabin);
+        assert_eq!(c.price, None, "the base fare does not cover a cabin");
+        let priced = CartPrice {
+            covers: cabin.clone(),
+            ..price(14_600, Source::Live, 40)
+        };
+        assert_eq!(ok(c.set_price(priced, at(40))), None);
+        // The default accommodation, chosen or given, is priced as the base fare.
+        ok(c.choose_accommodation("seat".into(), true, at(50)));
+        ok(c.choose_extras(vec!["wifi".into(), "breakfast".into()], true, at(50)));
+        assert_eq!(
+            c.choices(&policy),
+            Choices {
+                accommodation: None,
+                extras: vec!["breakfast".into(), "wifi".into()]
+            }
+        );
+        assert!(cart(true).choices(&policy).are_default());
+    }
+
+    #[test]
+    fn a_drop_at_payment_is_confirmed_and_a_small_rise_absorbed_when_allowed() {
+        let mut c = cart(false);
+        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
+        assert_eq!(
+            c.confirm_live(price(9_900, Source::Live, 9), &CartPolicy::default(), at(9)),
+            Ok(ConfirmStep::Confirmed)
+        );
+        let paid = c.confirmation.clone().unwrap_or_else(|| panic!("paid"));
+        assert_eq!((paid.amount_cents, paid.absorbed_cents), (9_900, 0));
+        assert_eq!(c.price_change.map(|p| p.difference_cents), Some(-100));
+
+        let tolerant = CartPolicy {
+            absorb_rise_percent: 2,
+            ..CartPolicy::default()
+        };
+        let mut c = cart(false);
+        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
+        // 2.01 % is past the tolerance: shown.
+        assert!(matches!(
+            c.confirm_live(price(10_201, Source::Live, 9), &tolerant, at(9)),
+            Ok(ConfirmStep::PriceChanged(_))
+        ));
+        let mut c = cart(false);
+        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
+        assert_eq!(
+            c.confirm_live(price(10_200, Source::Live, 9), &tolerant, at(9)),
+            Ok(ConfirmStep::Confirmed)
+        );
+        let paid = c.confirmation.clone().unwrap_or_else(|| panic!("paid"));
+        assert_eq!((paid.amount_cents, paid.absorbed_cents), (10_000, 200));
+        assert_eq!(c.price.map(|p| p.amount_cents), Some(10_000));
+        // Another currency is never absorbed.
+        let mut c = cart(false);
+        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
+        let sek = CartPrice {
+            currency: "SEK".into(),
+            ..price(10_000, Source::Live, 9)
+        };
+        assert!(matches!(
+            c.confirm_live(sek, &tolerant, at(9)),
+            Ok(ConfirmStep::PriceChanged(_))
+        ));
+        assert!(!absorbs(
+            MAX_PRICE_CENTS,
+            MAX_PRICE_CENTS,
+            MAX_ABSORB_RISE_PERCENT
+        ));
     }
 
     #[test]
@@ -647,8 +906,7 @@ mod tests {
             c.confirm_cached(None, &CartPolicy::default(), at(1)),
             Err(CartRefusal::NoPrice)
         );
-        c.set_price(price(9_900, Source::LastGood, -3600), at(1))
-            .unwrap_or_else(|e| panic!("{e}"));
+        ok(c.set_price(price(9_900, Source::LastGood, -3600), at(1)));
         let strict = CartPolicy {
             confirm_on_cached_price: false,
             ..CartPolicy::default()
@@ -725,6 +983,11 @@ mod tests {
         assert_eq!(settings.for_operator(&nordic).default_accommodation, "deck");
         assert_eq!(settings.for_operator(&other).default_accommodation, "seat");
         assert!(CartSettings::from_json(r#"{"nope": 1}"#).is_err());
+        assert!(matches!(
+            CartSettings::from_json(r#"{"operators": {"nordic": {"absorb_rise_percent": 21}}}"#),
+            Err(CartSettingsError::Tolerance { percent: 21, .. })
+        ));
+        assert!(CartSettings::from_json(r#"{"default": {"absorb_rise_percent": 20}}"#).is_ok());
         assert_eq!(
             CartSettings::from_json("").unwrap_or_else(|e| panic!("{e}")),
             CartSettings::default()

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use lifeboat_core::OperatorId;
+use lifeboat_core::cart::Choices;
 use lifeboat_core::settings::IdCase;
 
 use crate::http::Problem;
@@ -113,13 +114,33 @@ pub fn search_params(from: &str, to: &str, date: &str, passengers: u8) -> BTreeM
     ])
 }
 
-/// The gateway parameters of a price question. Search and cart both build
-/// them here, so both find the same cache entry.
+/// The gateway parameters of a price question for the base fare (the
+/// default accommodation, no extras). Search and cart both build them here,
+/// so both find the same cache entry.
 pub fn price_params(sailing_id: &str, passengers: u8) -> BTreeMap<String, String> {
-    BTreeMap::from([
+    price_params_for(sailing_id, passengers, &Choices::default())
+}
+
+/// The gateway parameters of a price question for `choices`: the
+/// accommodation as `accommodation`, the extras as `extras` (codes in order,
+/// comma-separated), each only when there is one, so the base fare's
+/// question stays the same.
+pub fn price_params_for(
+    sailing_id: &str,
+    passengers: u8,
+    choices: &Choices,
+) -> BTreeMap<String, String> {
+    let mut params = BTreeMap::from([
         ("sailing_id".to_owned(), sailing_id.to_owned()),
         ("passengers".to_owned(), passengers.to_string()),
-    ])
+    ]);
+    if let Some(code) = &choices.accommodation {
+        params.insert("accommodation".to_owned(), code.clone());
+    }
+    if !choices.extras.is_empty() {
+        params.insert("extras".to_owned(), choices.extras.join(","));
+    }
+    params
 }
 
 #[cfg(test)]

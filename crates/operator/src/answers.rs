@@ -5,8 +5,12 @@
 //! `from` and `to` (port names, default `HEL` and `TLL`), `date`
 //! (`YYYY-MM-DD`, default the simulator's current date), `passengers`
 //! (1 to 9, default 1), and for a price `sailing_id` (default the first
-//! sailing of the day for `from`, `to` and `date`). A value that is present
-//! but malformed is answered with a 400, as a real operator would.
+//! sailing of the day for `from`, `to` and `date`), `accommodation` (one of
+//! [`ACCOMMODATIONS`], default `seat`) and `extras` (codes of [`EXTRAS`],
+//! comma-separated). A value that is present but malformed or unknown is
+//! answered with a 400, as a real operator would. A price is itemised: the
+//! fare (the search's figure), the accommodation's supplement and each
+//! extra, which add up to the amount.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -49,6 +53,27 @@ impl PriceDrift {
         }
     }
 }
+
+/// The accommodations the simulated operator sells, with the supplement per
+/// booking in cents (the seat is in the fare).
+pub const ACCOMMODATIONS: [(&str, u64); 5] = [
+    ("seat", 0),
+    ("deck", 0),
+    ("recliner", 900),
+    ("cabin", 4_500),
+    ("suite", 12_000),
+];
+
+/// The extras the simulated operator sells, with the price per passenger in
+/// cents.
+pub const EXTRAS: [(&str, u64); 6] = [
+    ("breakfast", 1_200),
+    ("meal", 2_400),
+    ("wifi", 500),
+    ("lounge", 1_500),
+    ("bike", 1_000),
+    ("pet", 2_500),
+];
 
 /// A parameter the simulated operator refuses, with the message of its 400.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,14 +133,55 @@ pub(crate) fn price(
             .ok_or_else(|| BadRequest("no sailing on that date".into()))?,
     };
     let factor = drift.map_or(1.0, |d| d.factor_at(now));
+    let fare = price_cents(&sailing_id, passengers, factor);
+    let mut parts = vec![json!({"kind": "fare", "amount_cents": fare})];
+    let mut amount = fare;
+    let accommodation = params.get("accommodation").map_or("seat", String::as_str);
+    let supplement = listed(&ACCOMMODATIONS, accommodation, "accommodation")?;
+    let supplement = scaled(supplement, factor);
+    parts.push(json!({"kind": "accommodation", "code": accommodation, "amount_cents": supplement}));
+    amount += supplement;
+    let extras = params.get("extras").map_or("", String::as_str);
+    for code in extras.split(',').filter(|c| !c.is_empty()) {
+        let each = listed(&EXTRAS, code, "extra")?;
+        let cents = scaled(each * u64::from(passengers), factor);
+        parts.push(json!({"kind": "extra", "code": code, "amount_cents": cents}));
+        amount += cents;
+    }
     Ok(json!({
         "price": {
-            "amount_cents": price_cents(&sailing_id, passengers, factor),
+            "amount_cents": amount,
             "currency": "EUR",
             "sailing_id": sailing_id,
             "passengers": passengers,
+            "parts": parts,
         }
     }))
+}
+
+/// The listed price of `code`, or a 400 naming what is sold.
+fn listed(list: &[(&str, u64)], code: &str, what: &str) -> Result<u64, BadRequest> {
+    list.iter()
+        .find(|(c, _)| *c == code)
+        .map(|(_, cents)| *cents)
+        .ok_or_else(|| {
+            let sold: Vec<&str> = list.iter().map(|(c, _)| *c).collect();
+            BadRequest(format!(
+                "unknown {what} {:?}: this operator sells {}",
+                code.chars().take(64).collect::<String>(),
+                sold.join(", ")
+            ))
+        })
+}
+
+/// `cents` moved by the drift's factor, rounded (kept within the price range).
+fn scaled(cents: u64, factor: f64) -> u64 {
+    let amount = cents as f64 * factor;
+    if amount.is_finite() {
+        (amount.round() as u64).min(100_000_000)
+    } else {
+        cents
+    }
 }
 
 struct Route {
@@ -322,6 +388,33 @@ mod tests {
             first["price"]["sailing_id"],
             found["sailings"][0]["sailing_id"]
         );
+    }
+
+    #[test]
+    fn a_price_covers_the_chosen_accommodation_and_extras_and_adds_up() {
+        let now = at("2025-05-20T10:00:00Z");
+        let base = |extra: &[(&str, &str)]| {
+            let mut p = params(&[("sailing_id", "hel-tll-1"), ("passengers", "2")]);
+            p.extend(params(extra));
+            price(&p, now, None)
+        };
+        let fare = base(&[]).unwrap()["price"]["amount_cents"]
+            .as_u64()
+            .unwrap();
+        let chosen = base(&[("accommodation", "cabin"), ("extras", "breakfast,wifi")]).unwrap();
+        let amount = chosen["price"]["amount_cents"].as_u64().unwrap();
+        assert_eq!(amount, fare + 4_500 + 2 * 1_200 + 2 * 500);
+        let parts = chosen["price"]["parts"].as_array().unwrap();
+        let sum: u64 = parts
+            .iter()
+            .map(|p| p["amount_cents"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, amount);
+        assert_eq!(parts[1]["code"], "cabin");
+        let checked = lifeboat_core::price::quote(&chosen["price"]).unwrap();
+        assert_eq!(checked.parts.len(), 4);
+        assert!(base(&[("accommodation", "hammock")]).is_err());
+        assert!(base(&[("extras", "breakfast,caviar")]).is_err());
     }
 
     #[test]

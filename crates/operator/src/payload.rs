@@ -28,11 +28,17 @@ pub enum PayloadError {
         operation: Operation,
         expected: &'static str,
     },
+    /// A price that is not a sane amount in a known currency, or whose parts
+    /// do not add up: an operator error, never something to confirm on.
+    #[error("price answer is not a price: {0}")]
+    NotAPrice(#[from] lifeboat_core::price::PriceError),
 }
 
 /// Check that `body` is the JSON an operation promises: a search answer is an
 /// object with a `sailings` array, a price answer an object with a `price`
-/// object. A ping's answer is not read.
+/// object that is a price ([`lifeboat_core::price::quote`]: an amount above
+/// zero and within range, an ISO 4217 currency, parts that add up). A ping's
+/// answer is not read.
 pub fn check_payload(operation: Operation, body: &str) -> Result<(), PayloadError> {
     if operation == Operation::Ping {
         // Any 2xx answers a ping, whatever it says.
@@ -48,6 +54,9 @@ pub fn check_payload(operation: Operation, body: &str) -> Result<(), PayloadErro
         Operation::Ping => return Ok(()),
     };
     if value.get(field).is_some_and(fits) {
+        if operation == Operation::Price {
+            lifeboat_core::price::quote(&value[field])?;
+        }
         Ok(())
     } else {
         Err(PayloadError::WrongShape {
@@ -162,7 +171,28 @@ mod tests {
     #[test]
     fn payload_shapes_are_checked_per_operation() {
         assert!(check_payload(Operation::Search, r#"{"sailings":[]}"#).is_ok());
-        assert!(check_payload(Operation::Price, r#"{"price":{"amount_cents":1}}"#).is_ok());
+        assert!(
+            check_payload(
+                Operation::Price,
+                r#"{"price":{"amount_cents":1,"currency":"EUR"}}"#
+            )
+            .is_ok()
+        );
+        for insane in [
+            r#"{"price":{"amount_cents":1}}"#,
+            r#"{"price":{"amount_cents":0,"currency":"EUR"}}"#,
+            r#"{"price":{"amount_cents":-100,"currency":"EUR"}}"#,
+            r#"{"price":{"amount_cents":100,"currency":"EUROS"}}"#,
+            r#"{"price":{"amount_cents":100,"currency":"EUR","parts":[{"kind":"fare","amount_cents":99}]}}"#,
+        ] {
+            assert!(
+                matches!(
+                    check_payload(Operation::Price, insane),
+                    Err(PayloadError::NotAPrice(_))
+                ),
+                "{insane}"
+            );
+        }
         assert!(matches!(
             check_payload(Operation::Search, r#"{"price":{}}"#),
             Err(PayloadError::WrongShape { .. })

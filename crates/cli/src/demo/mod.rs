@@ -47,6 +47,9 @@ pub struct Script {
     pub mode: OutageMode,
     /// The share of searches that go on to a cart.
     pub cart_share: f64,
+    /// The rise at payment (percent of the price shown) the marketplace
+    /// absorbs: the cart policy's `absorb_rise_percent`.
+    pub absorb_rise_percent: u32,
 }
 
 impl Default for Script {
@@ -62,6 +65,7 @@ impl Default for Script {
             outage_traffic: 2.0,
             mode: OutageMode::Hang,
             cart_share: 0.15,
+            absorb_rise_percent: 2,
         }
     }
 }

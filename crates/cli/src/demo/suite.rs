@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cart::CartService;
 use chrono::TimeDelta;
-use lifeboat_core::cart::CartSettings;
+use lifeboat_core::cart::{CartPolicy, CartSettings};
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
 use lifeboat_core::memory::MemoryCartStore;
 use lifeboat_core::probe::ProbeSpec;
@@ -217,7 +217,13 @@ impl Suite {
                 sale: desk.store.clone(),
                 lookup: lookup(),
                 operators,
-                settings: CartSettings::default(),
+                settings: CartSettings {
+                    default: CartPolicy {
+                        absorb_rise_percent: script.absorb_rise_percent,
+                        ..CartPolicy::default()
+                    },
+                    ..CartSettings::default()
+                },
             }),
             observed: Mutex::new(Observed::default()),
             script: script.clone(),

@@ -53,10 +53,13 @@ fn paid(mut cart: Cart, at: i64) -> Cart {
         currency: "EUR".into(),
         source: Source::Live,
         as_of: t(at),
+        parts: Vec::new(),
+        covers: Default::default(),
     };
     cart.set_price(price.clone(), t(at)).unwrap();
     assert_eq!(
-        cart.confirm_live(price, t(at)).unwrap(),
+        cart.confirm_live(price, &Default::default(), t(at))
+            .unwrap(),
         lifeboat_core::cart::ConfirmStep::Confirmed
     );
     cart
