@@ -127,7 +127,7 @@ async fn batch_against(answer: Answer) -> Run {
             deadline: now + TimeDelta::seconds(10),
         };
         requests.put_request(&request).await.unwrap();
-        records.push(lifeboat_sim::gateway::stream_record(&request, i));
+        records.push(lifeboat_sim::suite::stream_record(&request, i));
     }
     let payload: Value = json!({ "Records": records });
 

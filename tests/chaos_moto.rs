@@ -27,7 +27,7 @@ use lifeboat_core::ports::BreakerStore;
 use lifeboat_core::sale::SaleStatusStore;
 use lifeboat_core::{BreakerState, OperatorId};
 use lifeboat_local::alarm::datapoints;
-use lifeboat_local::gateway::{CustomerOptions, GatewayOptions, LocalGateway};
+use lifeboat_local::suite::{CustomerOptions, LocalSuite, SuiteOptions};
 use tokio::task::JoinSet;
 
 /// Probes and a hang check, short open periods, a tick a second.
@@ -69,7 +69,7 @@ struct Truth {
     on_sale: Vec<bool>,
 }
 
-async fn observe(gateway: &LocalGateway, operators: &[OperatorId]) -> Truth {
+async fn observe(gateway: &LocalSuite, operators: &[OperatorId]) -> Truth {
     let breakers = gateway.breaker_store();
     let sale = gateway.sale_status_store().unwrap();
     let mut truth = Truth {
@@ -101,7 +101,7 @@ async fn observe(gateway: &LocalGateway, operators: &[OperatorId]) -> Truth {
 }
 
 /// Every request item of `table`: (has an outcome, id).
-async fn requests(gateway: &LocalGateway, table: &str) -> Vec<(bool, String)> {
+async fn requests(gateway: &LocalSuite, table: &str) -> Vec<(bool, String)> {
     let client = aws_sdk_dynamodb::Client::new(gateway.sdk_config());
     let mut items = Vec::new();
     let mut start = None;
@@ -153,7 +153,7 @@ fn dependency_errors(log: &std::path::Path, from: usize) -> (BTreeMap<String, f6
 async fn a_fault_campaign_on_moto_keeps_every_promise() {
     let (nordic, alpha) = (op("nordic"), op("alpha"));
     let operators = [nordic.clone(), alpha.clone()];
-    let mut options = GatewayOptions::new(nordic.clone());
+    let mut options = SuiteOptions::new(nordic.clone());
     options.operator_settings = SETTINGS.to_owned();
     options.tick_every = Duration::from_secs(1);
     options.neighbours = vec![alpha.clone()];
@@ -165,7 +165,7 @@ async fn a_fault_campaign_on_moto_keeps_every_promise() {
     });
     options.aws_faults = Some(11);
     let gateway = Arc::new(
-        tokio::time::timeout(STARTUP_LIMIT, LocalGateway::start(options))
+        tokio::time::timeout(STARTUP_LIMIT, LocalSuite::start(options))
             .await
             .expect("the suite starts within 15 minutes")
             .expect("the suite starts"),
@@ -286,7 +286,7 @@ async fn a_fault_campaign_on_moto_keeps_every_promise() {
     assert!(converged <= CONVERGENCE);
     assert!(injected.injected_total() > 0, "the proxy injected nothing");
     // Each class of fault shows in the metric, under its dependencies.
-    let names = lifeboat_local::gateway::GatewayNames::default();
+    let names = lifeboat_local::suite::SuiteNames::default();
     for class in injected.injected.keys() {
         let families: &[&str] = match class.strip_prefix("table:") {
             Some(table) if table.starts_with(&names.requests_table_prefix) => &["requests."],

@@ -46,8 +46,8 @@ use lifeboat_core::ports::{BreakerStore, RequestStore};
 use lifeboat_core::request::RequestRecord;
 use lifeboat_core::sale::{SaleRecord, SaleStatusStore};
 use lifeboat_core::{BreakerRecord, BreakerState, Operation, OperatorId};
-use lifeboat_local::gateway::{
-    ApiReply, CustomerOptions, GatewayOptions, LocalGateway, OFFSALE_LISTENER, SEARCH,
+use lifeboat_local::suite::{
+    ApiReply, CustomerOptions, LocalSuite, OFFSALE_LISTENER, SEARCH, SuiteOptions,
 };
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -195,11 +195,11 @@ fn uuid_like() -> String {
     format!("{:x}", Utc::now().timestamp_micros())
 }
 
-async fn breaker(gateway: &LocalGateway) -> Option<BreakerRecord> {
+async fn breaker(gateway: &LocalSuite) -> Option<BreakerRecord> {
     gateway.breaker_store().load(&nordic()).await.unwrap()
 }
 
-async fn sale_record(gateway: &LocalGateway) -> Option<SaleRecord> {
+async fn sale_record(gateway: &LocalSuite) -> Option<SaleRecord> {
     gateway
         .sale_status_store()
         .unwrap()
@@ -209,7 +209,7 @@ async fn sale_record(gateway: &LocalGateway) -> Option<SaleRecord> {
 }
 
 /// Items in the Requests table, by a consistent `Select: COUNT` scan.
-async fn count_requests(gateway: &LocalGateway) -> i64 {
+async fn count_requests(gateway: &LocalSuite) -> i64 {
     let client = aws_sdk_dynamodb::Client::new(gateway.sdk_config());
     let table = &gateway.resources().requests_table;
     let mut count = 0_i64;
@@ -233,7 +233,7 @@ async fn count_requests(gateway: &LocalGateway) -> i64 {
 }
 
 /// Requests in the table that have no outcome yet (consistent scan).
-async fn requests_without_outcome(gateway: &LocalGateway) -> usize {
+async fn requests_without_outcome(gateway: &LocalSuite) -> usize {
     let client = aws_sdk_dynamodb::Client::new(gateway.sdk_config());
     let table = &gateway.resources().requests_table;
     let mut open = 0;
@@ -260,11 +260,11 @@ async fn requests_without_outcome(gateway: &LocalGateway) -> usize {
     }
 }
 
-async fn operator_calls(gateway: &LocalGateway) -> u64 {
+async fn operator_calls(gateway: &LocalSuite) -> u64 {
     gateway.operator_stats().await.unwrap().total
 }
 
-async fn get(gateway: &LocalGateway, path: &str) -> ApiReply {
+async fn get(gateway: &LocalSuite, path: &str) -> ApiReply {
     gateway.api("GET", path, None).await.unwrap()
 }
 
@@ -308,7 +308,7 @@ fn the_http_api_fixture_is_a_sailings_request() {
     let event: Value = serde_json::from_str(HTTP_API_SAILINGS).unwrap();
     assert_eq!(event["routeKey"], "GET /sailings");
     assert_eq!(
-        lifeboat_local::gateway::api_function(event["rawPath"].as_str().unwrap()),
+        lifeboat_local::suite::api_function(event["rawPath"].as_str().unwrap()),
         Some(SEARCH)
     );
 }
@@ -316,7 +316,7 @@ fn the_http_api_fixture_is_a_sailings_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn customers_keep_searching_and_buying_through_an_outage_on_the_wired_suite() {
     let test_started = Instant::now();
-    let mut options = GatewayOptions::new(nordic());
+    let mut options = SuiteOptions::new(nordic());
     options.operator_settings = SETTINGS.to_owned();
     options.tick_every = Duration::from_secs(1);
     // A short on-sale hold (the template's is a minute), so recovery fits the
@@ -326,7 +326,7 @@ async fn customers_keep_searching_and_buying_through_an_outage_on_the_wired_suit
         sale_off_sale_hold_s: OFF_SALE_HOLD.as_secs() as u32,
         ..CustomerOptions::default()
     });
-    let gateway = tokio::time::timeout(STARTUP_LIMIT, LocalGateway::start(options))
+    let gateway = tokio::time::timeout(STARTUP_LIMIT, LocalSuite::start(options))
         .await
         .expect(
             "the suite starts within 15 minutes (build the functions first, see the module docs)",
@@ -350,7 +350,7 @@ async fn customers_keep_searching_and_buying_through_an_outage_on_the_wired_suit
     );
 }
 
-async fn scenario(gateway: &LocalGateway) {
+async fn scenario(gateway: &LocalSuite) {
     let scenario_started = Instant::now();
     let date = travel_date();
 

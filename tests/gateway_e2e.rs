@@ -28,7 +28,7 @@ use lifeboat_aws::DynamoRequestStore;
 use lifeboat_core::ports::{BreakerStore, RequestStore, StoredRequest};
 use lifeboat_core::request::{OutcomeKind, RequestRecord};
 use lifeboat_core::{BreakerRecord, BreakerState, Operation, OperatorId};
-use lifeboat_local::gateway::{FALLBACK_CONSUMER, GatewayOptions, LocalGateway, REAL_CONSUMER};
+use lifeboat_local::suite::{FALLBACK_CONSUMER, LocalSuite, REAL_CONSUMER, SuiteOptions};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -191,12 +191,12 @@ fn collect_stream(mut tap: mpsc::UnboundedReceiver<Value>) -> Arc<Mutex<StreamSe
     seen
 }
 
-async fn breaker(gateway: &LocalGateway) -> Option<BreakerRecord> {
+async fn breaker(gateway: &LocalSuite) -> Option<BreakerRecord> {
     gateway.breaker_store().load(&nordic()).await.unwrap()
 }
 
 /// Every item of the Requests table.
-async fn scan_requests(gateway: &LocalGateway) -> Vec<StoredRequest> {
+async fn scan_requests(gateway: &LocalSuite) -> Vec<StoredRequest> {
     let client = aws_sdk_dynamodb::Client::new(gateway.sdk_config());
     let table = &gateway.resources().requests_table;
     let mut items = Vec::new();
@@ -247,11 +247,11 @@ fn between(from: DateTime<Utc>, to: DateTime<Utc>) -> String {
 async fn the_breaker_opens_fast_fails_fast_and_closes_again_on_the_wired_gateway() {
     let test_started = Instant::now();
     let (tap, tapped) = mpsc::unbounded_channel();
-    let mut options = GatewayOptions::new(nordic());
+    let mut options = SuiteOptions::new(nordic());
     options.operator_settings = SETTINGS.to_owned();
     options.tick_every = Duration::from_secs(1);
     options.stream_tap = Some(tap);
-    let gateway = tokio::time::timeout(STARTUP_LIMIT, LocalGateway::start(options))
+    let gateway = tokio::time::timeout(STARTUP_LIMIT, LocalSuite::start(options))
         .await
         .expect(
             "the gateway starts within 10 minutes (build the functions first, see the module docs)",
@@ -268,7 +268,7 @@ async fn the_breaker_opens_fast_fails_fast_and_closes_again_on_the_wired_gateway
     );
 }
 
-async fn scenario(gateway: &LocalGateway, seen: &Mutex<StreamSeen>, test_started: Instant) {
+async fn scenario(gateway: &LocalSuite, seen: &Mutex<StreamSeen>, test_started: Instant) {
     let startup = gateway.startup_times();
     println!(
         "start-up: moto and resources {}, cargo lambda watch {}, warm-up {}, total {}",

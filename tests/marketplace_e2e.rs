@@ -21,7 +21,7 @@ use chrono::{TimeDelta, Utc};
 use lifeboat_core::ports::{BreakerStore, RequestStore};
 use lifeboat_core::request::{OutcomeKind, RequestRecord};
 use lifeboat_core::{BreakerState, Operation, OperatorId};
-use lifeboat_local::gateway::{GatewayOptions, LocalGateway};
+use lifeboat_local::suite::{LocalSuite, SuiteOptions};
 use tokio::task::JoinSet;
 
 /// Open periods of 10 s, the switch probing an open operator with a
@@ -58,7 +58,7 @@ fn request(n: u64, operator: &OperatorId) -> RequestRecord {
     }
 }
 
-async fn state(gateway: &LocalGateway, operator: &OperatorId) -> BreakerState {
+async fn state(gateway: &LocalSuite, operator: &OperatorId) -> BreakerState {
     gateway
         .breaker_store()
         .load(operator)
@@ -70,7 +70,7 @@ async fn state(gateway: &LocalGateway, operator: &OperatorId) -> BreakerState {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_operator_hangs_and_the_other_two_keep_answering_live() {
     let (nordic, alpha, bravo) = (op("nordic"), op("alpha"), op("bravo"));
-    let mut options = GatewayOptions::new(nordic.clone());
+    let mut options = SuiteOptions::new(nordic.clone());
     options.operator_settings = SETTINGS.to_owned();
     options.tick_every = Duration::from_secs(1);
     options.neighbours = vec![alpha.clone(), bravo.clone()];
@@ -78,7 +78,7 @@ async fn one_operator_hangs_and_the_other_two_keep_answering_live() {
     // the lanes in the harness, which Lambda does not.
     options.concurrency = 8;
     let gateway = Arc::new(
-        tokio::time::timeout(STARTUP_LIMIT, LocalGateway::start(options))
+        tokio::time::timeout(STARTUP_LIMIT, LocalSuite::start(options))
             .await
             .expect("the gateway starts within 10 minutes")
             .expect("the gateway starts"),

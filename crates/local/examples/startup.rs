@@ -14,7 +14,7 @@
 //! ```
 //!
 //! Everything runs on loopback: moto with the template's tables and queues
-//! (as `LocalGateway` creates them), the simulated operator, and
+//! (as `LocalSuite` creates them), the simulated operator, and
 //!
 //! 1. **under `cargo lambda watch`**: per function, the time from sending
 //!    the first invocation to its answer (the first invocation is what makes
@@ -52,13 +52,13 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use lifeboat_core::OperatorId;
-use lifeboat_local::gateway::{
-    CART, CIRCUIT_SWITCH, CustomerOptions, FALLBACK_CONSUMER, GatewayNames, GatewayOptions,
-    OFFSALE_LISTENER, REAL_CONSUMER, SEARCH, create_customer_resources, create_resources,
-    function_env, moto_launcher,
-};
 use lifeboat_local::moto::{MotoServer, REGION};
 use lifeboat_local::pump::{TickerConfig, schedule_event};
+use lifeboat_local::suite::{
+    CART, CIRCUIT_SWITCH, CustomerOptions, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER,
+    SEARCH, SuiteNames, SuiteOptions, create_customer_resources, create_resources, function_env,
+    moto_launcher,
+};
 use lifeboat_local::watch::{Watch, watch_target_dir, workspace_root};
 use lifeboat_operator::{SimConfig, SimServer};
 use serde_json::{Value, json};
@@ -125,14 +125,14 @@ async fn main() -> Result<(), BoxError> {
 
     let moto = MotoServer::start_program(&moto_launcher()?).await?;
     let sdk = moto.sdk_config().await;
-    let names = GatewayNames::default();
+    let names = SuiteNames::default();
     let operator = OperatorId::new("nordic")?;
     let mut resources = create_resources(&sdk, &names, &operator).await?;
     resources.customer = Some(create_customer_resources(&sdk, &names).await?);
     let sim = SimServer::start_with(operator.clone(), SimConfig::default(), 0).await?;
-    // Every function's environment exactly as `LocalGateway` gives it with
+    // Every function's environment exactly as `LocalSuite` gives it with
     // the customer half and the template's settings.
-    let mut options = GatewayOptions::new(operator.clone());
+    let mut options = SuiteOptions::new(operator.clone());
     options.customer = Some(CustomerOptions::default());
     let env = function_env(
         &moto,

@@ -807,7 +807,7 @@ mod tests {
     use lifeboat_core::request::OutcomeKind;
     use lifeboat_operator::{OutageMode, SimConfig, SimulatedOperator};
     use lifeboat_sim::TokioClock;
-    use lifeboat_sim::gateway::stream_record;
+    use lifeboat_sim::suite::stream_record;
     use lifeboat_stream::{StreamItem, classify, records};
     use serde_json::json;
 

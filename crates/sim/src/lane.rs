@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use crate::fault::{FaultClass, FaultPlan, Faulty, invocation};
-use crate::gateway::{GatewayConfig, LaneLayout};
 use crate::meter::{InvocationKind, Ledger, metered};
+use crate::suite::{LaneLayout, MemorySuiteConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The switch's view of the gateway's lanes.
@@ -103,7 +103,7 @@ impl SimLane {
     /// numbers.
     pub(crate) async fn deliver(
         &mut self,
-        config: &GatewayConfig,
+        config: &MemorySuiteConfig,
         (faults, lambda_errors): (&Arc<FaultPlan>, &Arc<AtomicU64>),
         requests: &MemoryRequestStore,
         (real, fallback): (&Arc<RealConsumer>, &Arc<FallbackConsumer>),

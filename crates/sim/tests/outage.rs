@@ -16,7 +16,7 @@ use lifeboat_core::request::{FailureReason, RequestRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, Operation, OperatorId};
 use lifeboat_operator::{Outage, OutageMode, SimConfig, SimulatedOperator};
-use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 
 fn base() -> DateTime<Utc> {
     DateTime::from_timestamp(1_796_032_800, 0).unwrap()
@@ -91,13 +91,13 @@ async fn run_outage(mode: OutageMode) {
         ..SimConfig::default()
     };
     let sim = SimulatedOperator::new(nordic(), config, clock.clone());
-    let mut gateway = Gateway::new(
+    let mut gateway = MemorySuite::new(
         Arc::new(sim.clone()),
         clock.clone(),
-        GatewayConfig {
+        MemorySuiteConfig {
             operators: vec![nordic()],
             settings: probed(),
-            ..GatewayConfig::default()
+            ..MemorySuiteConfig::default()
         },
     );
     let counted = sim.clone();
@@ -144,7 +144,7 @@ async fn run_outage(mode: OutageMode) {
     assert_eq!(counts.outcome_writes as usize, counts.total);
 
     // Half-open rounds admit at most K trial calls, by the operator's own count.
-    let k = GatewayConfig::default()
+    let k = MemorySuiteConfig::default()
         .settings
         .default
         .breaker
@@ -171,7 +171,7 @@ async fn run_outage(mode: OutageMode) {
     // consumer batch, running beside the switch, had claimed before the
     // round failed.
     let round = u64::from(
-        GatewayConfig::default()
+        MemorySuiteConfig::default()
             .settings
             .default
             .breaker

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::moto::find_moto_server;
 
-use super::GatewayError;
+use super::SuiteError;
 
 /// moto_server with one change: DynamoDB tables forget the event source
 /// mappings on their streams.
@@ -48,14 +48,14 @@ pub fn shell_quoted(text: &str) -> String {
 /// Write (atomically) an executable that runs `moto_server` as found by
 /// [`find_moto_server`] with the change described at
 /// [`MOTO_WITHOUT_STREAM_DELIVERY`], for [`crate::moto::MotoServer::start_program`].
-pub fn moto_launcher() -> Result<PathBuf, GatewayError> {
+pub fn moto_launcher() -> Result<PathBuf, SuiteError> {
     use std::os::unix::fs::PermissionsExt;
 
     let python = moto_python(&find_moto_server()?);
     let dir = crate::watch::local_dir(&crate::watch::workspace_root());
     let path = dir.join("moto-server-without-stream-delivery");
     let script = format!(
-        "#!/bin/sh\n# moto_server for lifeboat-local: see MOTO_WITHOUT_STREAM_DELIVERY in crates/local/src/gateway/launcher.rs\nexec {} -c {} \"$@\"\n",
+        "#!/bin/sh\n# moto_server for lifeboat-local: see MOTO_WITHOUT_STREAM_DELIVERY in crates/local/src/suite/launcher.rs\nexec {} -c {} \"$@\"\n",
         shell_quoted(&python.display().to_string()),
         shell_quoted(MOTO_WITHOUT_STREAM_DELIVERY)
     );
@@ -71,7 +71,7 @@ pub fn moto_launcher() -> Result<PathBuf, GatewayError> {
         .and_then(|()| std::fs::write(&temp, script))
         .and_then(|()| std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o755)))
         .and_then(|()| std::fs::rename(&temp, &path))
-        .map_err(|source| GatewayError::Launcher {
+        .map_err(|source| SuiteError::Launcher {
             path: path.clone(),
             source,
         })?;

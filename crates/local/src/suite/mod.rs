@@ -1,9 +1,9 @@
 //! The wired suite on one machine: moto, the functions under `cargo lambda
 //! watch`, a simulated operator, and the harness's pumps for what moto does
-//! not run; with [`GatewayOptions::customer`] also search, cart and the
-//! off-sale listener. What [`LocalGateway::start`] creates and starts, step by
+//! not run; with [`SuiteOptions::customer`] also search, cart and the
+//! off-sale listener. What [`LocalSuite::start`] creates and starts, step by
 //! step: docs/local.md ("How the harness starts the suite"). Dropping it stops
-//! everything it started; [`LocalGateway::stop`] does it gracefully.
+//! everything it started; [`LocalSuite::stop`] does it gracefully.
 
 mod env;
 mod launcher;
@@ -19,8 +19,8 @@ pub use crate::template::{
 pub use env::{env_file_text, function_env};
 pub use launcher::{moto_launcher, shell_quoted};
 pub use options::{
-    ApiReply, Attach, AttachWatch, CustomerOptions, CustomerResources, GatewayError, GatewayNames,
-    GatewayOptions, GatewayResources, Neighbour, StartupTimes,
+    ApiReply, Attach, AttachWatch, CustomerOptions, CustomerResources, Neighbour, StartupTimes,
+    SuiteError, SuiteNames, SuiteOptions, SuiteResources,
 };
 pub use provision::{
     LaneResources, create_customer_resources, create_lane, create_requests_mapping,
@@ -55,7 +55,7 @@ const TIMER_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 /// The wired gateway; see the module docs.
 #[derive(Debug)]
-pub struct LocalGateway {
+pub struct LocalSuite {
     // Field order is drop order: the harness's tasks first, then the
     // functions, the operator, and moto last.
     pump: StreamPump,
@@ -69,18 +69,18 @@ pub struct LocalGateway {
     operator: SimServer,
     moto: MotoServer,
     sdk: SdkConfig,
-    resources: GatewayResources,
+    resources: SuiteResources,
     env: Vec<(String, String)>,
     http: reqwest::Client,
-    /// For [`LocalGateway::api`]: bounded by the invoke timeout.
+    /// For [`LocalSuite::api`]: bounded by the invoke timeout.
     api_http: reqwest::Client,
     startup: StartupTimes,
     faults: Option<FaultProxy>,
 }
 
-impl LocalGateway {
+impl LocalSuite {
     /// Start everything; see the module docs.
-    pub async fn start(options: GatewayOptions) -> Result<Self, GatewayError> {
+    pub async fn start(options: SuiteOptions) -> Result<Self, SuiteError> {
         let started = Instant::now();
         let attach = &options.attach;
         let moto = match &attach.moto {
@@ -104,7 +104,7 @@ impl LocalGateway {
             attach.operator_port,
         )
         .await
-        .map_err(GatewayError::Operator)?;
+        .map_err(SuiteError::Operator)?;
         // The neighbours' lanes exist before the switch starts: it finds
         // every operator's mapping when it starts.
         let mut lanes = Vec::new();
@@ -126,7 +126,7 @@ impl LocalGateway {
                 0,
             )
             .await
-            .map_err(GatewayError::Operator)?;
+            .map_err(SuiteError::Operator)?;
             lanes.push((
                 neighbour.clone(),
                 lane.requests_table,
@@ -147,7 +147,7 @@ impl LocalGateway {
             Some(seed) => {
                 let proxy = FaultProxy::start(&moto.endpoint(), seed)
                     .await
-                    .map_err(GatewayError::FaultProxy)?;
+                    .map_err(SuiteError::FaultProxy)?;
                 env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
                 env.push(("AWS_ENDPOINT_URL".to_owned(), proxy.endpoint()));
                 env.push(("AWS_MAX_ATTEMPTS".to_owned(), "1".to_owned()));
@@ -265,12 +265,12 @@ impl LocalGateway {
             .no_proxy()
             .timeout(Duration::from_secs(10))
             .build()
-            .map_err(GatewayError::Control)?;
+            .map_err(SuiteError::Control)?;
         let api_http = reqwest::Client::builder()
             .no_proxy()
             .timeout(options.invoke_timeout)
             .build()
-            .map_err(GatewayError::Control)?;
+            .map_err(SuiteError::Control)?;
         Ok(Self {
             pump,
             drain,
@@ -297,12 +297,12 @@ impl LocalGateway {
         })
     }
 
-    /// The fault proxy, when started with [`GatewayOptions::aws_faults`].
+    /// The fault proxy, when started with [`SuiteOptions::aws_faults`].
     pub fn fault_proxy(&self) -> Option<&FaultProxy> {
         self.faults.as_ref()
     }
 
-    pub fn resources(&self) -> &GatewayResources {
+    pub fn resources(&self) -> &SuiteResources {
         &self.resources
     }
 
@@ -357,7 +357,7 @@ impl LocalGateway {
     }
 
     /// The function the Requests stream's mapping delivers to now.
-    pub async fn mapping_function(&self) -> Result<String, GatewayError> {
+    pub async fn mapping_function(&self) -> Result<String, SuiteError> {
         let mapping = read_mapping(
             &aws_sdk_lambda::Client::new(&self.sdk),
             &self.resources.mapping_uuid,
@@ -369,43 +369,43 @@ impl LocalGateway {
     /// Switch the operator's mode through its control endpoint: `hang`,
     /// `refuse`, `server_error`, `slow`, `garbage`, or `None` for healthy.
     /// Returns the mode now in force.
-    pub async fn set_operator_mode(&self, mode: Option<&str>) -> Result<Value, GatewayError> {
+    pub async fn set_operator_mode(&self, mode: Option<&str>) -> Result<Value, SuiteError> {
         self.http
             .post(format!("{}/_control/mode", self.operator.base_url()))
             .json(&json!({ "mode": mode }))
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .map_err(GatewayError::Control)?
+            .map_err(SuiteError::Control)?
             .json::<Value>()
             .await
             .map(|answer| answer.get("mode").cloned().unwrap_or(Value::Null))
-            .map_err(GatewayError::Control)
+            .map_err(SuiteError::Control)
     }
 
     /// The operator's call counts, from its control endpoint.
-    pub async fn operator_stats(&self) -> Result<SimStats, GatewayError> {
+    pub async fn operator_stats(&self) -> Result<SimStats, SuiteError> {
         self.http
             .get(format!("{}/_control/stats", self.operator.base_url()))
             .send()
             .await
             .and_then(reqwest::Response::error_for_status)
-            .map_err(GatewayError::Control)?
+            .map_err(SuiteError::Control)?
             .json::<SimStats>()
             .await
-            .map_err(GatewayError::Control)
+            .map_err(SuiteError::Control)
     }
 
-    /// The customer half's resources, or [`GatewayError::NoCustomer`].
-    pub fn customer_resources(&self) -> Result<&CustomerResources, GatewayError> {
+    /// The customer half's resources, or [`SuiteError::NoCustomer`].
+    pub fn customer_resources(&self) -> Result<&CustomerResources, SuiteError> {
         self.resources
             .customer
             .as_ref()
-            .ok_or(GatewayError::NoCustomer)
+            .ok_or(SuiteError::NoCustomer)
     }
 
     /// The SaleStatus table in moto, as the cart and the listener see it.
-    pub fn sale_status_store(&self) -> Result<DynamoSaleStatusStore, GatewayError> {
+    pub fn sale_status_store(&self) -> Result<DynamoSaleStatusStore, SuiteError> {
         self.customer_resources()?;
         Ok(DynamoSaleStatusStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
@@ -414,7 +414,7 @@ impl LocalGateway {
     }
 
     /// The Carts table in moto, as the cart sees it.
-    pub fn cart_store(&self) -> Result<DynamoCartStore, GatewayError> {
+    pub fn cart_store(&self) -> Result<DynamoCartStore, SuiteError> {
         self.customer_resources()?;
         Ok(DynamoCartStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
@@ -425,10 +425,10 @@ impl LocalGateway {
     /// The URL `LifeboatHttpApi` would serve `path_and_query` from: the
     /// function it routes to, under `cargo lambda watch` (see the module
     /// docs).
-    pub fn api_url(&self, path_and_query: &str) -> Result<String, GatewayError> {
+    pub fn api_url(&self, path_and_query: &str) -> Result<String, SuiteError> {
         self.customer_resources()?;
         let function = api_function(path_and_query)
-            .ok_or_else(|| GatewayError::NoRoute(path_and_query.to_owned()))?;
+            .ok_or_else(|| SuiteError::NoRoute(path_and_query.to_owned()))?;
         Ok(self.watch.function_url(function, path_and_query))
     }
 
@@ -442,15 +442,15 @@ impl LocalGateway {
         method: &str,
         path_and_query: &str,
         body: Option<&Value>,
-    ) -> Result<ApiReply, GatewayError> {
+    ) -> Result<ApiReply, SuiteError> {
         let url = self.api_url(path_and_query)?;
-        let api_err = |source| GatewayError::Api {
+        let api_err = |source| SuiteError::Api {
             method: method.to_owned(),
             url: url.clone(),
             source,
         };
         let verb = reqwest::Method::from_bytes(method.as_bytes())
-            .map_err(|_| GatewayError::NoRoute(format!("{method} {path_and_query}")))?;
+            .map_err(|_| SuiteError::NoRoute(format!("{method} {path_and_query}")))?;
         let mut request = self.api_http.request(verb, &url);
         if let Some(body) = body {
             request = request.json(body);
@@ -473,7 +473,7 @@ impl LocalGateway {
         let body = if text.trim().is_empty() {
             Value::Null
         } else {
-            serde_json::from_str(&text).map_err(|_| GatewayError::ApiNotJson {
+            serde_json::from_str(&text).map_err(|_| SuiteError::ApiNotJson {
                 method: method.to_owned(),
                 url: url.clone(),
                 status,
@@ -509,7 +509,7 @@ impl LocalGateway {
         self.ticker.stats()
     }
 
-    /// The errors alarm, evaluated here (see [`GatewayOptions::alarm`]).
+    /// The errors alarm, evaluated here (see [`SuiteOptions::alarm`]).
     pub fn alarm(&self) -> Option<&LocalAlarm> {
         self.alarm.as_ref()
     }

@@ -14,15 +14,15 @@ use crate::template::{
 };
 use crate::watch::{Watch, WatchError};
 
-use super::{AttachWatch, GatewayError, GatewayOptions, GatewayResources};
+use super::{AttachWatch, SuiteError, SuiteOptions, SuiteResources};
 
 /// The environment of every function: AWS at moto, the resources, the
 /// operator, and the settings.
 /// `endpoints` are every operator's base URL, `options.operator` first.
 pub fn function_env(
     moto: &MotoServer,
-    resources: &GatewayResources,
-    options: &GatewayOptions,
+    resources: &SuiteResources,
+    options: &SuiteOptions,
     endpoints: &[(OperatorId, String)],
 ) -> Vec<(String, String)> {
     let operator = options.operator.as_str();
@@ -100,14 +100,14 @@ pub fn function_env(
 /// quotes as it is (JSON settings, `$`) except `\n` and `\'`, so a value
 /// with a backslash, a quote or a line break is refused rather than
 /// changed on the way.
-pub fn env_file_text(env: &[(String, String)]) -> Result<String, GatewayError> {
+pub fn env_file_text(env: &[(String, String)]) -> Result<String, SuiteError> {
     let mut text = String::from(
         "# The environment of lifeboat's functions under `lifeboat local`, for\n\
          # cargo lambda watch --env-file. Written by lifeboat local; do not edit.\n",
     );
     for (key, value) in env {
         if value.contains(['\'', '\n', '\\']) {
-            return Err(GatewayError::EnvFile {
+            return Err(SuiteError::EnvFile {
                 key: key.clone(),
                 why: "a quote, a backslash or a line break would not reach the functions as it is"
                     .to_owned(),
@@ -125,7 +125,7 @@ pub(super) async fn attach_watch(
     running: &AttachWatch,
     env: &[(String, String)],
     invoke_timeout: Duration,
-) -> Result<Watch, GatewayError> {
+) -> Result<Watch, SuiteError> {
     let text = env_file_text(env)?;
     let port = crate::net::loopback_port(&running.endpoint).map_err(WatchError::from)?;
     let listening = tokio::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port))
@@ -134,7 +134,7 @@ pub(super) async fn attach_watch(
     let before = std::fs::read_to_string(&running.env_file).unwrap_or_default();
     let same = env_lines(&before) == env_lines(&text);
     if listening && !same {
-        return Err(GatewayError::EnvChanged {
+        return Err(SuiteError::EnvChanged {
             file: running.env_file.clone(),
             endpoint: running.endpoint.clone(),
             keys: changed_keys(&before, &text),
@@ -151,7 +151,7 @@ pub(super) async fn attach_watch(
             std::fs::write(&temp, &text)?;
             std::fs::rename(&temp, &running.env_file)
         };
-        write().map_err(|source| GatewayError::EnvFileWrite {
+        write().map_err(|source| SuiteError::EnvFileWrite {
             file: running.env_file.clone(),
             source,
         })?;
@@ -190,7 +190,7 @@ pub(super) fn changed_keys(before: &str, after: &str) -> String {
 
 /// Invoke each function once with a harmless payload, so `cargo lambda
 /// watch` starts it (`cargo run`, a build if it is not built) now.
-pub(super) async fn warm_up(watch: &Watch) -> Result<(), GatewayError> {
+pub(super) async fn warm_up(watch: &Watch) -> Result<(), SuiteError> {
     let empty_batch = json!({ "Records": [] });
     let tick = crate::pump::schedule_event(
         &TickerConfig::new(CIRCUIT_SWITCH, Duration::from_secs(60), "warm-up"),
@@ -205,7 +205,7 @@ pub(super) async fn warm_up(watch: &Watch) -> Result<(), GatewayError> {
         watch
             .invoke(function, payload)
             .await
-            .map_err(|source| GatewayError::WarmUp {
+            .map_err(|source| SuiteError::WarmUp {
                 function,
                 log: watch.log_hint(),
                 source,
@@ -217,16 +217,16 @@ pub(super) async fn warm_up(watch: &Watch) -> Result<(), GatewayError> {
 /// Start the customer functions under `cargo lambda watch`: search and cart
 /// with an HTTP request to a path they do not serve (their own 404 problem
 /// proves the function answered), the off-sale listener with an empty batch.
-pub(super) async fn warm_up_customer(watch: &Watch) -> Result<(), GatewayError> {
+pub(super) async fn warm_up_customer(watch: &Watch) -> Result<(), SuiteError> {
     let log = || watch.log_hint();
     // As long as the first invocation of the gateway functions may take.
     let http = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(600))
         .build()
-        .map_err(GatewayError::Control)?;
+        .map_err(SuiteError::Control)?;
     for function in [SEARCH, CART] {
-        let fail = |detail: String| GatewayError::WarmUpHttp {
+        let fail = |detail: String| SuiteError::WarmUpHttp {
             function,
             log: log(),
             detail,
@@ -250,7 +250,7 @@ pub(super) async fn warm_up_customer(watch: &Watch) -> Result<(), GatewayError> 
     watch
         .invoke(OFFSALE_LISTENER, &json!({ "Records": [] }))
         .await
-        .map_err(|source| GatewayError::WarmUp {
+        .map_err(|source| SuiteError::WarmUp {
             function: OFFSALE_LISTENER,
             log: log(),
             source,

@@ -16,7 +16,7 @@ use crate::template;
 use crate::watch::WatchError;
 
 #[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
+pub enum SuiteError {
     #[error(transparent)]
     Moto(#[from] MotoError),
     #[error("cannot write the moto_server launcher {path}: {source}")]
@@ -48,7 +48,7 @@ pub enum GatewayError {
         log: String,
         detail: String,
     },
-    #[error("the gateway was started without the customer functions (GatewayOptions::customer)")]
+    #[error("the gateway was started without the customer functions (SuiteOptions::customer)")]
     NoCustomer,
     #[error("LifeboatHttpApi has no route for {0:?}")]
     NoRoute(String),
@@ -91,7 +91,7 @@ pub enum GatewayError {
 /// Names of the resources (the functions are always named after their
 /// binaries, which is how the pump finds them under `cargo lambda watch`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GatewayNames {
+pub struct SuiteNames {
     /// The operator's Requests table is `{requests_table_prefix}{operator}`
     /// (`REQUESTS_TABLE_PREFIX`), as the template names each lane's table.
     pub requests_table_prefix: String,
@@ -106,7 +106,7 @@ pub struct GatewayNames {
     pub timer_queue: String,
     pub role: String,
     /// The customer half's resources (created with
-    /// [`GatewayOptions::customer`]).
+    /// [`SuiteOptions::customer`]).
     pub carts_table: String,
     pub sale_status_table: String,
     pub offsale_queue: String,
@@ -114,7 +114,7 @@ pub struct GatewayNames {
     pub offsale_rule: String,
 }
 
-impl GatewayNames {
+impl SuiteNames {
     pub fn prefixed(prefix: &str) -> Self {
         Self {
             requests_table_prefix: format!("{prefix}requests-"),
@@ -136,7 +136,7 @@ impl GatewayNames {
     }
 }
 
-impl Default for GatewayNames {
+impl Default for SuiteNames {
     fn default() -> Self {
         Self::prefixed("")
     }
@@ -144,7 +144,7 @@ impl Default for GatewayNames {
 
 /// How to run the gateway.
 #[derive(Debug, Clone)]
-pub struct GatewayOptions {
+pub struct SuiteOptions {
     /// The one operator the gateway serves.
     pub operator: OperatorId,
     /// The simulated operator. Default: healthy, answer times × 0.1.
@@ -161,7 +161,7 @@ pub struct GatewayOptions {
     pub invoke_timeout: Duration,
     /// `AWS_LAMBDA_LOG_LEVEL` of the functions.
     pub log_level: String,
-    pub names: GatewayNames,
+    pub names: SuiteNames,
     /// Every stream record the pump reads, in Lambda's shape.
     pub stream_tap: Option<mpsc::UnboundedSender<Value>>,
     /// Also run search, cart and the off-sale listener (default: not; the
@@ -182,7 +182,7 @@ pub struct GatewayOptions {
     /// Put a [`crate::faults::FaultProxy`] seeded with this between the functions and moto
     /// (their `AWS_ENDPOINT_URL`), with `AWS_MAX_ATTEMPTS=1` so that every
     /// fault it injects reaches lifeboat's code; it fails nothing until
-    /// [`super::LocalGateway::fault_proxy`]'s rate is raised. Default none. Not for
+    /// [`super::LocalSuite::fault_proxy`]'s rate is raised. Default none. Not for
     /// an attached watch.
     pub aws_faults: Option<u64>,
 }
@@ -258,7 +258,7 @@ impl Default for CustomerOptions {
     }
 }
 
-impl GatewayOptions {
+impl SuiteOptions {
     pub fn new(operator: OperatorId) -> Self {
         Self {
             sim: SimConfig {
@@ -271,7 +271,7 @@ impl GatewayOptions {
             concurrency: 1,
             invoke_timeout: Duration::from_secs(60),
             log_level: "INFO".to_owned(),
-            names: GatewayNames::default(),
+            names: SuiteNames::default(),
             stream_tap: None,
             customer: None,
             alarm: Some(format!("lifeboat-{operator}-errors")),
@@ -296,8 +296,8 @@ pub struct Neighbour {
 
 /// What was created in moto.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GatewayResources {
-    pub names: GatewayNames,
+pub struct SuiteResources {
+    pub names: SuiteNames,
     /// The operator's lane: its Requests table and that table's stream.
     pub requests_table: String,
     pub stream_arn: String,
@@ -326,7 +326,7 @@ pub struct CustomerResources {
     pub offsale_rule_arn: String,
 }
 
-/// An HTTP reply of search or cart through [`super::LocalGateway::api`].
+/// An HTTP reply of search or cart through [`super::LocalSuite::api`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiReply {
     pub status: u16,

@@ -28,7 +28,7 @@ async fn resources_already_in_moto_are_used_again() {
         .await
         .unwrap();
     let sdk = moto.sdk_config().await;
-    let names = GatewayNames::prefixed("again-");
+    let names = SuiteNames::prefixed("again-");
     let first = create_resources(&sdk, &names, &nordic()).await.unwrap();
     let customer = create_customer_resources(&sdk, &names).await.unwrap();
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
@@ -79,7 +79,7 @@ async fn the_stream_keeps_its_records_with_a_mapping_on_it() {
         .await
         .unwrap();
     let sdk = moto.sdk_config().await;
-    let resources = create_resources(&sdk, &GatewayNames::prefixed("keep-"), &nordic())
+    let resources = create_resources(&sdk, &SuiteNames::prefixed("keep-"), &nordic())
         .await
         .unwrap();
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);

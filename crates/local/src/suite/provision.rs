@@ -11,7 +11,7 @@ use lifeboat_core::OperatorId;
 use crate::moto::resources::{self, ResourceError};
 use crate::template::{self, CIRCUIT_SWITCH, FALLBACK_CONSUMER, REAL_CONSUMER};
 
-use super::{CustomerResources, GatewayError, GatewayNames, GatewayResources};
+use super::{CustomerResources, SuiteError, SuiteNames, SuiteResources};
 
 /// The customer half's resources in moto, as the template has them: the
 /// Carts and SaleStatus tables, `OffsaleDeadLetterQueue`, `OffsaleQueue`
@@ -19,7 +19,7 @@ use super::{CustomerResources, GatewayError, GatewayNames, GatewayResources};
 /// `BreakerStateChangedRule` on the bus (which must exist) targeting it.
 pub async fn create_customer_resources(
     sdk: &SdkConfig,
-    names: &GatewayNames,
+    names: &SuiteNames,
 ) -> Result<CustomerResources, ResourceError> {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let eventbridge = aws_sdk_eventbridge::Client::new(sdk);
@@ -65,9 +65,9 @@ pub async fn create_customer_resources(
 /// Everything in moto; see the module docs.
 pub async fn create_resources(
     sdk: &SdkConfig,
-    names: &GatewayNames,
+    names: &SuiteNames,
     operator: &OperatorId,
-) -> Result<GatewayResources, ResourceError> {
+) -> Result<SuiteResources, ResourceError> {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let eventbridge = aws_sdk_eventbridge::Client::new(sdk);
     let sqs = aws_sdk_sqs::Client::new(sdk);
@@ -100,7 +100,7 @@ pub async fn create_resources(
     let switch_function_arn =
         resources::create_stub_function(&lambda, CIRCUIT_SWITCH, &role).await?;
     let lane = create_lane(sdk, names, operator, &failed_queue.arn).await?;
-    Ok(GatewayResources {
+    Ok(SuiteResources {
         names: names.clone(),
         requests_table: lane.requests_table,
         stream_arn: lane.stream_arn,
@@ -130,7 +130,7 @@ pub struct LaneResources {
 /// stream's mapping into the real consumer (the consumers must exist).
 pub async fn create_lane(
     sdk: &SdkConfig,
-    names: &GatewayNames,
+    names: &SuiteNames,
     operator: &OperatorId,
     failed_queue_arn: &str,
 ) -> Result<LaneResources, ResourceError> {
@@ -206,9 +206,9 @@ pub async fn create_requests_mapping(
 /// this writes a probe item and reads it back from the stream.
 pub(super) async fn check_stream_keeps_records(
     sdk: &SdkConfig,
-    resources: &GatewayResources,
-) -> Result<(), GatewayError> {
-    let what = |detail: String| GatewayError::StreamProbe { detail };
+    resources: &SuiteResources,
+) -> Result<(), SuiteError> {
+    let what = |detail: String| SuiteError::StreamProbe { detail };
     let streams = aws_sdk_dynamodbstreams::Client::new(sdk);
     let shards = streams
         .describe_stream()
@@ -285,8 +285,8 @@ pub(super) async fn check_stream_keeps_records(
 /// Trip Requested, a sale change) belongs to that run.
 pub(super) async fn purge_queues(
     sdk: &SdkConfig,
-    resources: &GatewayResources,
-) -> Result<(), GatewayError> {
+    resources: &SuiteResources,
+) -> Result<(), SuiteError> {
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let mut queues = vec![
         resources.switch_queue.queue_url.clone(),
@@ -300,7 +300,7 @@ pub(super) async fn purge_queues(
             .queue_url(&url)
             .send()
             .await
-            .map_err(|e| GatewayError::Purge {
+            .map_err(|e| SuiteError::Purge {
                 queue: url.clone(),
                 detail: aws_sdk_sqs::error::DisplayErrorContext(e).to_string(),
             })?;

@@ -1,4 +1,4 @@
-//! The gateway wired in memory: stream, consumers, switch, bus and schedule.
+//! The whole suite wired in memory: stream, consumers, switch, bus and schedule.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +37,7 @@ const TIMER_VISIBILITY: Duration = Duration::from_secs(30);
 
 /// How the in-memory AWS behaves.
 #[derive(Debug, Clone)]
-pub struct GatewayConfig {
+pub struct MemorySuiteConfig {
     pub settings: Settings,
     /// Records per stream batch (the mapping's BatchSize).
     pub batch_size: usize,
@@ -73,7 +73,7 @@ pub enum LaneLayout {
     PerOperator,
 }
 
-impl Default for GatewayConfig {
+impl Default for MemorySuiteConfig {
     fn default() -> Self {
         Self {
             settings: Settings::default(),
@@ -91,7 +91,7 @@ impl Default for GatewayConfig {
     }
 }
 
-/// A breaker transition seen by the gateway.
+/// A breaker transition seen by the suite.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
     pub at: DateTime<Utc>,
@@ -103,17 +103,17 @@ pub struct Transition {
     /// Where the stream pointed after the switch handled it.
     pub stream: ConsumerTarget,
     /// Calls the operator had received when the switch made this transition,
-    /// if a counter was given with [`Gateway::count_operator_calls_with`].
+    /// if a counter was given with [`MemorySuite::count_operator_calls_with`].
     pub operator_calls: Option<u64>,
-    /// Probe calls the switch had made by then ([`Gateway::probe_calls`]).
+    /// Probe calls the switch had made by then ([`MemorySuite::probe_calls`]).
     pub probe_calls: u64,
 }
 
 /// Reads how many calls the operator has received.
 pub type CallCounter = Box<dyn Fn() -> u64 + Send + Sync>;
 
-/// The gateway in memory.
-pub struct Gateway {
+/// The suite in memory (the product's gateway, its functions and the AWS parts around them).
+pub struct MemorySuite {
     pub clock: Arc<dyn Clock>,
     pub requests: Arc<MemoryRequestStore>,
     pub breakers: Arc<MemoryBreakerStore>,
@@ -138,7 +138,7 @@ pub struct Gateway {
     /// trials included), counted as they are made.
     probes: Arc<AtomicU64>,
     call_counter: Option<CallCounter>,
-    config: GatewayConfig,
+    config: MemorySuiteConfig,
     /// Records given up on after `max_retries` failed deliveries (the
     /// mapping's OnFailure destination).
     pub discarded: Vec<RequestRecord>,
@@ -155,11 +155,11 @@ pub struct Gateway {
     next_tick: DateTime<Utc>,
 }
 
-impl Gateway {
+impl MemorySuite {
     pub fn new(
         operator: Arc<dyn OperatorApi>,
         clock: Arc<dyn Clock>,
-        config: GatewayConfig,
+        config: MemorySuiteConfig,
     ) -> Self {
         let requests = Arc::new(MemoryRequestStore::new());
         let breakers = Arc::new(MemoryBreakerStore::new());
