@@ -401,6 +401,149 @@ async fn a_changed_price_is_shown_old_new_and_difference() {
     );
 }
 
+fn drifting(every_s: u64, percent: f64) -> SimConfig {
+    SimConfig {
+        price_drift: Some(PriceDrift {
+            start: base(),
+            every: Duration::from_secs(every_s),
+            percent,
+        }),
+        ..SimConfig::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_price_change_is_shown_at_the_step_the_customer_is_on() {
+    let mut w = world(drifting(600, 10.0), CartSettings::default());
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    let price = HttpRequest::with_json("POST", &path(&cart, "price"), &json!({}));
+    let first = call(&mut w, price.clone()).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert!(first.body.get("price_changed").is_none());
+    let old = first.body["price"]["amount_cents"].as_i64().unwrap();
+
+    tokio::time::advance(Duration::from_secs(700)).await;
+    let again = call(&mut w, price).await;
+    assert_eq!(
+        again.status, 200,
+        "a change before payment is news, not a refusal"
+    );
+    let change = &again.body["price_changed"];
+    let new = again.body["price"]["amount_cents"].as_i64().unwrap();
+    assert_eq!(change["old_cents"].as_i64(), Some(old));
+    assert_eq!(change["difference_cents"].as_i64(), Some(new - old));
+    assert!(new > old);
+    assert_eq!(again.body["price_change"], *change);
+    let (_, steps) = history(&w, &cart).await;
+    assert_eq!(steps.last(), Some(&(StepKind::Price, 200, true)));
+
+    // Shown already: payment is on that price, at once.
+    let paid = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(paid.status, 200, "{}", paid.body);
+    assert_eq!(
+        paid.body["confirmation"]["amount_cents"].as_i64(),
+        Some(new)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rise_within_the_operators_tolerance_is_absorbed_at_payment() {
+    let tolerant =
+        CartSettings::from_json(r#"{"operators": {"nordic": {"absorb_rise_percent": 2}}}"#)
+            .unwrap();
+    let mut w = world(drifting(600, 1.0), tolerant);
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    let priced = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
+    )
+    .await;
+    let shown = priced.body["price"]["amount_cents"].as_i64().unwrap();
+    tokio::time::advance(Duration::from_secs(700)).await;
+    let paid = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(paid.status, 200, "{}", paid.body);
+    let confirmation = &paid.body["confirmation"];
+    assert_eq!(confirmation["amount_cents"].as_i64(), Some(shown));
+    let absorbed = confirmation["absorbed_cents"].as_i64().unwrap();
+    assert!(
+        absorbed > 0 && absorbed * 100 <= shown * 2,
+        "{absorbed} of {shown}"
+    );
+
+    // Without a tolerance the same rise is shown first.
+    let mut w = world(drifting(600, 1.0), CartSettings::default());
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
+    )
+    .await;
+    tokio::time::advance(Duration::from_secs(700)).await;
+    let shown = call(
+        &mut w,
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
+    )
+    .await;
+    assert_eq!(shown.status, 409, "{}", shown.body);
+}
+
+#[tokio::test(start_paused = true)]
+async fn choices_the_operator_does_not_sell_are_refused_and_undone() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    let cart = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &new_cart()),
+    )
+    .await;
+    assert_eq!(cart.status, 201, "{}", cart.body);
+    let before = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    let hammock = call(
+        &mut w,
+        HttpRequest::with_json(
+            "PUT",
+            &path(&cart, "accommodation"),
+            &json!({"code": "hammock"}),
+        ),
+    )
+    .await;
+    assert_eq!(hammock.status, 422, "{}", hammock.body);
+    let after = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(state(&after.body), state(&before.body));
+    // What it sells is priced, the fare and the supplement apart.
+    let cabin = call(
+        &mut w,
+        HttpRequest::with_json(
+            "PUT",
+            &path(&cart, "accommodation"),
+            &json!({"code": "cabin"}),
+        ),
+    )
+    .await;
+    assert_eq!(cabin.status, 200, "{}", cabin.body);
+    assert_eq!(cabin.body["price"]["parts"][1]["code"], "cabin");
+    assert_eq!(cabin.body["price"]["parts"][1]["amount_cents"], 4_500);
+}
+
 /// The cart's step history as stored: (step, status, price change shown).
 async fn history(w: &World, cart: &Reply) -> (u64, Vec<(StepKind, u16, bool)>) {
     let id = cart.body["cart_id"].as_str().unwrap();
