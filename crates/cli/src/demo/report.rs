@@ -554,22 +554,22 @@ impl Report {
                 ),
             ),
             (
-                "  price changes first shown at payment",
-                format!(
-                    "{} carts ({} left over a changed price; {:.0} % leave at payment, {:.0} % before)",
-                    self.carts.price_changes_first_at_payment,
-                    self.carts.lost_to_price_change,
-                    self.carts.customer_model.leave_on_change_at_payment * 100.0,
-                    self.carts.customer_model.leave_on_change_before_payment * 100.0
-                ),
-            ),
-            (
                 "  of those started in the outage",
                 format!(
                     "{} / {} ({} paid during the outage)",
                     self.carts.outage_carts_reached_payment,
                     self.carts.started_during_outage,
                     self.carts.reached_payment_during_outage
+                ),
+            ),
+            (
+                "price changes first shown at payment",
+                format!(
+                    "{} carts ({} carts lost to a changed price; {:.0} % leave when shown one at payment, {:.0} % before)",
+                    self.carts.price_changes_first_at_payment,
+                    self.carts.lost_to_price_change,
+                    self.carts.customer_model.leave_on_change_at_payment * 100.0,
+                    self.carts.customer_model.leave_on_change_before_payment * 100.0
                 ),
             ),
         ];
