@@ -234,9 +234,10 @@ impl WindowConfig {
     /// Decide from the buckets (any order, any age) whether to ask for a trip.
     pub fn evaluate(&self, buckets: &[Bucket], now: DateTime<Utc>) -> Option<WindowVerdict> {
         let oldest = self.oldest_bucket(now);
+        let oldest_read = self.oldest_read(now);
         let mut read: Vec<&Bucket> = buckets
             .iter()
-            .filter(|b| b.start >= self.oldest_read(now) && b.start <= now)
+            .filter(|b| b.start >= oldest_read && b.start <= now)
             .collect();
         read.sort_by_key(|b| std::cmp::Reverse(b.start));
 
@@ -247,7 +248,7 @@ impl WindowConfig {
         }
         // Consecutive fast failures: the quickest sign of an operator that
         // refuses or errors, whatever its traffic.
-        let errors = Self::streak(&read, self.oldest_read(now), |c| c.failures);
+        let errors = Self::streak(&read, oldest_read, |c| c.failures);
         if self.consecutive_errors > 0 && errors >= self.consecutive_errors {
             return Some(WindowVerdict::ConsecutiveErrors { count: errors });
         }
@@ -256,7 +257,7 @@ impl WindowConfig {
         }
         // Consecutive failures of any kind, over the longer lookback: the
         // rule a quiet operator trips on.
-        let streak = Self::streak(&read, self.oldest_read(now), |c| c.failures + c.timeouts);
+        let streak = Self::streak(&read, oldest_read, |c| c.failures + c.timeouts);
         if self.consecutive_failures > 0 && streak >= self.consecutive_failures {
             return Some(WindowVerdict::ConsecutiveFailures { count: streak });
         }
