@@ -81,6 +81,20 @@ async fn call(w: &mut World, request: HttpRequest) -> Reply {
     reply
 }
 
+/// Open a cart on `new_cart()`.
+async fn open(w: &mut World) -> Reply {
+    call(w, HttpRequest::with_json("POST", "/carts", &new_cart())).await
+}
+
+/// Take a `POST` step (`price`, `confirm`) on `cart`.
+async fn post(w: &mut World, cart: &Reply, step: &str) -> Reply {
+    call(
+        w,
+        HttpRequest::with_json("POST", &path(cart, step), &json!({})),
+    )
+    .await
+}
+
 async fn set_sale(w: &World, status: SaleStatus, version: u64) {
     let stored = w.sale.load(&nordic()).await.unwrap();
     let mut record = stored.clone().unwrap_or_else(|| SaleRecord::new(nordic()));
@@ -122,28 +136,16 @@ fn state(view: &Value) -> Value {
 async fn a_cart_opened_off_sale_keeps_its_degraded_state_and_reaches_payment() {
     let mut w = world(SimConfig::default(), CartSettings::default());
     // A price seen before the outage.
-    let warm = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
+    let warm = open(&mut w).await;
     assert_eq!(warm.status, 201, "{}", warm.body);
-    let priced = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&warm, "price"), &json!({})),
-    )
-    .await;
+    let priced = post(&mut w, &warm, "price").await;
     assert_eq!(priced.body["price"]["source"], "live", "{}", priced.body);
 
     tokio::time::advance(Duration::from_secs(1800)).await;
     set_sale(&w, SaleStatus::OffSale, 2).await;
     let requests = w.gateway.requests.counts().total;
 
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
+    let cart = open(&mut w).await;
     assert_eq!(cart.status, 201, "{}", cart.body);
     assert_eq!(cart.body["off_sale"], true);
     assert_eq!(cart.body["accommodation"]["code"], "seat");
@@ -185,11 +187,7 @@ async fn a_cart_opened_off_sale_keeps_its_degraded_state_and_reaches_payment() {
     let after = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
     assert_eq!(state(&after.body), state(&cart.body));
 
-    let confirmed = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let confirmed = post(&mut w, &cart, "confirm").await;
     assert_eq!(confirmed.status, 200, "{}", confirmed.body);
     assert_eq!(confirmed.body["status"], "confirmed");
     assert_eq!(confirmed.body["confirmation"]["on_cached_price"], true);
@@ -200,11 +198,7 @@ async fn a_cart_opened_off_sale_keeps_its_degraded_state_and_reaches_payment() {
     );
 
     // A confirmed cart stays as it is, and asks nobody.
-    let again = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let again = post(&mut w, &cart, "confirm").await;
     assert_eq!(
         (again.status, again.body["reason"].as_str()),
         (409, Some("already_confirmed"))
@@ -215,11 +209,7 @@ async fn a_cart_opened_off_sale_keeps_its_degraded_state_and_reaches_payment() {
 #[tokio::test(start_paused = true)]
 async fn a_refused_step_still_stores_the_off_sale_choices() {
     let mut w = world(SimConfig::default(), CartSettings::default());
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
+    let cart = open(&mut w).await;
     assert!(
         cart.body["accommodation"].is_null(),
         "on sale: nothing chosen yet"
@@ -256,11 +246,7 @@ async fn a_refused_step_still_stores_the_off_sale_choices() {
 #[tokio::test(start_paused = true)]
 async fn a_cart_never_priced_shows_its_price_before_confirming() {
     let mut w = world(SimConfig::default(), CartSettings::default());
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
+    let cart = open(&mut w).await;
     let confirm = HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({}));
     let shown = call(&mut w, confirm.clone()).await;
     assert_eq!(shown.status, 409, "{}", shown.body);
@@ -283,18 +269,10 @@ async fn a_cart_never_priced_shows_its_price_before_confirming() {
 async fn back_on_sale_the_customer_may_upgrade() {
     let mut w = world(SimConfig::default(), CartSettings::default());
     set_sale(&w, SaleStatus::OffSale, 2).await;
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
+    let cart = open(&mut w).await;
     assert_eq!(cart.body["upgrade_available"], false);
     assert!(cart.body["price"].is_null(), "nothing was ever cached");
-    let no_price = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let no_price = post(&mut w, &cart, "confirm").await;
     assert_eq!(no_price.status, 503);
     assert!(no_price.header("retry-after").is_some());
 
@@ -362,24 +340,12 @@ async fn a_changed_price_is_shown_old_new_and_difference() {
         ..SimConfig::default()
     };
     let mut w = world(sim, CartSettings::default());
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
-    let priced = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
-    )
-    .await;
+    let cart = open(&mut w).await;
+    let priced = post(&mut w, &cart, "price").await;
     let old = priced.body["price"]["amount_cents"].as_i64().unwrap();
 
     tokio::time::advance(Duration::from_secs(700)).await;
-    let changed = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let changed = post(&mut w, &cart, "confirm").await;
     assert_eq!(changed.status, 409, "{}", changed.body);
     let change = &changed.body["price_changed"];
     let new = change["new_cents"].as_i64().unwrap();
@@ -389,11 +355,7 @@ async fn a_changed_price_is_shown_old_new_and_difference() {
     assert_eq!(changed.body["title"], "price changed");
     assert_eq!(changed.body["cart"]["status"], "open");
 
-    let accepted = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let accepted = post(&mut w, &cart, "confirm").await;
     assert_eq!(accepted.status, 200, "{}", accepted.body);
     assert_eq!(
         accepted.body["confirmation"]["amount_cents"].as_i64(),
@@ -415,11 +377,7 @@ fn drifting(every_s: u64, percent: f64) -> SimConfig {
 #[tokio::test(start_paused = true)]
 async fn a_price_change_is_shown_at_the_step_the_customer_is_on() {
     let mut w = world(drifting(600, 10.0), CartSettings::default());
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
+    let cart = open(&mut w).await;
     let price = HttpRequest::with_json("POST", &path(&cart, "price"), &json!({}));
     let first = call(&mut w, price.clone()).await;
     assert_eq!(first.status, 200, "{}", first.body);
@@ -442,11 +400,7 @@ async fn a_price_change_is_shown_at_the_step_the_customer_is_on() {
     assert_eq!(steps.last(), Some(&(StepKind::Price, 200, true)));
 
     // Shown already: payment is on that price, at once.
-    let paid = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let paid = post(&mut w, &cart, "confirm").await;
     assert_eq!(paid.status, 200, "{}", paid.body);
     assert_eq!(
         paid.body["confirmation"]["amount_cents"].as_i64(),
@@ -460,23 +414,11 @@ async fn a_rise_within_the_operators_tolerance_is_absorbed_at_payment() {
         CartSettings::from_json(r#"{"operators": {"nordic": {"absorb_rise_percent": 2}}}"#)
             .unwrap();
     let mut w = world(drifting(600, 1.0), tolerant);
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
-    let priced = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
-    )
-    .await;
+    let cart = open(&mut w).await;
+    let priced = post(&mut w, &cart, "price").await;
     let shown = priced.body["price"]["amount_cents"].as_i64().unwrap();
     tokio::time::advance(Duration::from_secs(700)).await;
-    let paid = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let paid = post(&mut w, &cart, "confirm").await;
     assert_eq!(paid.status, 200, "{}", paid.body);
     let confirmation = &paid.body["confirmation"];
     assert_eq!(confirmation["amount_cents"].as_i64(), Some(shown));
@@ -488,33 +430,17 @@ async fn a_rise_within_the_operators_tolerance_is_absorbed_at_payment() {
 
     // Without a tolerance the same rise is shown first.
     let mut w = world(drifting(600, 1.0), CartSettings::default());
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
-    call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
-    )
-    .await;
+    let cart = open(&mut w).await;
+    post(&mut w, &cart, "price").await;
     tokio::time::advance(Duration::from_secs(700)).await;
-    let shown = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let shown = post(&mut w, &cart, "confirm").await;
     assert_eq!(shown.status, 409, "{}", shown.body);
 }
 
 #[tokio::test(start_paused = true)]
 async fn choices_the_operator_does_not_sell_are_refused_and_undone() {
     let mut w = world(SimConfig::default(), CartSettings::default());
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
+    let cart = open(&mut w).await;
     assert_eq!(cart.status, 201, "{}", cart.body);
     let before = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
     let hammock = call(
@@ -567,23 +493,11 @@ async fn every_step_is_recorded_with_its_answer() {
         ..SimConfig::default()
     };
     let mut w = world(sim, CartSettings::default());
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
-    call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
-    )
-    .await;
+    let cart = open(&mut w).await;
+    post(&mut w, &cart, "price").await;
     tokio::time::advance(Duration::from_secs(700)).await;
     for _ in 0..2 {
-        call(
-            &mut w,
-            HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-        )
-        .await;
+        post(&mut w, &cart, "confirm").await;
     }
     let (_, steps) = history(&w, &cart).await;
     assert_eq!(
@@ -596,11 +510,7 @@ async fn every_step_is_recorded_with_its_answer() {
         ]
     );
     // A confirmed cart takes no more steps, and none are recorded.
-    let again = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let again = post(&mut w, &cart, "confirm").await;
     assert_eq!(again.status, 409);
     assert_eq!(history(&w, &cart).await.1.len(), 4);
 }
@@ -609,11 +519,7 @@ async fn every_step_is_recorded_with_its_answer() {
 async fn a_refused_step_is_recorded_without_a_new_revision() {
     let mut w = world(SimConfig::default(), CartSettings::default());
     set_sale(&w, SaleStatus::OffSale, 2).await;
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
+    let cart = open(&mut w).await;
     let (revision, _) = history(&w, &cart).await;
     let refused = call(
         &mut w,
@@ -657,28 +563,12 @@ async fn confirming_on_a_cached_price_can_be_switched_off() {
     )
     .unwrap();
     let mut w = world(SimConfig::default(), settings);
-    let warm = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
-    call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&warm, "price"), &json!({})),
-    )
-    .await;
+    let warm = open(&mut w).await;
+    post(&mut w, &warm, "price").await;
     set_sale(&w, SaleStatus::OffSale, 2).await;
-    let cart = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
+    let cart = open(&mut w).await;
     assert_eq!(cart.body["accommodation"]["code"], "deck");
-    let refused = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-    )
-    .await;
+    let refused = post(&mut w, &cart, "confirm").await;
     assert_eq!(refused.status, 409);
     assert_eq!(refused.body["reason"], "cached_price_not_allowed");
 }
@@ -759,11 +649,7 @@ async fn off_sale_a_sailing_never_priced_takes_its_fare_from_the_cached_search()
             cart.body
         );
         assert_eq!(cart.body["price"]["source"], "fresh");
-        let confirmed = call(
-            &mut w,
-            HttpRequest::with_json("POST", &path(&cart, "confirm"), &json!({})),
-        )
-        .await;
+        let confirmed = post(&mut w, &cart, "confirm").await;
         assert_eq!(confirmed.body["status"], "confirmed");
         let id = sailing["sailing_id"].as_str().unwrap();
         assert_eq!(cart.body["sailing"]["sailing_id"], case.normalise(id));
@@ -777,16 +663,8 @@ async fn a_case_variant_of_the_sailing_id_finds_the_same_cached_price() {
         CartSettings::default(),
         ids(IdCase::Upper),
     );
-    let warm = call(
-        &mut w,
-        HttpRequest::with_json("POST", "/carts", &new_cart()),
-    )
-    .await;
-    let priced = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&warm, "price"), &json!({})),
-    )
-    .await;
+    let warm = open(&mut w).await;
+    let priced = post(&mut w, &warm, "price").await;
     assert_eq!(priced.body["price"]["source"], "live", "{}", priced.body);
     let requests = w.gateway.requests.counts().total;
 
@@ -798,11 +676,7 @@ async fn a_case_variant_of_the_sailing_id_finds_the_same_cached_price() {
         cart.body["sailing"]["sailing_id"], SAILING,
         "stored as asked"
     );
-    let again = call(
-        &mut w,
-        HttpRequest::with_json("POST", &path(&cart, "price"), &json!({})),
-    )
-    .await;
+    let again = post(&mut w, &cart, "price").await;
     assert_eq!(again.body["price"]["source"], "fresh", "{}", again.body);
     assert_eq!(
         again.body["price"]["amount_cents"],
