@@ -47,21 +47,24 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use lifeboat_core::OperatorId;
 use lifeboat_core::cart::{
-    Cart, CartPolicy, CartPrice, CartRefusal, CartSettings, CartStore, Choices, ConfirmStep,
-    PriceChange, Sailing, StepKind, StepRecord,
+    Cart, CartPolicy, CartRefusal, CartSettings, CartStore, Sailing, StepKind, StepRecord,
 };
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::StoreError;
-use lifeboat_core::price::{self as money, PartKind, PricePart, Quote};
 use lifeboat_core::sale::SaleStatusStore;
 use lifeboat_core::watched::watch;
-use lifeboat_core::{Operation, OperatorId};
 use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
-use lifeboat_lookup::params::{self, price_params_for, search_params};
-use lifeboat_lookup::{Answer, Lookup, Mode, Source, UnavailableReason};
+use lifeboat_lookup::params;
+use lifeboat_lookup::{Lookup, Mode};
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+mod pricing;
+#[cfg(test)]
+use pricing::{fare_of, quote_in};
+use pricing::{no_price, shown_change};
 
 /// Environment variable: per-operator cart settings (JSON).
 pub const CART_SETTINGS: &str = "CART_SETTINGS";
@@ -359,177 +362,6 @@ impl CartService {
         }
     }
 
-    /// Price the choices a step just made (on sale), so the customer sees
-    /// the price of what they chose, and any change of it, at this step
-    /// rather than at payment. Choices the operator does not sell are
-    /// refused (422) and undone; when no price can be found now the choice
-    /// stands, without a price that would not cover it.
-    async fn reprice_choices(
-        &self,
-        cart: &mut Cart,
-        before: Cart,
-        policy: &CartPolicy,
-    ) -> Result<StepReply, Problem> {
-        let now = self.lookup.clock.now();
-        match self.price(cart, policy, Mode::AskOperator).await {
-            Ok(Some(price)) => {
-                let change = cart.set_price(price, now).map_err(refusal)?;
-                Ok((200, change.map(shown_change)))
-            }
-            Err(problem) if problem.status == 422 => {
-                *cart = before;
-                Err(problem)
-            }
-            Ok(None) | Err(_) => {
-                cart.drop_price_unless_covering(&cart.choices(policy));
-                Ok((200, None))
-            }
-        }
-    }
-
-    /// Confirm (payment). On sale: re-price through the gateway and confirm
-    /// on that price, or show it first if it is not what the customer saw.
-    /// When the operator cannot price it (off sale, or not answering): the
-    /// cached price, as the policy allows.
-    async fn confirm(
-        &self,
-        cart: &mut Cart,
-        on_sale: bool,
-        policy: &CartPolicy,
-    ) -> Result<StepReply, Problem> {
-        let now = self.lookup.clock.now();
-        // On sale, one re-price: it already falls back to every cached price
-        // there is. Off sale, the cache only.
-        let mode = if on_sale {
-            Mode::Reprice
-        } else {
-            Mode::CachedOnly
-        };
-        let step = match self.price(cart, policy, mode).await? {
-            Some(price) if price.source == Source::Live => {
-                cart.confirm_live(price, policy, now).map_err(refusal)?
-            }
-            cached => {
-                // Not a live price: the operator is off sale or did not
-                // answer; what the cache holds is all there is.
-                let step = cart
-                    .confirm_cached(cached, policy, now)
-                    .map_err(|r| match r {
-                        CartRefusal::CachedPriceNotAllowed if !on_sale => refusal(r),
-                        CartRefusal::AlreadyConfirmed | CartRefusal::OffSale { .. } => refusal(r),
-                        other => cannot_price_now(cart, other),
-                    })?;
-                if step == ConfirmStep::Confirmed {
-                    tracing::info!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, age_s = cart.price_age_s(now), "confirmed on a cached price");
-                }
-                step
-            }
-        };
-        Ok(match step {
-            ConfirmStep::Confirmed => (200, None),
-            ConfirmStep::PriceChanged(change) => (
-                409,
-                Some((
-                    "price_changed",
-                    json!(change),
-                    "the price changed: confirm again to accept the new price",
-                )),
-            ),
-            ConfirmStep::PriceToConfirm(price) => (
-                409,
-                Some((
-                    "price_to_confirm",
-                    json!({"amount_cents": price.amount_cents, "currency": price.currency}),
-                    "this is the price: confirm again to accept it",
-                )),
-            ),
-        })
-    }
-
-    /// The price of the cart's choices: the operator's price answer for them
-    /// (as `mode` allows); for the default choices (the base fare) else the
-    /// sailing's fare in the cached search answer for the same route, date
-    /// and passengers (the operator's own figure, with that answer's age).
-    /// `None` when nothing can be shown; 422 when the operator refuses to
-    /// price choices it does not sell.
-    async fn price(
-        &self,
-        cart: &Cart,
-        policy: &CartPolicy,
-        mode: Mode,
-    ) -> Result<Option<CartPrice>, Problem> {
-        let s = &cart.sailing;
-        // A cart stored before its operator's `ids` said so is asked in the
-        // operator's case too.
-        let ids = self.lookup.settings.for_operator(&cart.operator).ids;
-        let sailing_id = ids.normalise(&s.sailing_id);
-        let choices = cart.choices(policy);
-        let priced = self
-            .lookup
-            .answer(
-                &cart.operator,
-                Operation::Price,
-                &price_params_for(&sailing_id, s.passengers, &choices),
-                mode,
-            )
-            .await;
-        match priced.result {
-            Ok(answer) => match quote_in(&answer.body) {
-                Ok(quote) => return Ok(Some(cart_price(quote, &answer, choices))),
-                Err(error) => {
-                    tracing::error!(operator = %cart.operator, %error, "stored price answer is not a price");
-                }
-            },
-            Err(u) if u.reason == UnavailableReason::StoreUnavailable => {
-                return Err(Problem::unavailable(
-                    "lifeboat could not look the price up",
-                    u.retry_after,
-                ));
-            }
-            Err(u) if u.reason == UnavailableReason::Rejected && !choices.are_default() => {
-                return Err(Problem::new(
-                    422,
-                    "choices not sold",
-                    format!(
-                        "{} does not price the accommodation or extras chosen: choose again",
-                        cart.operator
-                    ),
-                ));
-            }
-            Err(_) => {}
-        }
-        if !choices.are_default() {
-            // A search's fare is the base fare: it covers no other choices.
-            return Ok(None);
-        }
-        let searched = self
-            .lookup
-            .answer(
-                &cart.operator,
-                Operation::Search,
-                &search_params(&s.from, &s.to, &s.date, s.passengers),
-                Mode::CachedOnly,
-            )
-            .await;
-        let Ok(answer) = searched.result else {
-            return Ok(None);
-        };
-        let fare = serde_json::from_str::<Value>(&answer.body)
-            .ok()
-            .and_then(|v| {
-                v.get("sailings")?
-                    .as_array()?
-                    .iter()
-                    .find(|x| {
-                        x.get("sailing_id")
-                            .and_then(Value::as_str)
-                            .is_some_and(|id| ids.same(id, &sailing_id))
-                    })
-                    .and_then(fare_of)
-            });
-        Ok(fare.map(|fare| cart_price(fare, &answer, choices)))
-    }
-
     /// Is the operator on sale? An operator never switched is on sale. A
     /// status that cannot be read is a 503: deciding "off sale" on a read
     /// error would store degraded choices on carts of an operator that is up.
@@ -634,50 +466,6 @@ fn log_ref(cart_id: &str) -> String {
     format!("{:012x}", hasher.finish() >> 16)
 }
 
-/// The price in a price answer's body, checked (a sane amount in a known
-/// currency, parts that add up).
-fn quote_in(body: &str) -> Result<Quote, String> {
-    let value: Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
-    let price = value.get("price").ok_or("no price")?;
-    money::quote(price).map_err(|e| e.to_string())
-}
-
-/// A search answer's fare of one sailing, if it is a price at all; its one
-/// part is the fare.
-fn fare_of(sailing: &Value) -> Option<Quote> {
-    let fare =
-        json!({"amount_cents": sailing.get("price_cents")?, "currency": sailing.get("currency")?});
-    let quote = money::quote(&fare).ok()?;
-    Some(Quote {
-        parts: vec![PricePart {
-            kind: PartKind::Fare,
-            code: None,
-            amount_cents: quote.amount_cents,
-        }],
-        ..quote
-    })
-}
-
-fn cart_price(quote: Quote, answer: &Answer, covers: Choices) -> CartPrice {
-    CartPrice {
-        amount_cents: quote.amount_cents,
-        currency: quote.currency,
-        source: answer.source,
-        as_of: answer.as_of,
-        parts: quote.parts,
-        covers,
-    }
-}
-
-/// A change found at a step before payment, shown with the step's answer.
-fn shown_change(change: PriceChange) -> (&'static str, Value, &'static str) {
-    (
-        "price_changed",
-        json!(change),
-        "the price of your choices changed: this is the new price",
-    )
-}
-
 fn json_body<T: for<'de> Deserialize<'de>>(request: &HttpRequest) -> Result<T, Problem> {
     serde_json::from_slice(&request.body).map_err(|e| {
         // serde's message names the field and says what was wrong with it;
@@ -712,28 +500,6 @@ fn refusal(r: CartRefusal) -> Problem {
         CartRefusal::PriceTooOld { .. } => "price_too_old",
     };
     Problem::new(409, "step not possible now", r.to_string()).with("reason", json!(code))
-}
-
-/// The operator cannot price the cart now and the cached price will not do:
-/// try again later.
-fn cannot_price_now(cart: &Cart, r: CartRefusal) -> Problem {
-    Problem::unavailable(
-        format!(
-            "{} cannot price this cart right now ({r}); try again shortly",
-            cart.operator
-        ),
-        lifeboat_lookup::RETRY_AFTER_FAILURE,
-    )
-}
-
-fn no_price(cart: &Cart) -> Problem {
-    Problem::unavailable(
-        format!(
-            "no price for {} is known right now; try again shortly",
-            cart.sailing.sailing_id
-        ),
-        lifeboat_lookup::RETRY_AFTER_FAILURE,
-    )
 }
 
 fn store_problem(e: &StoreError) -> Problem {

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::Clock;
 use lifeboat_core::memory::MemoryCartStore;
 use lifeboat_core::sale::{MemorySaleStatusStore, SaleRecord};
 use lifeboat_core::settings::{IdCase, Settings};
+use lifeboat_core::{Clock, Operation};
 use lifeboat_operator::{PriceDrift, SimConfig, SimulatedOperator};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
 
