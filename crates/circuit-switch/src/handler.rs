@@ -62,6 +62,10 @@ use crate::input::{AlarmMap, InputError, SwitchInput};
 /// The queue whose delayed messages wake the switch (`BreakerTimerQueue`).
 pub const BREAKER_TIMER_QUEUE_URL: &str = "BREAKER_TIMER_QUEUE_URL";
 
+/// Environment variable: which operator each errors alarm watches,
+/// `alarm=operator,…`.
+pub const ALARM_OPERATORS: &str = "ALARM_OPERATORS";
+
 /// The name of the one lane of a gateway whose operators share a stream.
 pub const SHARED_LANE: &str = "requests";
 
@@ -225,7 +229,7 @@ impl CircuitSwitch {
         if operators.is_empty() {
             return Err(StartupError::NoOperators);
         }
-        let alarms = AlarmMap::parse(env.optional("ALARM_OPERATORS")?.unwrap_or(""))?;
+        let alarms = AlarmMap::parse(env.optional(ALARM_OPERATORS)?.unwrap_or(""))?;
         if let Some(stray) = alarms.operators().find(|o| !operators.contains(o)) {
             return Err(StartupError::AlarmForUnknownOperator(stray.clone()));
         }
@@ -255,7 +259,10 @@ impl CircuitSwitch {
             breakers: watch(Arc::new(clients.breaker_store(env)?), &metrics, &clock),
             events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
             lanes: lanes.watched(&metrics, &clock),
-            settings: Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?,
+            settings: Settings::from_json(
+                env.optional(lifeboat_core::settings::OPERATOR_SETTINGS)?
+                    .unwrap_or(""),
+            )?,
             alarms,
             operators,
             repoint_backoff: Duration::from_millis(500),
@@ -269,7 +276,7 @@ impl CircuitSwitch {
             },
             clock,
             metrics,
-            prober: match env.optional("OPERATOR_ENDPOINTS")? {
+            prober: match env.optional(lifeboat_operator::OPERATOR_ENDPOINTS)? {
                 Some(endpoints) => Some(Arc::new(lifeboat_operator::HttpOperatorApi::parse(
                     endpoints,
                 )?)),

@@ -27,6 +27,9 @@ use crate::probe::ProbeSpec;
 use crate::request::{FailureStatuses, OperatorCall};
 use crate::window::WindowConfig;
 
+/// Environment variable: the per-operator settings (JSON).
+pub const OPERATOR_SETTINGS: &str = "OPERATOR_SETTINGS";
+
 /// Everything tunable about one operator.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]

@@ -17,7 +17,7 @@ pub const OPERATORS: &str = "OPERATORS";
 /// How long a breaker state is kept per instance, in ms (0 to 1000, default 1000).
 pub const BREAKER_CACHE_MS: &str = "BREAKER_CACHE_MS";
 /// Per-operator budgets, breaker and cache settings (JSON).
-pub const OPERATOR_SETTINGS: &str = "OPERATOR_SETTINGS";
+pub use lifeboat_core::settings::OPERATOR_SETTINGS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {

@@ -62,6 +62,10 @@ pub struct OperatorUrls {
     urls: BTreeMap<OperatorId, Url>,
 }
 
+/// Environment variable: each operator's API base URL,
+/// `operator=base-url,…` ([`OperatorUrls::parse`]).
+pub const OPERATOR_ENDPOINTS: &str = "OPERATOR_ENDPOINTS";
+
 impl OperatorUrls {
     /// Parse a comma-separated list of `operator=base-url` entries, such as
     /// `nordic=https://api.nordic.example,baltic=http://127.0.0.1:8080`.

@@ -19,7 +19,8 @@ mod sim;
 
 pub use answers::PriceDrift;
 pub use client::{
-    HttpApiError, HttpOperatorApi, OperatorUrls, OperatorUrlsError, REQUEST_ID_HEADER,
+    HttpApiError, HttpOperatorApi, OPERATOR_ENDPOINTS, OperatorUrls, OperatorUrlsError,
+    REQUEST_ID_HEADER,
 };
 pub use latency::{LatencyModel, SimRng};
 pub use payload::{PayloadError, check_payload};

@@ -53,6 +53,13 @@ pub const NAME: &str = "real-consumer";
 /// the template's `CallConcurrency` default (a test holds them together).
 pub const DEFAULT_CONCURRENCY: usize = 50;
 
+/// Environment variable: the most operator calls one batch makes at once.
+pub const CALL_CONCURRENCY: &str = "CALL_CONCURRENCY";
+
+/// Environment variable: the share of operator calls logged at INFO for
+/// `lifeboat advise-timeouts` (docs/timeouts.md).
+pub const CALL_LOG_SHARE: &str = "CALL_LOG_SHARE";
+
 /// Why a whole invocation failed (records never fail the invocation).
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
@@ -171,16 +178,19 @@ impl RealConsumer {
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
-        let endpoints = env.required("OPERATOR_ENDPOINTS")?;
-        let concurrency = match env.optional("CALL_CONCURRENCY")? {
+        let endpoints = env.required(lifeboat_operator::OPERATOR_ENDPOINTS)?;
+        let concurrency = match env.optional(CALL_CONCURRENCY)? {
             None => DEFAULT_CONCURRENCY,
             Some(text) => match text.trim().parse::<usize>() {
                 Ok(n) if (1..=1000).contains(&n) => n,
                 _ => return Err(StartupError::Concurrency(text.to_owned())),
             },
         };
-        let settings = Settings::from_json(env.optional("OPERATOR_SETTINGS")?.unwrap_or(""))?;
-        let call_log_share = match env.optional("CALL_LOG_SHARE")? {
+        let settings = Settings::from_json(
+            env.optional(lifeboat_core::settings::OPERATOR_SETTINGS)?
+                .unwrap_or(""),
+        )?;
+        let call_log_share = match env.optional(CALL_LOG_SHARE)? {
             None => DEFAULT_CALL_LOG_SHARE,
             Some(text) => match text.trim().parse::<f64>() {
                 Ok(share) if (0.0..=1.0).contains(&share) => share,
