@@ -180,8 +180,10 @@ pub fn minutes(
     query.check_range()?;
     let (since, until) = (query.since, query.until);
     let first = floor_minute(since);
-    let count =
-        usize::try_from((until - first).num_seconds().saturating_sub(1) / 60 + 1).unwrap_or(0);
+    // Every minute that starts before `until`, a part of one included (in
+    // milliseconds: a step in the last second of the range has its row).
+    let count = usize::try_from((until - first).num_milliseconds().saturating_sub(1) / 60_000 + 1)
+        .unwrap_or(0);
     let index = |t: DateTime<Utc>| -> Option<usize> {
         if t < first || t >= until {
             return None;
