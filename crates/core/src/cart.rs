@@ -533,9 +533,12 @@ impl Cart {
                 .as_ref()
                 .is_none_or(|p| c.covers != p.covers || c.as_of > p.as_of)
         });
-        let price = newer
-            .or_else(|| self.price.clone())
-            .ok_or(CartRefusal::NoPrice)?;
+        // The cart's own price only if it covers the choices it has now (a
+        // cart stored before prices covered choices may hold the base fare
+        // under a cabin).
+        let choices = self.choices(policy);
+        let own = self.price.clone().filter(|p| p.covers == choices);
+        let price = newer.or(own).ok_or(CartRefusal::NoPrice)?;
         let age_s = age_s(price.as_of, now);
         if age_s > policy.max_price_age_s {
             return Err(CartRefusal::PriceTooOld { age_s });
@@ -578,12 +581,10 @@ impl Cart {
                 if old.currency == price.currency
                     && absorbs(old.amount_cents, rise, policy.absorb_rise_percent) =>
             {
-                let shown = CartPrice {
-                    amount_cents: old.amount_cents,
-                    parts: old.parts,
-                    ..price
-                };
-                self.confirm_on(shown, on_cached_price, rise, now);
+                // Paid as shown: the price the customer saw, its time and
+                // source; the rise is on the confirmation.
+                self.price_change = None;
+                self.confirm_on(old, on_cached_price, rise, now);
                 ConfirmStep::Confirmed
             }
             _ => {
@@ -897,6 +898,19 @@ mod tests {
             MAX_PRICE_CENTS,
             MAX_ABSORB_RISE_PERCENT
         ));
+    }
+
+    #[test]
+    fn a_price_that_does_not_cover_the_choices_is_never_paid() {
+        // Stored before prices covered choices: a cabin under the base fare.
+        let mut c = cart(false);
+        ok(c.choose_accommodation("cabin".into(), true, at(1)));
+        c.price = Some(price(10_000, Source::Live, 0));
+        assert_eq!(
+            c.confirm_cached(None, &CartPolicy::default(), at(2)),
+            Err(CartRefusal::NoPrice)
+        );
+        assert!(c.confirmation.is_none());
     }
 
     #[test]
