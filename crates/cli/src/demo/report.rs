@@ -120,6 +120,9 @@ pub struct Carts {
     pub started_during_outage: usize,
     /// Carts started during the outage that reached payment (at any time).
     pub outage_carts_reached_payment: usize,
+    /// Carts started during the outage whose customer left when shown a
+    /// changed price (the customer model's choice, not a stuck cart).
+    pub outage_carts_left_on_price_change: usize,
     /// Carts that reached payment while the operator was down.
     pub reached_payment_during_outage: usize,
     pub confirmed_on_cached_price: usize,
@@ -317,6 +320,11 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
                 .iter()
                 .filter(in_outage)
                 .filter(|c| c.reached_payment.is_some())
+                .count(),
+            outage_carts_left_on_price_change: carts
+                .iter()
+                .filter(in_outage)
+                .filter(|c| c.left_on_price_change)
                 .count(),
             reached_payment_during_outage: carts
                 .iter()
