@@ -316,11 +316,12 @@ impl CartService {
         policy: &CartPolicy,
     ) -> Result<StepReply, Problem> {
         let now = self.lookup.clock.now();
-        let before = cart.clone();
         match step {
             "accommodation" => {
                 let body: AccommodationBody = json_body(request)?;
                 let code = params::code("code", &body.code)?;
+                // Kept to undo a choice the operator will not price.
+                let before = cart.clone();
                 cart.choose_accommodation(code, on_sale, now)
                     .map_err(refusal)?;
                 self.reprice_choices(cart, before, policy).await
@@ -341,6 +342,7 @@ impl CartService {
                     }
                     codes.push(code);
                 }
+                let before = cart.clone();
                 cart.choose_extras(codes, on_sale, now).map_err(refusal)?;
                 self.reprice_choices(cart, before, policy).await
             }

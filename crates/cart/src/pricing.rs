@@ -43,10 +43,10 @@ impl CartService {
         }
     }
 
-    /// Confirm (payment). On sale: re-price through the gateway and confirm
-    /// on that price, or show it first if it is not what the customer saw.
-    /// When the operator cannot price it (off sale, or not answering): the
-    /// cached price, as the policy allows.
+    /// Confirm (payment). On sale: re-price through the gateway and settle
+    /// on that price (`Cart::confirm_live`: confirmed, absorbed, or shown
+    /// first). When the operator cannot price it (off sale, or not
+    /// answering): the cached price, as the policy allows.
     pub(crate) async fn confirm(
         &self,
         cart: &mut Cart,
