@@ -347,8 +347,10 @@ impl CartService {
                 self.reprice_choices(cart, before, policy).await
             }
             "price" => {
+                // On sale the operator is asked, not a recent answer: this is
+                // the last price the customer sees before paying.
                 let mode = if on_sale {
-                    Mode::AskOperator
+                    Mode::Reprice
                 } else {
                     Mode::CachedOnly
                 };

@@ -82,7 +82,15 @@ impl CartService {
             }
         };
         Ok(match step {
-            ConfirmStep::Confirmed => (200, None),
+            // A drop found at payment is confirmed, and shown with the
+            // confirmation.
+            ConfirmStep::Confirmed => (
+                200,
+                cart.price_change
+                    .clone()
+                    .filter(|change| change.at == now)
+                    .map(shown_change),
+            ),
             ConfirmStep::PriceChanged(change) => (
                 409,
                 Some((
@@ -131,7 +139,17 @@ impl CartService {
             .await;
         match priced.result {
             Ok(answer) => match quote_in(&answer.body) {
-                Ok(quote) => return Ok(Some(cart_price(quote, &answer, choices))),
+                Ok(quote) => {
+                    match choices.covered_by(&quote.parts, &policy.default_accommodation) {
+                        Ok(()) => return Ok(Some(cart_price(quote, &answer, choices))),
+                        // Never the base fare under a cabin: no price rather than
+                        // one that was not asked for these choices.
+                        Err(error) => {
+                            tracing::error!(operator = %cart.operator, %error, ?choices, "the operator's price does not cover the choices");
+                            return Ok(None);
+                        }
+                    }
+                }
                 Err(error) => {
                     tracing::error!(operator = %cart.operator, %error, "stored price answer is not a price");
                 }
@@ -142,7 +160,10 @@ impl CartService {
                     u.retry_after,
                 ));
             }
-            Err(u) if u.reason == UnavailableReason::Rejected && !choices.are_default() => {
+            // The operator refused the question with these choices (a 4xx
+            // other than one refusing lifeboat's credentials): the choices
+            // are not sold, and asking again will not change that.
+            Err(u) if u.reason.is_refusal() && !choices.are_default() => {
                 return Err(Problem::new(
                     422,
                     "choices not sold",

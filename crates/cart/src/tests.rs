@@ -42,10 +42,71 @@ fn ids(case: IdCase) -> Settings {
 }
 
 fn world_with(sim: SimConfig, settings: CartSettings, operators: Settings) -> World {
+    world_on(sim, settings, operators, None)
+}
+
+/// How an operator that is not the simulator answers a price call with
+/// choices: the base fare as if asked without them, or a status.
+#[derive(Debug, Clone, Copy)]
+enum OnChoices {
+    IgnoresThem,
+    Refuses(u16),
+}
+
+/// The simulated operator, answering price calls with choices as `on` says.
+struct Unlike {
+    sim: SimulatedOperator,
+    on: OnChoices,
+}
+
+#[async_trait::async_trait]
+impl lifeboat_core::ports::OperatorApi for Unlike {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        self.sim.knows(operator)
+    }
+
+    async fn call(
+        &self,
+        call: &lifeboat_core::request::OperatorCall,
+    ) -> lifeboat_core::request::CallResult {
+        use lifeboat_core::request::{CallClass, CallResult};
+        let with_choices = ["accommodation", "extras"]
+            .iter()
+            .any(|k| call.params.contains_key(*k));
+        if call.operation != Operation::Price || !with_choices {
+            return self.sim.call(call).await;
+        }
+        match self.on {
+            OnChoices::IgnoresThem => {
+                let mut bare = call.clone();
+                bare.params.remove("accommodation");
+                bare.params.remove("extras");
+                self.sim.call(&bare).await
+            }
+            OnChoices::Refuses(status) => CallResult {
+                class: CallClass::ClientError { status },
+                elapsed: Duration::from_millis(50),
+                body: None,
+                detail: format!("operator answered {status}"),
+            },
+        }
+    }
+}
+
+fn world_on(
+    sim: SimConfig,
+    settings: CartSettings,
+    operators: Settings,
+    on_choices: Option<OnChoices>,
+) -> World {
     let clock = Arc::new(TokioClock::starting_at(base()));
     let sim = SimulatedOperator::new(nordic(), sim, clock.clone());
+    let api: Arc<dyn lifeboat_core::ports::OperatorApi> = match on_choices {
+        None => Arc::new(sim),
+        Some(on) => Arc::new(Unlike { sim, on }),
+    };
     let gateway = Gateway::new(
-        Arc::new(sim),
+        api,
         clock.clone(),
         GatewayConfig {
             operators: vec![nordic()],
@@ -470,6 +531,104 @@ async fn choices_the_operator_does_not_sell_are_refused_and_undone() {
     assert_eq!(cabin.body["price"]["parts"][1]["amount_cents"], 4_500);
 }
 
+/// Choose the cabin on `cart`.
+async fn cabin(w: &mut World, cart: &Reply) -> Reply {
+    let request = HttpRequest::with_json(
+        "PUT",
+        &path(cart, "accommodation"),
+        &json!({"code": "cabin"}),
+    );
+    call(w, request).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_price_that_ignored_the_choices_is_never_the_carts() {
+    let mut w = world_on(
+        SimConfig::default(),
+        CartSettings::default(),
+        Settings::default(),
+        Some(OnChoices::IgnoresThem),
+    );
+    let cart = open(&mut w).await;
+    let base = post(&mut w, &cart, "price").await;
+    assert_eq!(base.status, 200, "{}", base.body);
+    // The operator answers the base fare to a question about a cabin.
+    let chosen = cabin(&mut w, &cart).await;
+    assert_eq!(chosen.status, 200, "{}", chosen.body);
+    assert_eq!(chosen.body["price"], Value::Null, "{}", chosen.body);
+    let priced = post(&mut w, &cart, "price").await;
+    assert_eq!(priced.status, 503, "{}", priced.body);
+    let paid = post(&mut w, &cart, "confirm").await;
+    assert_eq!(
+        paid.status, 503,
+        "never the base fare under a cabin: {}",
+        paid.body
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_of_lifeboat_is_not_a_choice_not_sold() {
+    for (status, expected) in [(404, 422), (400, 422), (403, 200), (401, 200)] {
+        let mut w = world_on(
+            SimConfig::default(),
+            CartSettings::default(),
+            Settings::default(),
+            Some(OnChoices::Refuses(status)),
+        );
+        let cart = open(&mut w).await;
+        let chosen = cabin(&mut w, &cart).await;
+        assert_eq!(chosen.status, expected, "{status}: {}", chosen.body);
+        if expected == 200 {
+            // The choice stands without a price; payment waits for one.
+            assert_eq!(chosen.body["price"], Value::Null);
+            assert_eq!(chosen.body["accommodation"]["code"], "cabin");
+            let paid = post(&mut w, &cart, "confirm").await;
+            assert_eq!(paid.status, 503, "{status}: {}", paid.body);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fare_that_moved_is_shown_when_the_choices_change_too() {
+    let mut w = world(drifting(600, 10.0), CartSettings::default());
+    let cart = open(&mut w).await;
+    let base = post(&mut w, &cart, "price").await;
+    let fare = base.body["price"]["parts"][0]["amount_cents"]
+        .as_i64()
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(700)).await;
+    let chosen = cabin(&mut w, &cart).await;
+    assert_eq!(chosen.status, 200, "{}", chosen.body);
+    let change = &chosen.body["price_changed"];
+    assert_eq!(change["scope"], "shared_parts", "{}", chosen.body);
+    assert_eq!(change["old_cents"].as_i64(), Some(fare));
+    let new_fare = chosen.body["price"]["parts"][0]["amount_cents"].as_i64();
+    assert_eq!(change["new_cents"].as_i64(), new_fare);
+    assert!(new_fare > Some(fare));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drop_at_payment_is_confirmed_and_shown() {
+    // A negative drift: every price falls 10 % every 10 minutes.
+    let mut w = world(drifting(600, -10.0), CartSettings::default());
+    let cart = open(&mut w).await;
+    let priced = post(&mut w, &cart, "price").await;
+    let shown = priced.body["price"]["amount_cents"].as_i64().unwrap();
+    tokio::time::advance(Duration::from_secs(700)).await;
+    let paid = post(&mut w, &cart, "confirm").await;
+    assert_eq!(paid.status, 200, "{}", paid.body);
+    let paid_cents = paid.body["confirmation"]["amount_cents"].as_i64().unwrap();
+    assert!(paid_cents < shown);
+    assert_eq!(
+        paid.body["price_changed"]["old_cents"].as_i64(),
+        Some(shown)
+    );
+    assert_eq!(
+        paid.body["price_changed"]["new_cents"].as_i64(),
+        Some(paid_cents)
+    );
+}
+
 /// The cart's step history as stored: (step, status, price change shown).
 async fn history(w: &World, cart: &Reply) -> (u64, Vec<(StepKind, u16, bool)>) {
     let id = cart.body["cart_id"].as_str().unwrap();
@@ -676,10 +835,11 @@ async fn a_case_variant_of_the_sailing_id_finds_the_same_cached_price() {
         cart.body["sailing"]["sailing_id"], SAILING,
         "stored as asked"
     );
-    let again = post(&mut w, &cart, "price").await;
-    assert_eq!(again.body["price"]["source"], "fresh", "{}", again.body);
+    // Opened with the other spelling's cached price (the price step itself
+    // asks the operator: it is the last price before payment).
+    assert_eq!(cart.body["price"]["source"], "fresh", "{}", cart.body);
     assert_eq!(
-        again.body["price"]["amount_cents"],
+        cart.body["price"]["amount_cents"],
         priced.body["price"]["amount_cents"]
     );
 

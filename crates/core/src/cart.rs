@@ -16,11 +16,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{Source, age_s};
+use crate::cache::age_s;
 use crate::operator::OperatorId;
 use crate::ports::StoreError;
 pub use crate::price::MAX_PRICE_CENTS;
-use crate::price::PricePart;
+
+mod pricing;
+pub use pricing::{CartPrice, ChangeScope, Choices, NotCovered, PriceChange};
+use pricing::{absorbs, change_between};
 
 /// The sailing a cart is for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,53 +60,6 @@ pub enum Extras {
     },
     /// Skipped because the operator was off sale.
     SkippedWhileOffSale,
-}
-
-/// The choices a price covers: the accommodation and the extras it was
-/// asked for. A price for other choices is a new price, not a change.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Choices {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accommodation: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub extras: Vec<String>,
-}
-
-impl Choices {
-    /// Whether these are the choices a cart has before the customer chooses,
-    /// or the ones made for it while off sale: the default accommodation (or
-    /// none yet) and no extras. Their price is the sailing's base fare.
-    pub fn are_default(&self) -> bool {
-        *self == Choices::default()
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CartPrice {
-    pub amount_cents: i64,
-    pub currency: String,
-    pub source: Source,
-    /// When the operator gave this price.
-    pub as_of: DateTime<Utc>,
-    /// The price's parts, as the operator itemised them (none when it did
-    /// not, or when the price is a search's fare).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub parts: Vec<PricePart>,
-    /// The choices this price covers (none on carts stored before prices
-    /// covered choices).
-    #[serde(default)]
-    pub covers: Choices,
-}
-
-/// A price that changed for the same choices, shown to the customer at the
-/// step it was found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PriceChange {
-    pub old_cents: i64,
-    pub new_cents: i64,
-    pub difference_cents: i64,
-    pub currency: String,
-    pub at: DateTime<Utc>,
 }
 
 /// Why the cart is in its degraded state.
@@ -472,10 +428,10 @@ impl Cart {
         self.updated_at = now;
     }
 
-    /// Record a price for the cart, at whatever step it was found. When the
-    /// cart's price covers the same choices and this one differs, the change
-    /// is returned (and kept on the cart) for the step to show. A price for
-    /// other choices replaces the old one without being a change.
+    /// Record a price for the cart, at whatever step it was found. When it
+    /// differs from the cart's price for the same choices, or, for other
+    /// choices, in the parts both share (the fare), the change is returned
+    /// (and kept on the cart) for the step to show.
     pub fn set_price(
         &mut self,
         price: CartPrice,
@@ -485,8 +441,7 @@ impl Cart {
         let change = self
             .price
             .as_ref()
-            .filter(|old| old.covers == price.covers)
-            .and_then(|old| change_between(old, &price, now));
+            .and_then(|old| pricing::change_of(old, &price, now));
         self.price_change = change.clone();
         self.price = Some(price);
         self.updated_at = now;
@@ -588,13 +543,7 @@ impl Cart {
                 ConfirmStep::Confirmed
             }
             _ => {
-                let change = change_between(&old, &price, now).unwrap_or_else(|| PriceChange {
-                    old_cents: old.amount_cents,
-                    new_cents: price.amount_cents,
-                    difference_cents: 0,
-                    currency: price.currency.clone(),
-                    at: now,
-                });
+                let change = pricing::difference(&old, &price, now);
                 self.price_change = Some(change.clone());
                 self.price = Some(price);
                 self.updated_at = now;
@@ -647,25 +596,6 @@ impl Cart {
     }
 }
 
-/// The change from `old` to `new`, if the amount or the currency differs.
-fn change_between(old: &CartPrice, new: &CartPrice, now: DateTime<Utc>) -> Option<PriceChange> {
-    (old.amount_cents != new.amount_cents || old.currency != new.currency).then(|| PriceChange {
-        old_cents: old.amount_cents,
-        new_cents: new.amount_cents,
-        // Both within 0..=MAX_PRICE_CENTS: saturating only so that no
-        // amount can ever wrap or panic here.
-        difference_cents: new.amount_cents.saturating_sub(old.amount_cents),
-        currency: new.currency.clone(),
-        at: now,
-    })
-}
-
-/// Whether a rise of `rise` cents on `shown` cents is within `percent`
-/// (in 128-bit arithmetic, which no two prices can overflow).
-fn absorbs(shown: i64, rise: i64, percent: u32) -> bool {
-    rise > 0 && i128::from(rise) * 100 <= i128::from(shown) * i128::from(percent)
-}
-
 /// The Carts table.
 #[async_trait]
 pub trait CartStore: Send + Sync {
@@ -680,6 +610,7 @@ pub trait CartStore: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::Source;
 
     fn at(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap_or_default()

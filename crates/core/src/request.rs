@@ -70,12 +70,15 @@ impl FailureReason {
     }
 
     /// The reason an operator's 4xx `status` (one that is not a failure)
-    /// gives a request.
-    pub fn refused(status: u16) -> Self {
-        if matches!(status, 404 | 410) {
-            FailureReason::NotFound
-        } else {
-            FailureReason::Rejected
+    /// gives a request, when it refuses the question itself. A 401, 403 or
+    /// 407 refuses lifeboat, not the question (its credentials or network
+    /// path): `None`, an upstream error for the caller, neither a "no such
+    /// sailing" nor a "not sold" that asking another way would change.
+    pub fn refusal(status: u16) -> Option<Self> {
+        match status {
+            401 | 403 | 407 => None,
+            404 | 410 => Some(FailureReason::NotFound),
+            _ => Some(FailureReason::Rejected),
         }
     }
 }
@@ -345,6 +348,17 @@ impl CallResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_of_lifeboat_is_not_a_refusal_of_the_question() {
+        assert_eq!(FailureReason::refusal(404), Some(FailureReason::NotFound));
+        assert_eq!(FailureReason::refusal(410), Some(FailureReason::NotFound));
+        assert_eq!(FailureReason::refusal(400), Some(FailureReason::Rejected));
+        assert_eq!(FailureReason::refusal(422), Some(FailureReason::Rejected));
+        for status in [401, 403, 407] {
+            assert_eq!(FailureReason::refusal(status), None, "{status}");
+        }
+    }
 
     #[test]
     fn rate_limits_and_request_timeouts_are_failures_other_4xx_neutral() {

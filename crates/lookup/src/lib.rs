@@ -77,11 +77,13 @@ pub enum UnavailableReason {
 }
 
 impl UnavailableReason {
-    /// The reason an operator's refusal with `status` gives.
+    /// The reason an operator's refusal with `status` gives (a 401, 403 or
+    /// 407 refuses lifeboat, not the question: an upstream error).
     pub fn refused(status: u16) -> Self {
-        match FailureReason::refused(status) {
-            FailureReason::NotFound => UnavailableReason::NotFound,
-            _ => UnavailableReason::Rejected,
+        match FailureReason::refusal(status) {
+            Some(FailureReason::NotFound) => UnavailableReason::NotFound,
+            Some(_) => UnavailableReason::Rejected,
+            None => UnavailableReason::UpstreamError,
         }
     }
 

@@ -502,24 +502,28 @@ impl RealConsumer {
                 Health::Neutral => None,
             };
         }
+        // A neutral 4xx that refuses the question (not one refusing
+        // lifeboat's credentials: those stay upstream errors).
         let refused = match (&result.class, health) {
-            (CallClass::ClientError { status }, Health::Neutral) => Some(*status),
+            (CallClass::ClientError { status }, Health::Neutral) => {
+                FailureReason::refusal(*status).map(|reason| (*status, reason))
+            }
             _ => None,
         };
         let mut outcome = result.into_outcome(self.clock.now(), NAME);
-        if let Some(status) = refused
+        if let Some((_, refusal)) = refused
             && let lifeboat_core::request::OutcomeKind::Failed { reason, .. } = &mut outcome.kind
         {
             // The operator said no to the question itself: a 404 or 422 for
             // the caller, not a 503 to retry.
-            *reason = FailureReason::refused(status);
+            *reason = refusal;
         }
         if let lifeboat_core::request::OutcomeKind::Answered { body } = &outcome.kind {
             // The cache first: whoever sees the outcome also finds the cache
             // refreshed. A failed cache write costs freshness, not the answer.
             self.refresh_cache(&request, body, None, outcome.at).await;
         }
-        if let (Some(status), lifeboat_core::request::OutcomeKind::Failed { detail, .. }) =
+        if let (Some((status, _)), lifeboat_core::request::OutcomeKind::Failed { detail, .. }) =
             (refused, &outcome.kind)
         {
             // Cached briefly as a negative answer: askers of the same
