@@ -70,6 +70,14 @@ pub(crate) struct CartSeen {
     pub first_change_at: Option<&'static str>,
     /// The customer left after being shown a changed price.
     pub left_on_price_change: bool,
+    /// Payment showed a price for the cart's choices for the first time
+    /// (`price_to_confirm`) that differs from the last one the customer saw
+    /// (the cart's, else the search's fare).
+    pub first_priced_at_payment: bool,
+    /// The customer left when shown that price.
+    pub left_on_first_price_at_payment: bool,
+    /// The last price the customer saw, in cents.
+    pub last_price_cents: Option<i64>,
     pub price_age_s: Option<u64>,
     pub stopped: Option<String>,
     pub label: String,
@@ -169,6 +177,9 @@ pub(crate) async fn customer(shop: Arc<Shop>, seed: u64) {
         price_changes: 0,
         first_change_at: None,
         left_on_price_change: false,
+        first_priced_at_payment: false,
+        left_on_first_price_at_payment: false,
+        last_price_cents: sailing["price_cents"].as_i64(),
         price_age_s: None,
         stopped: None,
         label: format!(
@@ -218,8 +229,9 @@ async fn run_cart(
                 &body,
             ))
             .await;
+        let left = shown_change(seen, mood, &reply, step);
         note(seen, &reply);
-        if shown_change(seen, mood, &reply, step) {
+        if left {
             return;
         }
         // 409 off sale: the step was decided for the customer; go on.
@@ -235,8 +247,10 @@ async fn run_cart(
                 &json!({}),
             ))
             .await;
+        let left =
+            shown_change(seen, mood, &reply, "confirm") || shown_first_price(seen, mood, &reply);
         note(seen, &reply);
-        if shown_change(seen, mood, &reply, "confirm") {
+        if left {
             return;
         }
         match reply.status {
@@ -274,27 +288,59 @@ fn note(seen: &mut CartSeen, reply: &Reply) {
     if cart.get("degraded").is_some_and(|d| !d.is_null()) {
         seen.degraded = true;
     }
+    if let Some(cents) = cart["price"]["amount_cents"].as_i64() {
+        seen.last_price_cents = Some(cents);
+    }
 }
 
 /// Whether `reply` showed the customer a changed price at `step` and the
-/// customer left over it (the model's shares above).
+/// customer left over it (the model's shares above). A drop is news nobody
+/// leaves over, and one shown with a confirmation is already paid.
 fn shown_change(seen: &mut CartSeen, mood: &mut SimRng, reply: &Reply, step: &'static str) -> bool {
-    if reply.body.get("price_changed").is_none() {
+    let Some(change) = reply.body.get("price_changed") else {
+        return false;
+    };
+    seen.price_changes += 1;
+    if reply.status == 200 && step == "confirm" || change["difference_cents"].as_i64() < Some(0) {
         return false;
     }
-    seen.price_changes += 1;
     seen.first_change_at.get_or_insert(step);
-    let leave = if step == "confirm" {
-        LEAVE_ON_CHANGE_AT_PAYMENT
-    } else {
-        LEAVE_ON_CHANGE_BEFORE_PAYMENT
-    };
-    if mood.next_f64() < leave {
+    if leaves(mood, step) {
         seen.left_on_price_change = true;
         seen.stopped = Some(format!("left when shown a changed price at {step}"));
         return true;
     }
     false
+}
+
+/// Whether payment showed a price for the cart's choices for the first time
+/// that is not the last one the customer saw (a choice step could not price
+/// them), and the customer left over it, as over a change at payment.
+fn shown_first_price(seen: &mut CartSeen, mood: &mut SimRng, reply: &Reply) -> bool {
+    let Some(cents) = reply.body["price_to_confirm"]["amount_cents"].as_i64() else {
+        return false;
+    };
+    if seen.last_price_cents == Some(cents) {
+        return false;
+    }
+    seen.first_priced_at_payment = true;
+    if leaves(mood, "confirm") {
+        seen.left_on_first_price_at_payment = true;
+        seen.stopped = Some("left when first shown the price at payment".into());
+        return true;
+    }
+    false
+}
+
+/// The customer model's draw: whether a customer shown a change at `step`
+/// leaves.
+fn leaves(mood: &mut SimRng, step: &'static str) -> bool {
+    let leave = if step == "confirm" {
+        LEAVE_ON_CHANGE_AT_PAYMENT
+    } else {
+        LEAVE_ON_CHANGE_BEFORE_PAYMENT
+    };
+    mood.next_f64() < leave
 }
 
 async fn think(rng: &mut SimRng, min_s: u64, max_s: u64) {

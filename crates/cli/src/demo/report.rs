@@ -116,12 +116,20 @@ pub struct Carts {
     /// Carts whose customer left when shown a changed price (the customer
     /// model's shares are in `customer_model`).
     pub lost_to_price_change: usize,
+    /// Carts whose payment showed a price for their choices for the first
+    /// time, differing from the last price the customer saw (a choice step
+    /// could not price them); counted apart from changes.
+    pub prices_first_shown_at_payment: usize,
+    /// Carts whose customer left when shown that price (the payment share of
+    /// the customer model).
+    pub lost_to_price_first_shown_at_payment: usize,
     pub customer_model: CustomerModel,
     pub started_during_outage: usize,
     /// Carts started during the outage that reached payment (at any time).
     pub outage_carts_reached_payment: usize,
     /// Carts started during the outage whose customer left when shown a
-    /// changed price (the customer model's choice, not a stuck cart).
+    /// changed price, or a price first shown at payment (the customer
+    /// model's choice, not a stuck cart).
     pub outage_carts_left_on_price_change: usize,
     /// Carts that reached payment while the operator was down.
     pub reached_payment_during_outage: usize,
@@ -311,6 +319,14 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
                 .filter(|c| c.first_change_at == Some("confirm"))
                 .count(),
             lost_to_price_change: carts.iter().filter(|c| c.left_on_price_change).count(),
+            prices_first_shown_at_payment: carts
+                .iter()
+                .filter(|c| c.first_priced_at_payment)
+                .count(),
+            lost_to_price_first_shown_at_payment: carts
+                .iter()
+                .filter(|c| c.left_on_first_price_at_payment)
+                .count(),
             customer_model: CustomerModel {
                 leave_on_change_at_payment: customer::LEAVE_ON_CHANGE_AT_PAYMENT,
                 leave_on_change_before_payment: customer::LEAVE_ON_CHANGE_BEFORE_PAYMENT,
@@ -324,7 +340,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
             outage_carts_left_on_price_change: carts
                 .iter()
                 .filter(in_outage)
-                .filter(|c| c.left_on_price_change)
+                .filter(|c| c.left_on_price_change || c.left_on_first_price_at_payment)
                 .count(),
             reached_payment_during_outage: carts
                 .iter()
@@ -578,6 +594,14 @@ impl Report {
                     self.carts.lost_to_price_change,
                     self.carts.customer_model.leave_on_change_at_payment * 100.0,
                     self.carts.customer_model.leave_on_change_before_payment * 100.0
+                ),
+            ),
+            (
+                "prices first shown at payment",
+                format!(
+                    "{} carts ({} lost)",
+                    self.carts.prices_first_shown_at_payment,
+                    self.carts.lost_to_price_first_shown_at_payment,
                 ),
             ),
         ];
