@@ -1,5 +1,5 @@
 //! The listener's settings, read once from the environment at start-up (the
-//! variables are listed in the crate documentation).
+//! variables are listed in docs/offsale.md).
 
 use std::time::Duration;
 

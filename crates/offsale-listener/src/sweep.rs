@@ -23,7 +23,8 @@ use lifeboat_core::sale::{SaleChange, Settled};
 
 use serde_json::Value;
 
-use crate::{OffsaleListener, Progress};
+use crate::OffsaleListener;
+use crate::settle::Progress;
 
 /// How a sweep reports a round of attempts that failed again (a fault).
 const GAVE_UP_AGAIN: &str = "gave up again";
@@ -171,7 +172,7 @@ impl OffsaleListener {
                     .count(names::FAULTS, 1)
             })
             .collect();
-        sets.extend(crate::fault_total(gave_up.len() as u64));
+        sets.extend(crate::batch::fault_total(gave_up.len() as u64));
         self.metrics.emit(&sets, self.clock.now());
         tracing::info!(
             checked = report.checked,
