@@ -1,0 +1,332 @@
+//! One request of a batch, in the order it is handled: skip it if it was
+//! answered meanwhile, fail it without a call if it cannot or may not be
+//! called (expired, unknown operator, breaker open, no trial slot), call the
+//! operator, then cache the answer and write the outcome.
+
+use chrono::{DateTime, Utc};
+use lifeboat_core::cache::{CacheKey, CachedAnswer};
+use lifeboat_core::ports::StoreError;
+use lifeboat_core::request::{
+    CallClass, CallResult, FailureReason, Health, MAX_ANSWER_BYTES, OperatorCall, Outcome,
+    OutcomeKind, RequestRecord,
+};
+use lifeboat_core::{BreakerRecord, BreakerState};
+use lifeboat_stream::failure_event;
+
+use super::{BreakerView, CallSeen, NAME, Processed, RealConsumer, sampled};
+
+impl Processed {
+    /// Nothing done yet for `request`.
+    fn new(sequence: Option<String>, request: &RequestRecord) -> Self {
+        Processed {
+            sequence,
+            operator: request.operator.clone(),
+            written: Ok(None),
+            called: None,
+            call: None,
+            failed_fast: false,
+            trial: None,
+            event: None,
+        }
+    }
+
+    /// Note the call made: its health, what the metrics see of it, and how
+    /// a trial went.
+    fn record_call(
+        &mut self,
+        request: &RequestRecord,
+        result: &CallResult,
+        health: Health,
+        view_open: bool,
+    ) {
+        self.called = Some(health);
+        self.call = Some(CallSeen {
+            operation: request.operation,
+            class: result.class.name(),
+            elapsed_ms: result.elapsed.as_secs_f64() * 1000.0,
+            while_open: view_open,
+        });
+        if self.trial.is_some() {
+            // A neutral answer (a 4xx the operator's settings do not name)
+            // says nothing of its health: the trial is neither passed nor
+            // failed, and the round waits for the other slots.
+            self.trial = match health {
+                Health::Success | Health::SlowSuccess => Some(true),
+                Health::Timeout | Health::Failure => Some(false),
+                Health::Neutral => None,
+            };
+        }
+    }
+}
+
+impl RealConsumer {
+    /// Handle one request: what it did, for the batch to count.
+    pub(super) async fn process(
+        &self,
+        sequence: Option<String>,
+        request: RequestRecord,
+        view: BreakerView,
+    ) -> Processed {
+        let mut done = Processed::new(sequence, &request);
+        if let Some(written) = self.answered_already(&request).await {
+            done.written = written;
+            return done;
+        }
+        if let Some((reason, detail)) = self.not_callable(&request) {
+            return self.fail(done, &request, reason, &detail).await;
+        }
+        match self.pass_breaker(&request, view.as_ref()).await {
+            Ok(trial) => done.trial = trial.then_some(false),
+            Err(detail) => {
+                return self
+                    .fail(done, &request, FailureReason::BreakerOpen, detail)
+                    .await;
+            }
+        }
+        let view_open = view.as_ref().is_some_and(|r| r.state.is_open());
+        let (result, health) = self.call_operator(&request).await;
+        done.record_call(&request, &result, health, view_open);
+        let (outcome, refused) = self.outcome_of(result, health);
+        self.cache_answer(&request, &outcome, refused).await;
+        self.write_answer(done, &request, outcome).await
+    }
+
+    /// `Some`: the request needs no call, and this is what to report as
+    /// written: an outcome is already stored (`Ok(Some(false))`), the item
+    /// is gone (`Ok(None)`), or it could not be read (`Err`, the record
+    /// comes back).
+    async fn answered_already(
+        &self,
+        request: &RequestRecord,
+    ) -> Option<Result<Option<bool>, StoreError>> {
+        match self
+            .requests
+            .get(&request.operator, &request.request_id)
+            .await
+        {
+            Ok(Some(stored)) if stored.outcome.is_some() => Some(Ok(Some(false))),
+            Ok(Some(_)) => None,
+            Ok(None) => {
+                tracing::warn!(request_id = %request.request_id, "request item is gone; nothing to answer");
+                Some(Ok(None))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Why the request cannot be called whatever the breaker says: its
+    /// deadline has passed, or its operator is unknown.
+    fn not_callable(&self, request: &RequestRecord) -> Option<(FailureReason, String)> {
+        let now = self.clock.now();
+        if request.remaining(now).is_none() {
+            return Some((
+                FailureReason::Expired,
+                "deadline passed before the call".to_owned(),
+            ));
+        }
+        if !self.operator.knows(&request.operator) {
+            let detail = format!("unknown operator {}", request.operator);
+            return Some((FailureReason::Malformed, detail));
+        }
+        None
+    }
+
+    /// Whether the breaker lets the request call: `Ok(true)` as a half-open
+    /// trial (its slot claimed), `Ok(false)` as an ordinary call, `Err` with
+    /// the detail of failing fast. An unreadable breaker (`None`) is called
+    /// as if closed.
+    async fn pass_breaker(
+        &self,
+        request: &RequestRecord,
+        view: Option<&BreakerRecord>,
+    ) -> Result<bool, &'static str> {
+        match view.map(|r| (r.state, r.version)) {
+            Some((BreakerState::Open | BreakerState::ForcedOpen, _)) => Err("breaker open"),
+            Some((BreakerState::HalfOpen, version)) => {
+                let limit = self
+                    .settings
+                    .for_operator(&request.operator)
+                    .breaker
+                    .trial_calls;
+                match self
+                    .breakers
+                    .claim_trial(&request.operator, version, limit)
+                    .await
+                {
+                    Ok(true) => {
+                        tracing::info!(operator = %request.operator, state = %BreakerState::HalfOpen, version, request_id = %request.request_id, "half-open trial call");
+                        Ok(true)
+                    }
+                    Ok(false) => Err("half-open: every trial slot is taken"),
+                    Err(e) => {
+                        tracing::warn!(operator = %request.operator, error = %e, "trial slot not claimed");
+                        Err("half-open: trial slot not claimed")
+                    }
+                }
+            }
+            Some((BreakerState::Closed | BreakerState::ForcedClosed, _)) | None => Ok(false),
+        }
+    }
+
+    /// Call the operator and log the call; the result (cut to what an
+    /// outcome can hold) and what it says of the operator's health.
+    async fn call_operator(&self, request: &RequestRecord) -> (CallResult, Health) {
+        // The call gets the operation's whole budget even when the request's
+        // own deadline is nearer: a timeout then always means the operator
+        // did not answer in its budget (an honest signal for the failure
+        // window, whatever our queue looks like), and a late answer still
+        // refreshes the caches. Only a request already past its deadline is
+        // not called at all.
+        let budget = self
+            .settings
+            .for_operator(&request.operator)
+            .budgets
+            .for_operation(request.operation);
+        let call = OperatorCall {
+            request_id: request.request_id.clone(),
+            operator: request.operator.clone(),
+            operation: request.operation,
+            params: request.params.clone(),
+            budget,
+        };
+        let result = self.operator.call(&call).await.within(MAX_ANSWER_BYTES);
+        let health = result.class.health(
+            &self
+                .settings
+                .for_operator(&request.operator)
+                .failure_statuses,
+        );
+        // The fields and names docs/timeouts.md's query reads.
+        let outcome = match health {
+            Health::Success | Health::SlowSuccess | Health::Neutral => "answered",
+            Health::Timeout => "timeout",
+            Health::Failure => "failed",
+        };
+        let duration_ms = result.elapsed.as_millis() as u64;
+        if sampled(&request.request_id, self.call_log_share) {
+            tracing::info!(
+                operator = %request.operator, operation = %request.operation, duration_ms, outcome,
+                class = result.class.name(), request_id = %request.request_id, "operator call"
+            );
+        } else {
+            tracing::debug!(
+                operator = %request.operator, operation = %request.operation, duration_ms, outcome,
+                class = result.class.name(), request_id = %request.request_id, "operator call"
+            );
+        }
+        (result, health)
+    }
+
+    /// The outcome of a call, and the status of a refusal (a neutral 4xx
+    /// that refuses the question, not one refusing lifeboat's credentials:
+    /// those stay upstream errors).
+    fn outcome_of(&self, result: CallResult, health: Health) -> (Outcome, Option<u16>) {
+        let refused = match (&result.class, health) {
+            (CallClass::ClientError { status }, Health::Neutral) => {
+                FailureReason::refusal(*status).map(|reason| (*status, reason))
+            }
+            _ => None,
+        };
+        let mut outcome = result.into_outcome(self.clock.now(), NAME);
+        if let Some((_, refusal)) = refused
+            && let OutcomeKind::Failed { reason, .. } = &mut outcome.kind
+        {
+            // The operator said no to the question itself: a 404 or 422 for
+            // the caller, not a 503 to retry.
+            *reason = refusal;
+        }
+        (outcome, refused.map(|(status, _)| status))
+    }
+
+    /// Keep an answer, or a refusal, in the answer cache.
+    async fn cache_answer(&self, request: &RequestRecord, outcome: &Outcome, refused: Option<u16>) {
+        if let OutcomeKind::Answered { body } = &outcome.kind {
+            // The cache first: whoever sees the outcome also finds the cache
+            // refreshed. A failed cache write costs freshness, not the answer.
+            self.refresh_cache(request, body, None, outcome.at).await;
+        }
+        if let (Some(status), OutcomeKind::Failed { detail, .. }) = (refused, &outcome.kind) {
+            // Cached briefly as a negative answer: askers of the same
+            // question get the refusal without another call.
+            self.refresh_cache(request, detail, Some(status), outcome.at)
+                .await;
+        }
+    }
+
+    /// Write the outcome of a call, and say a failed one in an event.
+    async fn write_answer(
+        &self,
+        mut done: Processed,
+        request: &RequestRecord,
+        outcome: Outcome,
+    ) -> Processed {
+        if let Some(reason) = outcome.failure_reason() {
+            let detail = match &outcome.kind {
+                OutcomeKind::Failed { detail, .. } => detail.clone(),
+                OutcomeKind::Answered { .. } => String::new(),
+            };
+            done.event = Some(failure_event(request, reason, &detail, outcome.at));
+        }
+        done.written = lifeboat_stream::write_outcome(self.requests.as_ref(), request, &outcome)
+            .await
+            .map(Some);
+        if let Err(StoreError::Rejected(why)) = &done.written {
+            // The outcome can never be stored as it is: store that it
+            // failed instead, rather than send the record back to call the
+            // operator again.
+            tracing::error!(operator = %request.operator, request_id = %request.request_id, error = %why, "outcome refused by the store; written as failed");
+            let detail = "the answer could not be stored";
+            return self
+                .fail(done, request, FailureReason::UpstreamError, detail)
+                .await;
+        }
+        if matches!(done.written, Ok(Some(false))) {
+            done.event = None;
+        }
+        done
+    }
+
+    async fn refresh_cache(
+        &self,
+        request: &RequestRecord,
+        body: &str,
+        refused: Option<u16>,
+        at: DateTime<Utc>,
+    ) {
+        let policy = self.settings.for_operator(&request.operator).cache;
+        let answer = CachedAnswer {
+            key: CacheKey::new(&request.operator, request.operation, &request.params),
+            operator: request.operator.clone(),
+            operation: request.operation,
+            body: body.to_owned(),
+            as_of: at,
+            refused,
+        };
+        if let Err(e) = self.cache.put(&answer, policy.expires_at(at)).await {
+            tracing::warn!(
+                operator = %request.operator, operation = %request.operation, request_id = %request.request_id,
+                error = %e, "answer cache not refreshed"
+            );
+        }
+    }
+
+    /// Fail the request without a call (or after an outcome the store
+    /// refused), and say so in an event if the outcome was written.
+    async fn fail(
+        &self,
+        mut done: Processed,
+        request: &RequestRecord,
+        reason: FailureReason,
+        detail: &str,
+    ) -> Processed {
+        done.failed_fast = reason == FailureReason::BreakerOpen;
+        let outcome = Outcome::failed(reason, detail, self.clock.now(), NAME);
+        done.written = lifeboat_stream::write_outcome(self.requests.as_ref(), request, &outcome)
+            .await
+            .map(Some);
+        if matches!(done.written, Ok(Some(true))) {
+            done.event = Some(failure_event(request, reason, detail, outcome.at));
+        }
+        done
+    }
+}

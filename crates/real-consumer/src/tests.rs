@@ -1,0 +1,467 @@
+//! The consumer's tests: batches on in-memory stores against the simulated
+//! operator.
+
+use super::*;
+use chrono::{TimeDelta, Utc};
+use lifeboat_core::BreakerState;
+use lifeboat_core::breaker::TripReason;
+use lifeboat_core::cache::CacheKey;
+use lifeboat_core::events::LifeboatEvent;
+use lifeboat_core::memory::{
+    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryWindowStore,
+};
+use lifeboat_core::metrics::{MemoryMetrics, names};
+use lifeboat_core::request::{FailureReason, OutcomeKind, RequestRecord};
+use lifeboat_core::window::WindowVerdict;
+use lifeboat_operator::{OutageMode, SimConfig, SimulatedOperator};
+use lifeboat_sim::TokioClock;
+use lifeboat_sim::suite::stream_record;
+use lifeboat_stream::{StreamItem, classify, records};
+use serde_json::json;
+
+/// 2026-11-30T10:15:00Z, the time of the fixtures.
+fn base() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_796_033_700, 0).unwrap()
+}
+
+struct World {
+    consumer: RealConsumer,
+    requests: Arc<MemoryRequestStore>,
+    breakers: Arc<MemoryBreakerStore>,
+    bus: Arc<MemoryEventBus>,
+    cache: Arc<MemoryCacheStore>,
+    metrics: Arc<MemoryMetrics>,
+    sim: SimulatedOperator,
+    clock: Arc<TokioClock>,
+}
+
+fn world() -> World {
+    let clock = Arc::new(TokioClock::starting_at(base()));
+    let requests = Arc::new(MemoryRequestStore::new());
+    let breakers = Arc::new(MemoryBreakerStore::new());
+    let bus = Arc::new(MemoryEventBus::new());
+    let cache = Arc::new(MemoryCacheStore::new());
+    let metrics = Arc::new(MemoryMetrics::new());
+    let sim = SimulatedOperator::new(
+        OperatorId::new("nordic").unwrap(),
+        SimConfig::default(),
+        clock.clone(),
+    );
+    let consumer = RealConsumer {
+        requests: requests.clone(),
+        breakers: breakers.clone(),
+        window: Arc::new(MemoryWindowStore::new()),
+        events: bus.clone(),
+        cache: cache.clone(),
+        metrics: metrics.clone(),
+        operator: Arc::new(sim.clone()),
+        clock: clock.clone(),
+        settings: Settings::default(),
+        concurrency: DEFAULT_CONCURRENCY,
+        call_log_share: DEFAULT_CALL_LOG_SHARE,
+    };
+    World {
+        consumer,
+        requests,
+        breakers,
+        bus,
+        cache,
+        metrics,
+        sim,
+        clock,
+    }
+}
+
+fn fixture(name: &str) -> Value {
+    let path = format!("{}/../../tests/events/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// `n` fresh requests for `operator`, stored, and their stream batch.
+async fn batch(w: &World, operator: &str, n: usize, deadline_s: i64) -> Value {
+    let now = w.clock.now();
+    let mut records = Vec::new();
+    for i in 0..n {
+        let request = RequestRecord {
+            request_id: format!("{operator}-{}-{i}", now.timestamp_millis()),
+            operator: OperatorId::new(operator).unwrap(),
+            operation: lifeboat_core::Operation::Search,
+            params: [
+                ("from".to_owned(), "HEL".to_owned()),
+                ("to".to_owned(), "TLL".to_owned()),
+            ]
+            .into(),
+            created_at: now,
+            deadline: now + TimeDelta::seconds(deadline_s),
+        };
+        w.requests.put_request(&request).await.unwrap();
+        records.push(stream_record(&request, i));
+    }
+    json!({ "Records": records })
+}
+
+fn events_of(bus: &MemoryEventBus, detail_type: &str) -> usize {
+    bus.events()
+        .iter()
+        .filter(|e| e.detail_type() == detail_type)
+        .count()
+}
+
+/// A breaker in `state` since a minute ago.
+async fn put_breaker(w: &World, state: BreakerState, version: u64) {
+    let since = w.clock.now() - chrono::TimeDelta::seconds(60);
+    let mut record = BreakerRecord::initial(OperatorId::new("nordic").unwrap(), since);
+    record.state = state;
+    record.version = version;
+    w.breakers.save(&record, None).await.unwrap();
+}
+
+#[test]
+fn the_default_concurrency_is_the_templates() {
+    let template = include_str!("../../../template.yaml");
+    let block = template.split("\n  CallConcurrency:\n").nth(1).unwrap();
+    let default = block
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Default: "))
+        .unwrap();
+    assert_eq!(default.parse::<usize>().unwrap(), DEFAULT_CONCURRENCY);
+}
+
+#[test]
+fn the_call_log_samples_a_share_of_requests_always_the_same() {
+    let ids: Vec<String> = (0..100_000).map(|i| format!("req-{i}")).collect();
+    let logged = |share: f64| ids.iter().filter(|id| sampled(id, share)).count();
+    assert_eq!(logged(0.0), 0);
+    assert_eq!(logged(1.0), ids.len());
+    assert!((800..1_200).contains(&logged(0.01)), "{}", logged(0.01));
+    assert_eq!(sampled("req-7", 0.5), sampled("req-7", 0.5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn healthy_requests_are_answered_once() {
+    let w = world();
+    let payload = batch(&w, "nordic", 20, 10).await;
+    let report = w.consumer.handle(&payload).await.unwrap();
+    assert_eq!(
+        (report.requests, report.calls, report.outcomes_written),
+        (20, 20, 20)
+    );
+    assert!(report.response.batch_item_failures.is_empty());
+    assert_eq!(report.trips_requested, 0);
+    let answered = w
+        .requests
+        .all()
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.outcome.as_ref().map(|o| &o.kind),
+                Some(OutcomeKind::Answered { .. })
+            )
+        })
+        .count();
+    assert!(answered >= 17, "{answered} of 20 answered");
+
+    // The one question of the batch is cached with the newest answer.
+    let key = CacheKey::new(
+        &OperatorId::new("nordic").unwrap(),
+        lifeboat_core::Operation::Search,
+        &[
+            ("from".to_owned(), "HEL".to_owned()),
+            ("to".to_owned(), "TLL".to_owned()),
+        ]
+        .into(),
+    );
+    let cached = w.cache.get(&key).await.unwrap().unwrap();
+    let newest = w
+        .requests
+        .all()
+        .iter()
+        .filter_map(|s| s.outcome.as_ref())
+        .filter(|o| matches!(o.kind, OutcomeKind::Answered { .. }))
+        .map(|o| o.at)
+        .max()
+        .unwrap();
+    assert_eq!((w.cache.len(), cached.as_of), (1, newest));
+    assert!(cached.body.contains("sailings"));
+
+    // The batch's metrics: 20 calls by class, 20 durations, the failed ones.
+    let calls = w
+        .metrics
+        .sum(names::OPERATOR_CALLS, &[("Operator", "nordic")]);
+    assert_eq!(calls, 20.0);
+    let durations: usize = w
+        .metrics
+        .lines()
+        .iter()
+        .filter_map(|l| l[names::CALL_DURATION].as_array().map(Vec::len))
+        .sum();
+    assert_eq!(durations, 20);
+    let failed = w
+        .metrics
+        .sum(names::FAILED_CALLS, &[("Operator", "nordic")]);
+    assert_eq!(failed, (20 - answered) as f64);
+    assert_eq!(w.metrics.sum(names::CALLS_WHILE_OPEN, &[]), 0.0);
+
+    // The same batch again (Lambda retrying it) calls nobody.
+    let again = w.consumer.handle(&payload).await.unwrap();
+    assert_eq!((again.calls, again.already_answered), (0, 20));
+    assert_eq!(w.sim.stats().total, 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fixture_batch_is_processed() {
+    let w = world();
+    let payload = fixture("dynamodb-insert-requests.json");
+    for record in records(&payload).unwrap() {
+        if let StreamItem::Request { request, .. } = classify(record) {
+            w.requests.put_request(&request).await.unwrap();
+        }
+    }
+    let report = w.consumer.handle(&payload).await.unwrap();
+    assert_eq!(report.requests, 3);
+    assert_eq!(report.outcomes_written, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn foreign_and_malformed_records_neither_crash_nor_fail_the_batch() {
+    let w = world();
+    let payload = fixture("dynamodb-foreign-and-malformed.json");
+    for record in records(&payload).unwrap() {
+        if let StreamItem::Request { request, .. } = classify(record) {
+            w.requests.put_request(&request).await.unwrap();
+        }
+    }
+    let report = w.consumer.handle(&payload).await.unwrap();
+    assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
+    assert_eq!(report.skipped, 2, "the MODIFY and the REMOVE");
+    assert!(report.quarantined >= 3, "{report:?}");
+    assert_eq!(
+        events_of(&w.bus, "Operator Request Failed"),
+        report.quarantined
+    );
+    assert!(
+        w.consumer
+            .handle(&json!({"Records": "nope"}))
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_operators_and_expired_requests_are_not_called() {
+    let w = world();
+    let unknown = batch(&w, "atlantis", 2, 10).await;
+    let report = w.consumer.handle(&unknown).await.unwrap();
+    assert_eq!((report.calls, report.outcomes_written), (0, 2));
+    let expired = batch(&w, "nordic", 3, 1).await;
+    tokio::time::advance(std::time::Duration::from_secs(2)).await;
+    let report = w.consumer.handle(&expired).await.unwrap();
+    assert_eq!((report.calls, report.outcomes_written), (0, 3));
+    let reasons: Vec<_> = w
+        .requests
+        .all()
+        .iter()
+        .filter_map(|s| s.outcome.as_ref()?.failure_reason())
+        .collect();
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|r| **r == FailureReason::Malformed)
+            .count(),
+        2
+    );
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|r| **r == FailureReason::Expired)
+            .count(),
+        3
+    );
+    assert_eq!(w.sim.stats().total, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_means_no_calls() {
+    let w = world();
+    put_breaker(&w, BreakerState::Open, 3).await;
+    let report = w
+        .consumer
+        .handle(&batch(&w, "nordic", 10, 10).await)
+        .await
+        .unwrap();
+    assert_eq!((report.calls, report.outcomes_written), (0, 10));
+    assert_eq!(w.sim.stats().total, 0);
+    assert_eq!(events_of(&w.bus, "Operator Request Failed"), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_too_big_to_keep_is_a_failed_outcome_not_a_retry() {
+    let w = world();
+    w.sim.set_mode(Some(OutageMode::Oversized));
+    let report = w
+        .consumer
+        .handle(&batch(&w, "nordic", 3, 10).await)
+        .await
+        .unwrap();
+    // Called once each, answered failed, and nothing comes back.
+    assert_eq!((report.calls, report.outcomes_written), (3, 3));
+    assert!(report.response.batch_item_failures.is_empty());
+    assert_eq!(w.sim.stats().total, 3);
+    for stored in w.requests.all() {
+        match stored.outcome.map(|o| o.kind) {
+            Some(OutcomeKind::Failed { reason, detail }) => {
+                assert_eq!(reason, FailureReason::UpstreamError);
+                assert!(detail.contains("larger than the 262144"), "{detail}");
+            }
+            other => panic!("expected a failed outcome, got {other:?}"),
+        }
+    }
+    assert_eq!(events_of(&w.bus, "Operator Request Failed"), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_operator_asks_for_a_trip() {
+    let w = world();
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    w.sim.set_mode(Some(OutageMode::Hang));
+    let report = w
+        .consumer
+        .handle(&batch(&w, "nordic", 12, 10).await)
+        .await
+        .unwrap();
+    assert_eq!(report.calls, 12);
+    assert_eq!(report.trips_requested, 1);
+    let trip = w.bus.events().into_iter().find_map(|e| match e {
+        LifeboatEvent::TripRequested(t) => Some(t),
+        _ => None,
+    });
+    assert_eq!(trip.unwrap().observed_version, 2);
+    assert_eq!(events_of(&w.bus, "Operator Request Failed"), 12);
+}
+
+/// nordic's settings with a ping hang check.
+fn with_hang_check(w: &mut World) {
+    let check = lifeboat_core::settings::HangCheck::default();
+    w.consumer.settings.default.hang_check = Some(check);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_timeout_confirmed_by_the_hang_check_trips_at_once() {
+    let mut w = world();
+    with_hang_check(&mut w);
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    w.sim.set_mode(Some(OutageMode::Hang));
+    let started = w.clock.now();
+    let report = w
+        .consumer
+        .handle(&batch(&w, "nordic", 1, 10).await)
+        .await
+        .unwrap();
+    assert_eq!(report.trips_requested, 1);
+    let trip = w.bus.events().into_iter().find_map(|e| match e {
+        LifeboatEvent::TripRequested(t) => Some(t),
+        _ => None,
+    });
+    let trip = trip.unwrap();
+    assert_eq!(
+        trip.reason,
+        TripReason::Window {
+            verdict: WindowVerdict::HangConfirmed {
+                timeouts: 1,
+                check_ms: 1_000
+            }
+        }
+    );
+    // The search's 3 s, then the check's 1 s.
+    assert_eq!(trip.at - started, TimeDelta::seconds(4));
+    assert_eq!(w.sim.stats().by_operation.ping, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_operator_that_answers_the_hang_check_is_left_to_the_window() {
+    let mut w = world();
+    with_hang_check(&mut w);
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    // Answers after the budget, but pings are answered at once.
+    w.sim.set_mode(Some(OutageMode::Slow));
+    assert_eq!(trips(&w, 1).await, 0);
+    assert_eq!(w.sim.stats().by_operation.ping, 1);
+    // Without a timeout there is nothing to check.
+    w.sim.set_mode(None);
+    assert_eq!(trips(&w, 1).await, 0);
+    assert_eq!(w.sim.stats().by_operation.ping, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_hang_check_one_timeout_does_not_trip() {
+    let w = world();
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    w.sim.set_mode(Some(OutageMode::Hang));
+    assert_eq!(trips(&w, 1).await, 0);
+    assert_eq!(w.sim.stats().by_operation.ping, 0);
+}
+
+/// The trips one batch of `n` requests for nordic asks for.
+async fn trips(w: &World, n: usize) -> usize {
+    let payload = batch(w, "nordic", n, 10).await;
+    w.consumer.handle(&payload).await.unwrap().trips_requested
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_never_stored_counts_every_batch_of_the_window() {
+    // Closed since forever: timeouts of earlier batches count too.
+    let w = world();
+    w.sim.set_mode(Some(OutageMode::Hang));
+    assert_eq!(trips(&w, 3).await, 0);
+    assert_eq!(trips(&w, 3).await, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_from_before_the_breaker_closed_do_not_count() {
+    let w = world();
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    w.sim.set_mode(Some(OutageMode::Hang));
+    assert_eq!(trips(&w, 3).await, 0);
+    // The breaker opened and closed again since (a probe found the
+    // operator back within seconds): three more timeouts make six in a
+    // row in the window, but only three since the close.
+    let mut closed = BreakerRecord::initial(OperatorId::new("nordic").unwrap(), w.clock.now());
+    closed.version = 4;
+    w.breakers.save(&closed, Some(2)).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(trips(&w, 3).await, 0);
+    // Two more after the close make five: that trips.
+    assert_eq!(trips(&w, 2).await, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn half_open_calls_at_most_k_and_reports_the_round() {
+    let w = world();
+    put_breaker(&w, BreakerState::HalfOpen, 5).await;
+    let report = w
+        .consumer
+        .handle(&batch(&w, "nordic", 30, 10).await)
+        .await
+        .unwrap();
+    let k = Settings::default().default.breaker.trial_calls as usize;
+    assert_eq!(report.calls, k);
+    assert_eq!(w.sim.stats().total as usize, k);
+    assert_eq!(report.outcomes_written, 30);
+    let record = w
+        .breakers
+        .load(&OperatorId::new("nordic").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.trials_claimed as usize, k);
+    // The simulated operator is healthy: the round passes (or, on a rare
+    // background error, fails) and says so.
+    assert_eq!(report.trials_passed + report.trips_requested, 1);
+    // A second batch in the same round gets no slot.
+    let second = w
+        .consumer
+        .handle(&batch(&w, "nordic", 5, 10).await)
+        .await
+        .unwrap();
+    assert_eq!(second.calls, 0);
+}
