@@ -312,7 +312,9 @@ mod tests {
                 as_of: at(-3600),
                 parts: Vec::new(),
                 covers: Default::default(),
+                absorbed_cents: 0,
             },
+            &CartPolicy::default(),
             at(5),
         )
         .unwrap();

@@ -220,7 +220,7 @@ impl CartService {
             Err(_) => None,
         };
         if let Some(price) = cached {
-            let _ = cart.set_price(price, now);
+            let _ = cart.set_price(price, policy, now);
         }
         cart.revision = 1;
         let step = StepRecord {
@@ -356,7 +356,7 @@ impl CartService {
                 };
                 match self.price(cart, policy, mode).await? {
                     Some(price) => {
-                        let change = cart.set_price(price, now).map_err(refusal)?;
+                        let change = cart.set_price(price, policy, now).map_err(refusal)?;
                         Ok((200, change.map(shown_change)))
                     }
                     None => Err(no_price(cart)),
@@ -406,7 +406,7 @@ impl CartService {
             json!({
                 "amount_cents": p.amount_cents, "currency": p.currency, "source": p.source,
                 "as_of": p.as_of, "age_s": lifeboat_core::cache::age_s(p.as_of, now),
-                "parts": p.parts, "covers": p.covers,
+                "parts": p.parts, "covers": p.covers, "absorbed_cents": p.absorbed_cents,
             })
         });
         json!({

@@ -29,7 +29,7 @@ impl CartService {
         let now = self.lookup.clock.now();
         match self.price(cart, policy, Mode::AskOperator).await {
             Ok(Some(price)) => {
-                let change = cart.set_price(price, now).map_err(refusal)?;
+                let change = cart.set_price(price, policy, now).map_err(refusal)?;
                 Ok((200, change.map(shown_change)))
             }
             Err(problem) if problem.status == 422 => {
@@ -240,6 +240,7 @@ fn cart_price(quote: Quote, answer: &Answer, covers: Choices) -> CartPrice {
         as_of: answer.as_of,
         parts: quote.parts,
         covers,
+        absorbed_cents: 0,
     }
 }
 

@@ -608,6 +608,45 @@ async fn a_fare_that_moved_is_shown_when_the_choices_change_too() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_rise_within_the_tolerance_is_absorbed_at_the_step_it_is_found() {
+    let tolerant =
+        CartSettings::from_json(r#"{"operators": {"nordic": {"absorb_rise_percent": 2}}}"#)
+            .unwrap();
+    let mut w = world(drifting(600, 1.0), tolerant);
+    let cart = open(&mut w).await;
+    let base = post(&mut w, &cart, "price").await;
+    let fare = base.body["price"]["amount_cents"].as_i64().unwrap();
+    tokio::time::advance(Duration::from_secs(700)).await;
+    // The fare rose 1 %: the cabin is shown at the fare the customer saw.
+    let chosen = cabin(&mut w, &cart).await;
+    assert_eq!(chosen.status, 200, "{}", chosen.body);
+    assert!(
+        chosen.body.get("price_changed").is_none(),
+        "{}",
+        chosen.body
+    );
+    let price = &chosen.body["price"];
+    let parts: i64 = price["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["amount_cents"].as_i64().unwrap())
+        .sum();
+    let absorbed = price["absorbed_cents"].as_i64().unwrap();
+    let supplement = price["parts"][1]["amount_cents"].as_i64().unwrap();
+    assert!(absorbed > 0, "{price}");
+    assert_eq!(price["amount_cents"].as_i64(), Some(parts - absorbed));
+    assert_eq!(parts - absorbed - supplement, fare, "the fare as shown");
+    // Paid as shown.
+    let paid = post(&mut w, &cart, "confirm").await;
+    assert_eq!(paid.status, 200, "{}", paid.body);
+    assert_eq!(
+        paid.body["confirmation"]["amount_cents"],
+        price["amount_cents"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_drop_at_payment_is_confirmed_and_shown() {
     // A negative drift: every price falls 10 % every 10 minutes.
     let mut w = world(drifting(600, -10.0), CartSettings::default());

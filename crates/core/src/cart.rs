@@ -431,10 +431,14 @@ impl Cart {
     /// Record a price for the cart, at whatever step it was found. When it
     /// differs from the cart's price for the same choices, or, for other
     /// choices, in the parts both share (the fare), the change is returned
-    /// (and kept on the cart) for the step to show.
+    /// (and kept on the cart) for the step to show. A rise within the
+    /// policy's `absorb_rise_percent` of the price shown is absorbed here
+    /// as at payment: the price is held at what the customer was shown,
+    /// with the rise as its `absorbed_cents`, and is no change.
     pub fn set_price(
         &mut self,
         price: CartPrice,
+        policy: &CartPolicy,
         now: DateTime<Utc>,
     ) -> Result<Option<PriceChange>, CartRefusal> {
         self.open_for_changes()?;
@@ -442,6 +446,17 @@ impl Cart {
             .price
             .as_ref()
             .and_then(|old| pricing::change_of(old, &price, now));
+        let held = self
+            .price
+            .as_ref()
+            .zip(change.as_ref())
+            .and_then(|(old, change)| {
+                pricing::held(old, &price, change, policy.absorb_rise_percent)
+            });
+        let (price, change) = match held {
+            Some(held) => (held, None),
+            None => (price, change),
+        };
         self.price_change = change.clone();
         self.price = Some(price);
         self.updated_at = now;
@@ -641,6 +656,7 @@ mod tests {
             as_of: at(as_of),
             parts: Vec::new(),
             covers: Choices::default(),
+            absorbed_cents: 0,
         }
     }
 
@@ -713,7 +729,11 @@ mod tests {
     #[test]
     fn a_changed_price_is_shown_before_it_is_confirmed() {
         let mut c = cart(false);
-        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
+        ok(c.set_price(
+            price(10_000, Source::Live, 0),
+            &CartPolicy::default(),
+            at(0),
+        ));
         let step = c
             .confirm_live(
                 price(10_500, Source::Live, 60),
@@ -752,10 +772,18 @@ mod tests {
         let mut c = cart(false);
         let policy = CartPolicy::default();
         assert_eq!(
-            ok(c.set_price(price(10_000, Source::Fresh, 0), at(0))),
+            ok(c.set_price(
+                price(10_000, Source::Fresh, 0),
+                &CartPolicy::default(),
+                at(0)
+            )),
             None
         );
-        let change = ok(c.set_price(price(10_100, Source::Live, 30), at(30)));
+        let change = ok(c.set_price(
+            price(10_100, Source::Live, 30),
+            &CartPolicy::default(),
+            at(30),
+        ));
         assert_eq!(change.map(|c| c.difference_cents), Some(100));
         assert!(c.price_change.is_some());
         ok(c.choose_accommodation("cabin".into(), true, at(40)));
@@ -767,7 +795,10 @@ mod tests {
             covers: cabin.clone(),
             ..price(14_600, Source::Live, 40)
         };
-        assert_eq!(ok(c.set_price(priced, at(40))), None);
+        assert_eq!(
+            ok(c.set_price(priced, &CartPolicy::default(), at(40))),
+            None
+        );
         // The default accommodation, chosen or given, is priced as the base fare.
         ok(c.choose_accommodation("seat".into(), true, at(50)));
         ok(c.choose_extras(vec!["wifi".into(), "breakfast".into()], true, at(50)));
@@ -784,7 +815,11 @@ mod tests {
     #[test]
     fn a_drop_at_payment_is_confirmed_and_a_small_rise_absorbed_when_allowed() {
         let mut c = cart(false);
-        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
+        ok(c.set_price(
+            price(10_000, Source::Live, 0),
+            &CartPolicy::default(),
+            at(0),
+        ));
         assert_eq!(
             c.confirm_live(price(9_900, Source::Live, 9), &CartPolicy::default(), at(9)),
             Ok(ConfirmStep::Confirmed)
@@ -798,14 +833,22 @@ mod tests {
             ..CartPolicy::default()
         };
         let mut c = cart(false);
-        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
+        ok(c.set_price(
+            price(10_000, Source::Live, 0),
+            &CartPolicy::default(),
+            at(0),
+        ));
         // 2.01 % is past the tolerance: shown.
         assert!(matches!(
             c.confirm_live(price(10_201, Source::Live, 9), &tolerant, at(9)),
             Ok(ConfirmStep::PriceChanged(_))
         ));
         let mut c = cart(false);
-        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
+        ok(c.set_price(
+            price(10_000, Source::Live, 0),
+            &CartPolicy::default(),
+            at(0),
+        ));
         assert_eq!(
             c.confirm_live(price(10_200, Source::Live, 9), &tolerant, at(9)),
             Ok(ConfirmStep::Confirmed)
@@ -815,7 +858,11 @@ mod tests {
         assert_eq!(c.price.map(|p| p.amount_cents), Some(10_000));
         // Another currency is never absorbed.
         let mut c = cart(false);
-        ok(c.set_price(price(10_000, Source::Live, 0), at(0)));
+        ok(c.set_price(
+            price(10_000, Source::Live, 0),
+            &CartPolicy::default(),
+            at(0),
+        ));
         let sek = CartPrice {
             currency: "SEK".into(),
             ..price(10_000, Source::Live, 9)
@@ -851,7 +898,11 @@ mod tests {
             c.confirm_cached(None, &CartPolicy::default(), at(1)),
             Err(CartRefusal::NoPrice)
         );
-        ok(c.set_price(price(9_900, Source::LastGood, -3600), at(1)));
+        ok(c.set_price(
+            price(9_900, Source::LastGood, -3600),
+            &CartPolicy::default(),
+            at(1),
+        ));
         let strict = CartPolicy {
             confirm_on_cached_price: false,
             ..CartPolicy::default()

@@ -111,6 +111,15 @@ pub struct CartPrice {
     /// covered choices).
     #[serde(default)]
     pub covers: Choices,
+    /// A rise over the price the customer was shown that the marketplace
+    /// absorbs (`absorb_rise_percent`): `amount_cents` is what the customer
+    /// pays, the operator's price is that plus this.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub absorbed_cents: i64,
+}
+
+fn is_zero(cents: &i64) -> bool {
+    *cents == 0
 }
 
 /// What a price change compares.
@@ -182,11 +191,12 @@ pub(super) fn difference(old: &CartPrice, new: &CartPrice, now: DateTime<Utc>) -
     )
 }
 
-/// The change from `old` to `new`, whatever choices they cover: the whole
-/// price for the same choices; for other choices, the parts both share (a
-/// customer who chose a cabin after seeing the base fare is told when the
-/// fare itself moved). `None` when nothing shared changed, or nothing is
-/// shared (a price that is not itemised).
+/// The change from the price the customer was shown (`old`) to `new`,
+/// whatever choices they cover: the whole price for the same choices; for
+/// other choices, the parts both share (a customer who chose a cabin after
+/// seeing the base fare is told when the fare itself moved). `None` when
+/// nothing shared changed, or nothing is shared (a price that is not
+/// itemised).
 pub(super) fn change_of(
     old: &CartPrice,
     new: &CartPrice,
@@ -204,9 +214,37 @@ pub(super) fn change_of(
                 Some(sum.unwrap_or(0).saturating_add(p.amount_cents))
             })
     };
-    let (was, is) = (shared(old, new)?, shared(new, old)?);
+    let (mut was, is) = (shared(old, new)?, shared(new, old)?);
+    if old
+        .parts
+        .iter()
+        .all(|p| new.parts.iter().any(|q| same(p, q)))
+    {
+        // Only choices added: every part shown before is shared, so what the
+        // customer was shown of them is net of what was absorbed.
+        was = was.saturating_sub(old.absorbed_cents);
+    }
     (was != is || old.currency != new.currency)
         .then(|| PriceChange::new(was, is, &new.currency, ChangeScope::SharedParts, now))
+}
+
+/// `new`, held at the price the customer was shown when `change` (from
+/// that price, in the same currency) is a rise within `percent`: the
+/// marketplace absorbs it wherever it is found, so the customer is not told
+/// of a rise they will never pay. `None` when it is not.
+pub(super) fn held(
+    old: &CartPrice,
+    new: &CartPrice,
+    change: &PriceChange,
+    percent: u32,
+) -> Option<CartPrice> {
+    let rise = change.difference_cents;
+    let shown = new.amount_cents.saturating_sub(rise);
+    (old.currency == new.currency && absorbs(shown, rise, percent)).then(|| CartPrice {
+        amount_cents: shown,
+        absorbed_cents: rise,
+        ..new.clone()
+    })
 }
 
 /// Whether a rise of `rise` cents on `shown` cents is within `percent`
@@ -242,6 +280,7 @@ mod tests {
             as_of: DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default(),
             parts,
             covers,
+            absorbed_cents: 0,
         }
     }
 
@@ -294,6 +333,21 @@ mod tests {
     }
 
     #[test]
+    fn a_rise_within_the_tolerance_is_held_at_the_price_shown() {
+        let now = DateTime::from_timestamp(1_800_000_060, 0).unwrap_or_default();
+        let old = priced(Choices::default(), vec![part(PartKind::Fare, None, 10_000)]);
+        let new = priced(Choices::default(), vec![part(PartKind::Fare, None, 10_150)]);
+        let Some(change) = change_between(&old, &new, now) else {
+            panic!("a rise is a change")
+        };
+        let kept = held(&old, &new, &change, 2).map(|p| (p.amount_cents, p.absorbed_cents));
+        assert_eq!(kept, Some((10_000, 150)));
+        assert_eq!(held(&old, &new, &change, 1), None, "1.5 % is over 1 %");
+        let drop = difference(&new, &old, now);
+        assert_eq!(held(&new, &old, &drop, 20), None, "a drop is never held");
+    }
+
+    #[test]
     fn a_change_of_choices_shows_a_change_of_the_parts_kept() {
         let now = DateTime::from_timestamp(1_800_000_060, 0).unwrap_or_default();
         let base = priced(Choices::default(), vec![part(PartKind::Fare, None, 10_000)]);
@@ -312,6 +366,18 @@ mod tests {
         assert_eq!(
             change.map(|c| (c.old_cents, c.new_cents, c.difference_cents, c.scope)),
             Some((10_000, 10_100, 100, ChangeScope::SharedParts))
+        );
+        // A rise absorbed on the base fare is part of what was shown.
+        let held_base = CartPrice {
+            amount_cents: 10_000,
+            absorbed_cents: 100,
+            parts: vec![part(PartKind::Fare, None, 10_100)],
+            ..base.clone()
+        };
+        let change = change_of(&held_base, &cabin(10_150), now);
+        assert_eq!(
+            change.map(|c| (c.old_cents, c.new_cents)),
+            Some((10_000, 10_150))
         );
         // Nothing itemised: nothing shared to compare.
         let bare = priced(Choices::default(), vec![]);

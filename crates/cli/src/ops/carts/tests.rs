@@ -55,8 +55,10 @@ fn paid(mut cart: Cart, at: i64) -> Cart {
         as_of: t(at),
         parts: Vec::new(),
         covers: Default::default(),
+        absorbed_cents: 0,
     };
-    cart.set_price(price.clone(), t(at)).unwrap();
+    cart.set_price(price.clone(), &Default::default(), t(at))
+        .unwrap();
     assert_eq!(
         cart.confirm_live(price, &Default::default(), t(at))
             .unwrap(),
