@@ -1,0 +1,675 @@
+//! The switch's tests: inputs on in-memory stores, a manual clock and the
+//! memory stream router.
+
+use super::*;
+use chrono::TimeDelta;
+use lifeboat_core::ManualClock;
+use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryTimers};
+use lifeboat_core::ports::StreamRouter;
+use serde_json::json;
+
+struct World {
+    switch: Arc<CircuitSwitch>,
+    breakers: Arc<MemoryBreakerStore>,
+    events: Arc<MemoryEventBus>,
+    router: Arc<MemoryStreamRouter>,
+    clock: ManualClock,
+    metrics: Arc<lifeboat_core::metrics::MemoryMetrics>,
+}
+
+fn start() -> DateTime<chrono::Utc> {
+    DateTime::from_timestamp(1_796_032_800, 0).unwrap()
+}
+
+fn world() -> World {
+    let breakers = Arc::new(MemoryBreakerStore::new());
+    let events = Arc::new(MemoryEventBus::new());
+    let router = Arc::new(MemoryStreamRouter::new());
+    let clock = ManualClock::new(start());
+    let metrics = Arc::new(lifeboat_core::metrics::MemoryMetrics::new());
+    let switch = Arc::new(CircuitSwitch {
+        breakers: breakers.clone(),
+        events: events.clone(),
+        lanes: Lanes::shared(SHARED_LANE, vec![nordic()], router.clone()),
+        clock: Arc::new(clock.clone()),
+        settings: Settings::default(),
+        alarms: AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap(),
+        operators: vec![OperatorId::new("nordic").unwrap()],
+        repoint_backoff: Duration::ZERO,
+        metrics: metrics.clone(),
+        timers: None,
+        prober: None,
+    });
+    World {
+        switch,
+        breakers,
+        events,
+        router,
+        clock,
+        metrics,
+    }
+}
+
+fn nordic() -> OperatorId {
+    OperatorId::new("nordic").unwrap()
+}
+
+fn trip(version: u64) -> Value {
+    json!({
+        "version": "0", "id": "e1", "detail-type": "Trip Requested", "source": "lifeboat",
+        "account": "123456789012", "time": "2026-11-30T12:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": {"schema_version": 1, "operator": "nordic", "observed_version": version,
+                   "reason": {"kind": "window", "verdict": {"rule": "consecutive_timeouts", "count": 5}},
+                   "at": "2026-11-30T12:00:00Z"}
+    })
+}
+
+fn tick() -> Value {
+    json!({"version": "0", "id": "t", "detail-type": "Scheduled Event", "source": "aws.events",
+           "account": "123456789012", "time": "2026-11-30T12:00:00Z", "region": "us-east-1",
+           "resources": ["arn:aws:events:us-east-1:123456789012:rule/tick"], "detail": {}})
+}
+
+fn alarm_action(state: &str, at: &str) -> Value {
+    json!({"source": "aws.cloudwatch", "alarmArn": "arn:aws:cloudwatch:us-east-1:123456789012:alarm:lifeboat-nordic-errors",
+           "accountId": "123456789012", "time": at, "region": "us-east-1",
+           "alarmData": {"alarmName": "lifeboat-nordic-errors",
+                         "state": {"value": state, "reason": "threshold crossed", "timestamp": at},
+                         "previousState": {"value": "OK", "reason": "", "timestamp": at}}})
+}
+
+fn alarm_event(state: &str, at: &str) -> Value {
+    json!({"version": "0", "id": "a", "detail-type": "CloudWatch Alarm State Change", "source": "aws.cloudwatch",
+           "account": "123456789012", "time": at, "region": "us-east-1",
+           "resources": ["arn:aws:cloudwatch:us-east-1:123456789012:alarm:lifeboat-nordic-errors"],
+           "detail": {"alarmName": "lifeboat-nordic-errors", "state": {"value": state, "timestamp": at},
+                      "previousState": {"value": "OK", "timestamp": at}}})
+}
+
+fn state_changes(events: &MemoryEventBus) -> Vec<(BreakerState, BreakerState, u64)> {
+    events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            LifeboatEvent::BreakerStateChanged(c) => Some((c.from, c.to, c.version)),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn state(w: &World) -> BreakerRecord {
+    w.breakers.load(&nordic()).await.unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn a_trip_opens_repoints_and_announces_once() {
+    let w = world();
+    let report = w.switch.handle(&trip(0)).await.unwrap();
+    assert!(report.decisions[0].changed);
+    assert_eq!(
+        report.target_of(SHARED_LANE),
+        Some(ConsumerTarget::Fallback)
+    );
+    assert!(report.repointed());
+    assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Fallback);
+    let record = state(&w).await;
+    assert_eq!(
+        (record.state, record.version, record.announced_version),
+        (BreakerState::Open, 1, 1)
+    );
+
+    // The same event again changes nothing and announces nothing.
+    let again = w.switch.handle(&trip(0)).await.unwrap();
+    assert!(!again.decisions[0].changed);
+    assert!(!again.repointed());
+    assert_eq!(
+        state_changes(&w.events),
+        vec![(BreakerState::Closed, BreakerState::Open, 1)]
+    );
+
+    // Both invocations drew the state: open (2) with its name.
+    let open = w.metrics.sum(
+        lifeboat_core::metrics::names::BREAKER_STATE,
+        &[("Operator", "nordic"), ("State", "open")],
+    );
+    assert_eq!((open, w.metrics.lines().len()), (4.0, 2));
+}
+
+#[tokio::test]
+async fn recovery_goes_through_half_open_and_points_back() {
+    let w = world();
+    w.switch.handle(&trip(0)).await.unwrap();
+    // An OK alarm while open does not close it.
+    w.switch
+        .handle(&alarm_event("OK", "2026-11-30T12:00:05.000+0000"))
+        .await
+        .unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::Open);
+    // A tick before the open period ends changes nothing.
+    w.clock.advance(Duration::from_secs(5));
+    w.switch.handle(&tick()).await.unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::Open);
+    w.clock.advance(Duration::from_secs(30));
+    let report = w.switch.handle(&tick()).await.unwrap();
+    assert_eq!(report.target_of(SHARED_LANE), Some(ConsumerTarget::Real));
+    let half = state(&w).await;
+    assert_eq!(half.state, BreakerState::HalfOpen);
+    // Trials counted by the consumers, then reported.
+    assert!(
+        w.breakers
+            .claim_trial(&nordic(), half.version, 3)
+            .await
+            .unwrap()
+    );
+    assert!(
+        w.breakers
+            .claim_trial(&nordic(), half.version, 3)
+            .await
+            .unwrap()
+    );
+    w.breakers
+        .record_trial(&nordic(), half.version, true)
+        .await
+        .unwrap();
+    w.breakers
+        .record_trial(&nordic(), half.version, true)
+        .await
+        .unwrap();
+    let passed = json!({"detail-type": "Trials Passed", "source": "lifeboat",
+        "detail": {"schema_version": 1, "operator": "nordic", "observed_version": half.version, "successes": 2,
+                   "at": "2026-11-30T12:00:40Z"}});
+    w.switch.handle(&passed).await.unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::Closed);
+    assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
+    assert_eq!(
+        state_changes(&w.events),
+        vec![
+            (BreakerState::Closed, BreakerState::Open, 1),
+            (BreakerState::Open, BreakerState::HalfOpen, 2),
+            (BreakerState::HalfOpen, BreakerState::Closed, 3)
+        ]
+    );
+    // The trip request from before the outage, delivered late, is ignored.
+    w.switch.handle(&trip(0)).await.unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::Closed);
+}
+
+#[tokio::test]
+async fn both_alarm_shapes_open_and_a_late_alarm_does_not_reopen() {
+    for payload in [
+        alarm_action("ALARM", "2026-11-30T12:00:00.000+0000"),
+        alarm_event("ALARM", "2026-11-30T12:00:00.000+0000"),
+    ] {
+        let w = world();
+        // The alarm fired a while ago; the breaker was never stored: it opens.
+        w.clock
+            .set(DateTime::from_timestamp(1_796_100_000, 0).unwrap());
+        let report = w.switch.handle(&payload).await.unwrap();
+        assert!(report.decisions[0].changed, "{payload}");
+        assert_eq!(state(&w).await.state, BreakerState::Open);
+    }
+    // An alarm older than the current state is ignored.
+    let w = world();
+    w.switch
+        .handle(&json!({"command": "force-closed", "operator": "nordic", "reason": "test"}))
+        .await
+        .unwrap();
+    w.switch
+        .handle(&json!({"command": "release", "operator": "nordic", "reason": "test"}))
+        .await
+        .unwrap();
+    let old = (start() - TimeDelta::hours(1))
+        .format("%Y-%m-%dT%H:%M:%S%.3f+0000")
+        .to_string();
+    let report = w.switch.handle(&alarm_action("ALARM", &old)).await.unwrap();
+    assert!(!report.decisions[0].changed);
+}
+
+#[tokio::test]
+async fn commands_pin_and_release() {
+    let w = world();
+    let cmd =
+        |c: &str| json!({"command": c, "operator": "nordic", "reason": "supplier maintenance"});
+    w.switch.handle(&cmd("force-open")).await.unwrap();
+    assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Fallback);
+    w.clock.advance(Duration::from_secs(3600));
+    w.switch.handle(&tick()).await.unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::ForcedOpen);
+    assert!(state(&w).await.reason.contains("supplier maintenance"));
+    w.switch.handle(&cmd("release")).await.unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::HalfOpen);
+    assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
+}
+
+#[tokio::test]
+async fn concurrent_switches_make_one_transition() {
+    let w = world();
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let switch = w.switch.clone();
+        tasks.push(tokio::spawn(async move {
+            switch.handle(&trip(0)).await.unwrap()
+        }));
+    }
+    let mut changed = 0;
+    for t in tasks {
+        changed += t
+            .await
+            .unwrap()
+            .decisions
+            .iter()
+            .filter(|d| d.changed)
+            .count();
+    }
+    assert_eq!(changed, 1);
+    assert_eq!(state(&w).await.version, 1);
+    assert_eq!(state_changes(&w.events).len(), 1);
+}
+
+/// A stream router on which another switch invocation runs to the end
+/// just before the first re-point to `slow_target` lands: the
+/// interleaving of two switches on AWS, where `UpdateEventSourceMapping`
+/// calls land in any order.
+struct OvertakenRouter {
+    inner: Arc<MemoryStreamRouter>,
+    slow_target: ConsumerTarget,
+    overtaker: std::sync::Mutex<Option<(Arc<CircuitSwitch>, Value)>>,
+}
+
+#[async_trait::async_trait]
+impl StreamRouter for OvertakenRouter {
+    async fn current(&self) -> Result<ConsumerTarget, RouterError> {
+        self.inner.current().await
+    }
+
+    async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError> {
+        let overtaker = if target == self.slow_target {
+            self.overtaker.lock().unwrap().take()
+        } else {
+            None
+        };
+        if let Some((switch, payload)) = overtaker {
+            switch.handle(&payload).await.unwrap();
+        }
+        self.inner.point_at(target).await
+    }
+}
+
+#[tokio::test]
+async fn a_re_point_from_a_stale_read_is_put_right() {
+    // Switch B (on the plain router) forces the breaker closed and points
+    // the stream at the real consumer while switch A, which read the
+    // breaker open, is still re-pointing at the fallback; A's re-point
+    // lands last.
+    let w = world();
+    let overtaking = switch_like(&w);
+    let slow = CircuitSwitch {
+        lanes: Lanes::shared(
+            SHARED_LANE,
+            vec![nordic()],
+            Arc::new(OvertakenRouter {
+                inner: w.router.clone(),
+                slow_target: ConsumerTarget::Fallback,
+                overtaker: std::sync::Mutex::new(Some((
+                    Arc::new(overtaking),
+                    json!({"command": "force-closed", "operator": "nordic", "reason": "operator says it is fine"}),
+                ))),
+            }),
+        ),
+        ..switch_like(&w)
+    };
+    let report = slow.handle(&trip(0)).await.unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::ForcedClosed);
+    assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
+    assert_eq!(report.target_of(SHARED_LANE), Some(ConsumerTarget::Real));
+    // The newest state was announced once (the record holds only the
+    // newest; the opening it replaced before anyone announced it is in
+    // the store's history, not on the bus).
+    assert_eq!(
+        state_changes(&w.events),
+        vec![(BreakerState::Open, BreakerState::ForcedClosed, 2)]
+    );
+}
+
+/// A mapping that cannot be reached.
+struct BrokenRouter;
+
+#[async_trait::async_trait]
+impl StreamRouter for BrokenRouter {
+    async fn current(&self) -> Result<ConsumerTarget, RouterError> {
+        Err(RouterError::Unavailable("throttled".into()))
+    }
+
+    async fn point_at(&self, _: ConsumerTarget) -> Result<Repoint, RouterError> {
+        Err(RouterError::Unavailable("throttled".into()))
+    }
+}
+
+#[tokio::test]
+async fn with_a_lane_per_operator_only_the_tripped_operator_moves() {
+    let w = world();
+    let (alpha, bravo, charlie) = (
+        OperatorId::new("alpha").unwrap(),
+        OperatorId::new("bravo").unwrap(),
+        OperatorId::new("charlie").unwrap(),
+    );
+    let (alpha_lane, bravo_lane) = (
+        Arc::new(MemoryStreamRouter::new()),
+        Arc::new(MemoryStreamRouter::new()),
+    );
+    let routers: [(OperatorId, Arc<dyn StreamRouter>); 3] = [
+        (alpha.clone(), alpha_lane.clone()),
+        (bravo.clone(), bravo_lane.clone()),
+        (charlie.clone(), Arc::new(BrokenRouter)),
+    ];
+    let switch = CircuitSwitch {
+        lanes: Lanes::per_operator(routers),
+        operators: vec![alpha.clone(), bravo.clone(), charlie.clone()],
+        ..switch_like(&w)
+    };
+    let trip = |operator: &str| {
+        let mut event = trip(0);
+        event["detail"]["operator"] = json!(operator);
+        event
+    };
+    let report = switch.handle(&trip("alpha")).await.unwrap();
+    assert_eq!(report.target_of("alpha"), Some(ConsumerTarget::Fallback));
+    assert_eq!(report.streams.len(), 1, "only alpha's lane is reconciled");
+    assert_eq!(
+        alpha_lane.current().await.unwrap(),
+        ConsumerTarget::Fallback
+    );
+    assert_eq!(bravo_lane.current().await.unwrap(), ConsumerTarget::Real);
+
+    // Charlie's mapping is unreachable: its trip is saved and announced,
+    // the error returned, and the next tick still reconciles the others.
+    let failed = switch.handle(&trip("charlie")).await;
+    assert!(matches!(failed, Err(SwitchError::Router(_))), "{failed:?}");
+    let announced: Vec<OperatorId> = w
+        .events
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            LifeboatEvent::BreakerStateChanged(c) => Some(c.operator.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(announced, vec![alpha.clone(), charlie.clone()]);
+    let tick = switch.handle(&tick()).await;
+    assert!(tick.is_err());
+    assert_eq!(
+        alpha_lane.current().await.unwrap(),
+        ConsumerTarget::Fallback
+    );
+    assert_eq!(bravo_lane.current().await.unwrap(), ConsumerTarget::Real);
+}
+
+#[tokio::test]
+async fn inputs_for_operators_not_served_are_refused() {
+    let w = world();
+    let mut forged = trip(0);
+    forged["detail"]["operator"] = json!("zzz");
+    let err = w.switch.handle(&forged).await.unwrap_err();
+    assert!(matches!(err, SwitchError::UnknownOperator(_)), "{err}");
+    assert_eq!(Diagnostic::from(err).error_type, "UnknownOperator");
+    let command = json!({"command": "force-open", "operator": "zzz", "reason": "test"});
+    assert!(w.switch.handle(&command).await.is_err());
+    // Nothing was stored for it, and the tick never sees it.
+    let zzz = OperatorId::new("zzz").unwrap();
+    assert_eq!(w.breakers.load(&zzz).await.unwrap(), None);
+    let report = w.switch.handle(&tick()).await.unwrap();
+    assert_eq!(report.decisions.len(), 1);
+    assert_eq!(report.decisions[0].operator, nordic());
+}
+
+/// The switch with timers and the simulated operator as its prober, the
+/// operator refusing every call from `start()` for `outage`.
+fn probing_world(outage: Duration) -> (World, Arc<CircuitSwitch>, Arc<MemoryTimers>) {
+    let w = world();
+    let timers = Arc::new(MemoryTimers::new());
+    let mut settings = Settings::default();
+    settings.default.probe = Some(
+        serde_json::from_value(json!({"operation": "search",
+            "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
+        .unwrap(),
+    );
+    let operator = lifeboat_operator::SimulatedOperator::new(
+        nordic(),
+        lifeboat_operator::SimConfig {
+            outages: vec![lifeboat_operator::Outage {
+                start: start(),
+                end: start() + TimeDelta::from_std(outage).unwrap(),
+                mode: lifeboat_operator::OutageMode::Refuse,
+            }],
+            ..lifeboat_operator::SimConfig::default()
+        },
+        Arc::new(w.clock.clone()),
+    );
+    let switch = Arc::new(CircuitSwitch {
+        settings,
+        timers: Some(timers.clone()),
+        prober: Some(Arc::new(operator)),
+        ..switch_like(&w)
+    });
+    (w, switch, timers)
+}
+
+fn timer_batch(timers: &[BreakerTimer]) -> Value {
+    json!({"Records": timers.iter().enumerate().map(|(i, t)| json!({
+        "eventSource": "aws:sqs", "messageId": format!("m{i}"),
+        "body": serde_json::to_string(t).unwrap()
+    })).collect::<Vec<_>>()})
+}
+
+#[tokio::test(start_paused = true)]
+async fn probes_close_the_breaker_within_seconds_of_the_operator_coming_back() {
+    // Down for 95 s: the open period (30 s, then doubling) would keep the
+    // breaker open well past that; one probe per 10 s finds it back.
+    let (w, switch, timers) = probing_world(Duration::from_secs(95));
+    switch.handle(&trip(0)).await.unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::Open);
+    let mut probes = Vec::new();
+    for _ in 0..30 {
+        let Some(due) = timers.next_due() else { break };
+        w.clock.set(due);
+        let batch = timers.take_due(due);
+        assert_eq!(batch.len(), 1, "one timer per breaker at a time");
+        let report = switch.handle(&timer_batch(&batch)).await.unwrap();
+        if report.probe_calls > 0 {
+            probes.push((due, report.probe_calls));
+        }
+        if state(&w).await.state == BreakerState::Closed {
+            break;
+        }
+    }
+    let closed = state(&w).await;
+    assert_eq!(closed.state, BreakerState::Closed, "{closed:?}");
+    let back = start() + TimeDelta::seconds(95);
+    let recovery = (closed.since - back).num_milliseconds() as f64 / 1000.0;
+    eprintln!(
+        "probes: operator back -> closed {recovery:.1} s; probe calls {} ({} while down, over {:.0} s)",
+        probes.iter().map(|(_, n)| n).sum::<u32>(),
+        probes.iter().filter(|(at, _)| *at < back).count(),
+        (back - start()).num_seconds()
+    );
+    assert!(
+        recovery <= 10.0,
+        "closed {recovery} s after the operator came back"
+    );
+    // While down: at most one probe call per 10 s (the half-open rounds
+    // the open period's end starts make one trial call that fails).
+    let while_down: Vec<_> = probes.iter().filter(|(at, _)| *at < back).collect();
+    for pair in while_down.windows(2) {
+        assert!(
+            pair[1].0 - pair[0].0 >= TimeDelta::seconds(10),
+            "{probes:?}"
+        );
+    }
+    assert!(
+        while_down.iter().all(|(_, calls)| *calls == 1),
+        "{probes:?}"
+    );
+    assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
+    assert_eq!(timers.next_due(), None, "nothing left to wake for");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_duplicated_timer_probes_once_and_leaves_one_timer() {
+    // Down for ten minutes: every timer is a probe that fails.
+    let (w, switch, timers) = probing_world(Duration::from_secs(600));
+    switch.handle(&trip(0)).await.unwrap();
+    let mut due = timers.next_due().unwrap();
+    for _ in 0..5 {
+        w.clock.set(due);
+        let batch = timers.take_due(due);
+        assert_eq!(batch.len(), 1, "one timer per breaker at a time");
+        // Delivered twice (SQS delivers at least once): two invocations,
+        // and the duplicate a second later.
+        let first = switch.handle(&timer_batch(&batch)).await.unwrap();
+        w.clock.set(due + TimeDelta::seconds(1));
+        let again = switch.handle(&timer_batch(&batch)).await.unwrap();
+        assert_eq!((first.probe_calls, again.probe_calls), (1, 0));
+        let next = timers.next_due().unwrap();
+        assert!(next - due >= TimeDelta::seconds(10), "{next} after {due}");
+        assert_eq!(timers.take_due(next).len(), 1, "the duplicate set no timer");
+        // Put the one timer back, as SQS would hold it.
+        switch.arm(&state(&w).await).await;
+        due = timers.next_due().unwrap();
+    }
+    assert_eq!(state(&w).await.state, BreakerState::Open);
+}
+
+#[tokio::test]
+async fn without_probes_the_timer_ends_the_open_period_to_the_second() {
+    let w = world();
+    let timers = Arc::new(MemoryTimers::new());
+    let switch = CircuitSwitch {
+        timers: Some(timers.clone()),
+        ..switch_like(&w)
+    };
+    switch.handle(&trip(0)).await.unwrap();
+    let open = state(&w).await;
+    let due = timers.next_due().unwrap();
+    assert_eq!(Some(due), open.open_until);
+    // Early (a duplicate delivered before its delay): set again, no change.
+    let early = BreakerTimer {
+        operator: nordic(),
+        version: open.version,
+        due,
+    };
+    let report = switch
+        .handle(&timer_batch(std::slice::from_ref(&early)))
+        .await
+        .unwrap();
+    assert!(report.decisions.is_empty());
+    w.clock.set(due);
+    timers.take_due(due);
+    let report = switch
+        .handle(&timer_batch(std::slice::from_ref(&early)))
+        .await
+        .unwrap();
+    assert_eq!(report.decisions[0].to, BreakerState::HalfOpen);
+    // The half-open round's own timer, and a stale one that is dropped.
+    assert!(timers.next_due().is_some());
+    let report = switch.handle(&timer_batch(&[early])).await.unwrap();
+    assert!(report.decisions.is_empty());
+    // A body that is no timer is dropped, not retried; a timer of an
+    // operator not served neither.
+    let junk = json!({"Records": [
+        {"eventSource": "aws:sqs", "messageId": "j", "body": "hello"},
+        {"eventSource": "aws:sqs", "messageId": "z",
+         "body": r#"{"operator": "zzz", "version": 1, "due": "2026-12-01T00:00:00Z"}"#}
+    ]});
+    let report = switch.handle(&junk).await.unwrap();
+    assert!(report.response.batch_item_failures.is_empty());
+}
+
+fn switch_like(w: &World) -> CircuitSwitch {
+    CircuitSwitch {
+        breakers: w.breakers.clone(),
+        events: w.events.clone(),
+        lanes: Lanes::shared(SHARED_LANE, vec![nordic()], w.router.clone()),
+        clock: Arc::new(w.clock.clone()),
+        settings: Settings::default(),
+        alarms: AlarmMap::default(),
+        operators: vec![nordic()],
+        repoint_backoff: Duration::ZERO,
+        metrics: w.metrics.clone(),
+        timers: None,
+        prober: None,
+    }
+}
+
+#[tokio::test]
+async fn bad_payloads_are_clear_errors() {
+    let w = world();
+    let unknown = alarm_action("ALARM", "2026-11-30T12:00:00.000+0000");
+    let mut unknown = unknown;
+    unknown["alarmData"]["alarmName"] = json!("someone-elses-alarm");
+    let err = w.switch.handle(&unknown).await.unwrap_err();
+    assert!(err.to_string().contains("ALARM_OPERATORS"), "{err}");
+    assert!(w.switch.handle(&json!({"foo": "bar"})).await.is_err());
+    let diagnostic: Diagnostic = w.switch.handle(&json!([1, 2])).await.unwrap_err().into();
+    assert_eq!(diagnostic.error_type, "BadInput");
+}
+
+fn fixture(name: &str) -> Value {
+    let path = format!("{}/../../tests/events/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn every_fixture_payload_is_understood() {
+    // Each alarm shape opens a fresh breaker.
+    for name in [
+        "cloudwatch-alarm-state-change.json",
+        "cloudwatch-alarm-lambda-action.json",
+    ] {
+        let w = world();
+        w.clock
+            .set(DateTime::from_timestamp(1_796_033_760, 0).unwrap());
+        let report = w.switch.handle(&fixture(name)).await.unwrap();
+        assert_eq!(report.decisions[0].to, BreakerState::Open, "{name}");
+    }
+    // A trip, a tick after the open period, trials, and a command, in order.
+    let w = world();
+    w.switch
+        .handle(&fixture("trip-requested.json"))
+        .await
+        .unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::Open);
+    w.clock.advance(Duration::from_secs(31));
+    w.switch
+        .handle(&fixture("schedule-tick.json"))
+        .await
+        .unwrap();
+    let half = state(&w).await;
+    assert_eq!(half.state, BreakerState::HalfOpen);
+    let mut passed = fixture("trials-passed.json");
+    passed["detail"]["observed_version"] = half.version.into();
+    w.breakers
+        .record_trial(&nordic(), half.version, true)
+        .await
+        .unwrap();
+    w.breakers
+        .record_trial(&nordic(), half.version, true)
+        .await
+        .unwrap();
+    w.switch.handle(&passed).await.unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::Closed);
+    // The timer of version 1, long stale: dropped, acknowledged.
+    let report = w
+        .switch
+        .handle(&fixture("sqs-breaker-timer.json"))
+        .await
+        .unwrap();
+    assert!(report.decisions.is_empty());
+    assert!(report.response.batch_item_failures.is_empty());
+    w.switch
+        .handle(&fixture("operator-command.json"))
+        .await
+        .unwrap();
+    let forced = state(&w).await;
+    assert_eq!(forced.state, BreakerState::ForcedOpen);
+    assert!(forced.reason.contains("maintenance window"));
+}
