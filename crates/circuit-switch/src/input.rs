@@ -12,6 +12,14 @@
 //!   "reason": "…"}` (`force-closed`, `release`);
 //! * a batch of breaker timers from the timer queue (an SQS event whose
 //!   message bodies are [`BreakerTimer`]s).
+//!
+//! The alarm and EventBridge payloads are read field by field rather than as
+//! `aws_lambda_events`' `CloudWatchAlarm` or `EventBridgeEvent`: those
+//! require fields the switch does without (`configuration`, the state's
+//! `reason`, `time`, `detail`, `detail-type`), refuse an unreadable `time`
+//! the state's timestamp makes unnecessary, and read a missing state value
+//! as OK. The test `alarms_need_only_a_name_a_state_and_a_time` holds what
+//! is accepted.
 
 use std::collections::BTreeMap;
 
@@ -315,6 +323,46 @@ mod tests {
             .is_err()
         );
         assert!(parse(&json!({"command": "release", "reason": "x"}), &alarms()).is_err());
+    }
+
+    /// What the switch accepts of an alarm beyond what
+    /// `aws_lambda_events`' `CloudWatchAlarm` and `EventBridgeEvent` would:
+    /// no `configuration`, no state `reason`, no top-level `time` (the
+    /// state's timestamp is enough) or an unreadable one, and no `detail`
+    /// on a tick; and what it refuses that they would take: an alarm
+    /// without a state value (their default is OK).
+    #[test]
+    fn alarms_need_only_a_name_a_state_and_a_time() {
+        let at = "2026-11-30T10:00:00.000+0000";
+        let action = json!({"source": "aws.cloudwatch", "alarmData": {"alarmName": "other",
+            "state": {"value": "ALARM", "timestamp": at}}});
+        assert!(matches!(
+            parse(&action, &alarms()),
+            Ok(SwitchInput::One { .. })
+        ));
+        let event = json!({"source": "aws.cloudwatch", "detail-type": "CloudWatch Alarm State Change",
+            "time": "unreadable", "detail": {"alarmName": "other", "state": {"value": "OK", "timestamp": at}}});
+        assert!(matches!(
+            parse(&event, &alarms()),
+            Ok(SwitchInput::One { .. })
+        ));
+        let late = json!({"source": "aws.cloudwatch", "detail-type": "CloudWatch Alarm State Change",
+            "time": at, "detail": {"alarmName": "other", "state": {"value": "OK"}}});
+        assert!(matches!(
+            parse(&late, &alarms()),
+            Ok(SwitchInput::One { .. })
+        ));
+        let tick = json!({"source": "aws.events", "detail-type": "Scheduled Event"});
+        assert_eq!(parse(&tick, &alarms()), Ok(SwitchInput::Tick));
+        let no_value = json!({"source": "aws.cloudwatch", "alarmData": {"alarmName": "other",
+            "state": {"timestamp": at}}});
+        assert!(matches!(
+            parse(&no_value, &alarms()),
+            Err(InputError::Invalid {
+                field: "alarm state",
+                ..
+            })
+        ));
     }
 
     #[test]
