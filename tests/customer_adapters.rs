@@ -597,7 +597,7 @@ async fn the_listener_keeps_its_records_in_dynamodb_and_times_retries_with_the_q
     )
     .await
     .unwrap();
-    let body = offsale_listener::rule_message(&breaker_change(7, BreakerState::Open));
+    let body = lifeboat_sim::offsale::rule_message(&breaker_change(7, BreakerState::Open));
     sqs.send_message()
         .queue_url(&queue.url)
         .message_body(body)
@@ -704,7 +704,7 @@ async fn the_sale_switch_auth_value_comes_from_an_ssm_secure_string() {
         OffsaleListener::from_env(&settings("/lifeboat/sale-switch-auth"), &clients, &ssm)
             .await
             .unwrap();
-    let body = offsale_listener::rule_message(&breaker_change(3, BreakerState::Open));
+    let body = lifeboat_sim::offsale::rule_message(&breaker_change(3, BreakerState::Open));
     let event = json!({"Records": [{
         "messageId": "m-1", "receiptHandle": "r-1", "body": body,
         "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:offsale",

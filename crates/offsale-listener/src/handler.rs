@@ -21,22 +21,18 @@ mod startup;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use lambda_runtime::Diagnostic;
 use lifeboat_core::Clock;
-use lifeboat_core::events::{BreakerStateChanged, SOURCE};
 use lifeboat_core::invocation::NotABatch;
 use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::ports::EventPublisher;
 use lifeboat_core::sale::{
-    MemoryQueue, OnSaleAt, Redelivery, SaleChange, SaleStatusStore, SaleSwitch, Settled, Wait,
-    WritePolicy,
+    OnSaleAt, Redelivery, SaleChange, SaleStatusStore, SaleSwitch, Settled, Wait, WritePolicy,
 };
-use serde_json::Value;
 
 use crate::http::HttpSwitchError;
 
@@ -139,73 +135,4 @@ pub struct ListenerReport {
     pub messages: Vec<MessageReport>,
     /// Poison reports the bus did not take (the messages are dropped anyway).
     pub poison_not_reported: usize,
-}
-
-/// The SQS message body the `Breaker State Changed` rule delivers for `change`.
-pub fn rule_message(change: &BreakerStateChanged) -> String {
-    serde_json::json!({
-        "version": "0",
-        "id": format!("{}-{}", change.operator, change.version),
-        "detail-type": lifeboat_core::events::BREAKER_STATE_CHANGED,
-        "source": SOURCE,
-        "account": "123456789012",
-        "time": change.at,
-        "region": "us-east-1",
-        "resources": [],
-        "detail": change,
-    })
-    .to_string()
-}
-
-/// The batch Lambda's SQS event source mapping would deliver for `messages`.
-pub fn sqs_event(messages: &[lifeboat_core::sale::ReceivedMessage]) -> Value {
-    let records: Vec<Value> = messages
-        .iter()
-        .map(|m| {
-            serde_json::json!({
-                "messageId": m.message_id,
-                "receiptHandle": m.receipt_handle,
-                "body": m.body,
-                "attributes": {
-                    "ApproximateReceiveCount": m.receive_count.to_string(),
-                    "SentTimestamp": m.sent_at.timestamp_millis().to_string(),
-                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
-                    "ApproximateFirstReceiveTimestamp": m.sent_at.timestamp_millis().to_string(),
-                },
-                "messageAttributes": {},
-                "md5OfBody": "",
-                "eventSource": "aws:sqs",
-                "eventSourceARN": MemoryQueue::ARN,
-                "awsRegion": "us-east-1",
-            })
-        })
-        .collect();
-    serde_json::json!({ "Records": records })
-}
-
-/// One round of the SQS event source mapping on a [`MemoryQueue`]: receive up
-/// to `max` visible messages, hand them to `listener` as one batch, and delete
-/// those not reported as failures. `None` when no message was visible.
-pub async fn deliver(
-    listener: &OffsaleListener,
-    queue: &MemoryQueue,
-    max: usize,
-) -> Result<Option<ListenerReport>, ListenerError> {
-    let received = queue.receive(max);
-    if received.is_empty() {
-        return Ok(None);
-    }
-    let report = listener.handle(&sqs_event(&received)).await?;
-    let failed: HashSet<&str> = report
-        .response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
-    for m in &received {
-        if !failed.contains(m.message_id.as_str()) {
-            queue.delete(&m.receipt_handle);
-        }
-    }
-    Ok(Some(report))
 }

@@ -1,21 +1,84 @@
 //! The listener end to end on the in-memory store, switch, queue and bus.
 
 use super::*;
+use std::collections::HashSet;
+
 use crate::config::{ListenerConfig, StoreChoice, SwitchTarget};
 use crate::http::{HttpSwitchConfig, legacy::Legacy};
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::events::SaleSwitchWriteFailed;
-use lifeboat_core::events::{LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION};
+use lifeboat_core::events::{
+    BREAKER_STATE_CHANGED, BreakerStateChanged, LifeboatEvent, OperatorRequestFailed,
+    SCHEMA_VERSION, SOURCE,
+};
 use lifeboat_core::memory::MemoryEventBus;
 use lifeboat_core::metrics::names;
 use lifeboat_core::request::FailureReason;
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::DEFAULT_ON_SALE_HOLD;
-use lifeboat_core::sale::{MemorySaleStatusStore, SaleRecord, until};
+use lifeboat_core::sale::{MemoryQueue, MemorySaleStatusStore, ReceivedMessage, SaleRecord, until};
 use lifeboat_core::sale::{MemorySaleSwitch, SwitchOutcome};
 use lifeboat_core::{BreakerState, ManualClock, OperatorId};
-use serde_json::json;
+use serde_json::{Value, json};
+
+/// The SQS message body the `Breaker State Changed` rule delivers for `change`.
+fn rule_message(change: &BreakerStateChanged) -> String {
+    let mut event = EventBridgeEvent::<Value>::default();
+    event.version = Some("0".to_owned());
+    event.id = Some(format!("{}-{}", change.operator, change.version));
+    event.detail_type = BREAKER_STATE_CHANGED.to_owned();
+    event.source = SOURCE.to_owned();
+    event.time = Some(change.at);
+    event.detail = serde_json::to_value(change).unwrap();
+    serde_json::to_string(&event).unwrap()
+}
+
+/// The batch the SQS event source mapping delivers for `messages`.
+fn sqs_event(messages: &[ReceivedMessage]) -> Value {
+    let mut event = SqsEvent::default();
+    event.records = messages
+        .iter()
+        .map(|m| {
+            let mut record = SqsMessage::default();
+            record.message_id = Some(m.message_id.clone());
+            record.receipt_handle = Some(m.receipt_handle.clone());
+            record.body = Some(m.body.clone());
+            record.event_source = Some("aws:sqs".to_owned());
+            record.event_source_arn = Some(MemoryQueue::ARN.to_owned());
+            record
+        })
+        .collect();
+    serde_json::to_value(&event).unwrap()
+}
+
+/// One round of the SQS event source mapping on `queue`: up to `max` visible
+/// messages to `listener` as one batch, those not reported as failures deleted.
+async fn deliver(
+    listener: &OffsaleListener,
+    queue: &MemoryQueue,
+    max: usize,
+) -> Result<Option<ListenerReport>, ListenerError> {
+    let received = queue.receive(max);
+    if received.is_empty() {
+        return Ok(None);
+    }
+    let report = listener.handle(&sqs_event(&received)).await?;
+    let failed: HashSet<&str> = report
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    for m in &received {
+        if !failed.contains(m.message_id.as_str()) {
+            queue.delete(&m.receipt_handle);
+        }
+    }
+    Ok(Some(report))
+}
 
 /// Follows tokio's (paused) time.
 #[derive(Debug, Clone, Copy)]

@@ -7,12 +7,14 @@
 //! per operator; batches delivered to whichever consumer the lane's mapping
 //! points at, a failed record re-delivered from its position), the EventBridge rules that carry `Trip Requested` and `Trials
 //! Passed` to the switch, and the schedule's tick. Under
-//! `tokio::time::pause()` a day passes in well under a second.
+//! `tokio::time::pause()` a day passes in well under a second. [`offsale`]
+//! plays the rule and the SQS mapping around the off-sale listener.
 
 pub mod clock;
 pub mod fault;
 mod lane;
 pub mod meter;
+pub mod offsale;
 pub mod suite;
 
 pub use clock::TokioClock;

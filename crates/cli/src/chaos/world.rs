@@ -21,8 +21,9 @@ use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
 use lifeboat_sim::fault::{FaultClass, FaultPlan, port};
+use lifeboat_sim::offsale::{deliver, rule_message};
 use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
-use offsale_listener::{OffsaleListener, deliver, rule_message};
+use offsale_listener::OffsaleListener;
 use search::Search;
 use tokio::task::JoinSet;
 
