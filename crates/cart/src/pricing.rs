@@ -68,13 +68,24 @@ impl CartService {
             cached => {
                 // Not a live price: the operator is off sale or did not
                 // answer; what the cache holds is all there is.
-                let step = cart
-                    .confirm_cached(cached, policy, now)
-                    .map_err(|r| match r {
-                        CartRefusal::CachedPriceNotAllowed if !on_sale => refusal(r),
-                        CartRefusal::AlreadyConfirmed | CartRefusal::OffSale { .. } => refusal(r),
-                        other => cannot_price_now(cart, other),
-                    })?;
+                let step = match cart.confirm_cached(cached, policy, now) {
+                    // Choices made as the operator went down and never
+                    // priced: off sale they give way to the defaults, and
+                    // the customer is shown the base fare to confirm.
+                    Err(CartRefusal::NoPrice)
+                        if !on_sale && cart.default_unpriced_choices(policy, now) =>
+                    {
+                        tracing::info!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, "choices no price covers gave way to the off-sale defaults");
+                        let base = self.price(cart, policy, Mode::CachedOnly).await?;
+                        cart.confirm_cached(base, policy, now)
+                    }
+                    other => other,
+                };
+                let step = step.map_err(|r| match r {
+                    CartRefusal::CachedPriceNotAllowed if !on_sale => refusal(r),
+                    CartRefusal::AlreadyConfirmed | CartRefusal::OffSale { .. } => refusal(r),
+                    other => cannot_price_now(cart, other),
+                })?;
                 if step == ConfirmStep::Confirmed {
                     tracing::info!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, age_s = cart.price_age_s(now), "confirmed on a cached price");
                 }

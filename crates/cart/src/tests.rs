@@ -589,6 +589,39 @@ async fn a_refusal_of_lifeboat_is_not_a_choice_not_sold() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn choices_never_priced_give_way_to_the_defaults_off_sale() {
+    // The cabin is chosen as the operator stops pricing it, then it goes
+    // off sale: the cart must still reach payment.
+    let mut w = world_on(
+        SimConfig::default(),
+        CartSettings::default(),
+        Settings::default(),
+        Some(OnChoices::Refuses(403)),
+    );
+    let cart = open(&mut w).await;
+    let base = post(&mut w, &cart, "price").await;
+    assert_eq!(base.status, 200, "{}", base.body);
+    let chosen = cabin(&mut w, &cart).await;
+    assert_eq!(chosen.body["price"], Value::Null, "{}", chosen.body);
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let shown = post(&mut w, &cart, "confirm").await;
+    assert_eq!(shown.status, 409, "{}", shown.body);
+    assert_eq!(
+        shown.body["price_to_confirm"]["amount_cents"],
+        base.body["price"]["amount_cents"]
+    );
+    let view = &shown.body["cart"];
+    assert_eq!(view["accommodation"]["code"], "seat", "{view}");
+    assert_eq!(view["accommodation"]["chosen_by"], "default_while_off_sale");
+    let paid = post(&mut w, &cart, "confirm").await;
+    assert_eq!(paid.status, 200, "{}", paid.body);
+    assert_eq!(paid.body["confirmation"]["on_cached_price"], true);
+    // Read again, the cart says the same.
+    let again = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(state(&again.body), state(&paid.body));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_fare_that_moved_is_shown_when_the_choices_change_too() {
     let mut w = world(drifting(600, 10.0), CartSettings::default());
     let cart = open(&mut w).await;

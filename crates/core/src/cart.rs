@@ -333,6 +333,36 @@ impl Cart {
 
     /// Whether a customer could now replace choices lifeboat made while the
     /// operator was off sale.
+    /// Off sale, choices the customer made that no price on the cart covers
+    /// cannot be paid until the operator is back (they were chosen as it
+    /// went down, and never priced). They give way to the off-sale defaults
+    /// (the default accommodation, extras skipped), written on the cart as
+    /// such, so it can be paid at the cached base fare now and upgraded once
+    /// the operator is back on sale. Whether anything changed.
+    pub fn default_unpriced_choices(&mut self, policy: &CartPolicy, now: DateTime<Utc>) -> bool {
+        let choices = self.choices(policy);
+        if self.confirmation.is_some()
+            || self.degraded.is_none()
+            || choices.are_default()
+            || self.price.as_ref().is_some_and(|p| p.covers == choices)
+        {
+            return false;
+        }
+        if choices.accommodation.is_some() {
+            self.accommodation = Some(Accommodation {
+                code: policy.default_accommodation.clone(),
+                chosen_by: ChosenBy::DefaultWhileOffSale,
+            });
+        }
+        if !choices.extras.is_empty() {
+            self.extras = Extras::SkippedWhileOffSale;
+        }
+        self.price = None;
+        self.price_change = None;
+        self.updated_at = now;
+        true
+    }
+
     pub fn upgrade_available(&self, on_sale: bool) -> bool {
         on_sale
             && self.confirmation.is_none()
