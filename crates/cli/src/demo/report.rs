@@ -113,6 +113,12 @@ pub struct Carts {
     pub price_changes_shown: u32,
     /// Carts first shown a changed price at payment (confirm).
     pub price_changes_first_at_payment: usize,
+    /// Carts by the step at which a changed price was first shown
+    /// (`accommodation`, `extras`, `price`, `confirm`).
+    pub price_changes_first_at: std::collections::BTreeMap<&'static str, usize>,
+    /// Carts whose customer left at a step before payment when shown a
+    /// changed price (counted in `lost_to_price_change` too).
+    pub lost_to_price_change_before_payment: usize,
     /// Carts whose customer left when shown a changed price (the customer
     /// model's shares are in `customer_model`).
     pub lost_to_price_change: usize,
@@ -319,6 +325,17 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
                 .filter(|c| c.first_change_at == Some("confirm"))
                 .count(),
             lost_to_price_change: carts.iter().filter(|c| c.left_on_price_change).count(),
+            price_changes_first_at: carts.iter().filter_map(|c| c.first_change_at).fold(
+                std::collections::BTreeMap::new(),
+                |mut by_step, step| {
+                    *by_step.entry(step).or_default() += 1;
+                    by_step
+                },
+            ),
+            lost_to_price_change_before_payment: carts
+                .iter()
+                .filter(|c| c.left_on_price_change && c.first_change_at != Some("confirm"))
+                .count(),
             prices_first_shown_at_payment: carts
                 .iter()
                 .filter(|c| c.first_priced_at_payment)
