@@ -23,9 +23,9 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
 use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::{AlarmState, Command, Input};
+use lifeboat_core::cloudwatch::parse_time;
 use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::probe::BreakerTimer;
 use serde_json::Value;
@@ -88,14 +88,6 @@ impl AlarmMap {
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
-}
-
-/// CloudWatch writes alarm timestamps as `2026-11-30T10:00:00.000+0000`.
-fn parse_time(text: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text)
-        .or_else(|_| DateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f%z"))
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }
 
 fn alarm_state(text: &str) -> Result<AlarmState, InputError> {

@@ -9,6 +9,7 @@ pub mod budget;
 pub mod cache;
 pub mod cart;
 pub mod clock;
+pub mod cloudwatch;
 pub mod events;
 pub mod invocation;
 pub mod lane;

@@ -34,6 +34,7 @@ use std::time::Duration;
 use aws_sdk_cloudwatch::types::{HistoryItemType, ScanBy};
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_aws::breaker::BreakerChange;
+use lifeboat_core::cloudwatch::parse_time as cloudwatch_time;
 use lifeboat_core::ports::StoreError;
 use lifeboat_core::{BreakerState, OperatorId};
 use serde::{Deserialize, Serialize};
@@ -205,14 +206,6 @@ struct EvaluatedDatapoint {
     /// Absent for a period without data.
     #[serde(default)]
     value: Option<f64>,
-}
-
-/// CloudWatch writes `2026-12-01T10:00:00.000+0000`; RFC 3339 is read too.
-fn cloudwatch_time(text: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(text)
-        .or_else(|_| DateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f%z"))
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
 }
 
 fn breaching(value: f64, threshold: Option<f64>) -> bool {
