@@ -220,7 +220,9 @@ async fn carts_are_saved_only_on_the_revision_they_were_read_at() {
                 as_of: t(-3600),
                 parts: Vec::new(),
                 covers: Default::default(),
+                absorbed_cents: 0,
             },
+            &CartPolicy::default(),
             t(30),
         )
         .unwrap();

@@ -225,6 +225,7 @@ fn a_cart_stored_before_steps_were_recorded_counts_from_its_own_times() {
         difference_cents: 1,
         currency: "EUR".into(),
         at: t(130),
+        scope: Default::default(),
     });
     let rows = minutes(&[old], &[], &BTreeMap::new(), &query(0, 300, 10_000)).unwrap();
     let sum = |f: fn(&MinuteRow) -> u32| rows.iter().map(f).sum::<u32>();
