@@ -2,44 +2,20 @@
 
 use std::time::Duration;
 
-/// `60s`, `2m`, `1h30m`, `500ms`, `1.5s`, `1d`, or a number of seconds: one
-/// or more numbers each followed by a unit (`ms`, `s`, `m` or `min`, `h`,
-/// `d`), added up.
+/// `60s`, `2m`, `1h30m`, `1h 30m`, `500ms`, `1.5s`, `1d`, `2days`
+/// (humantime's spans: numbers each with a unit, added up), or a number of
+/// seconds (`90`, `1.5`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let bad = || format!("{text:?} is not a duration like 60s, 2m, 1h30m, 500ms or 1d");
     if t.is_empty() {
         return Err(bad());
     }
-    let is_number = |c: char| c.is_ascii_digit() || c == '.';
-    let seconds = if t.chars().all(is_number) {
-        t.parse::<f64>().map_err(|_| bad())?
-    } else {
-        let mut total = 0.0;
-        let mut rest = t;
-        while !rest.is_empty() {
-            let split = rest.find(|c: char| !is_number(c)).ok_or_else(bad)?;
-            let (number, after) = rest.split_at(split);
-            let n: f64 = number.parse().map_err(|_| bad())?;
-            let (unit, next) = after.split_at(after.find(is_number).unwrap_or(after.len()));
-            let scale = match unit {
-                "ms" => 0.001,
-                "s" => 1.0,
-                "m" | "min" => 60.0,
-                "h" => 3_600.0,
-                "d" => 86_400.0,
-                other => {
-                    return Err(format!(
-                        "unknown unit {other:?} in {text:?}: use ms, s, m, h or d"
-                    ));
-                }
-            };
-            total += n * scale;
-            rest = next;
-        }
-        total
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| bad())
+    if t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        let seconds: f64 = t.parse().map_err(|_| bad())?;
+        return Duration::try_from_secs_f64(seconds).map_err(|_| bad());
+    }
+    humantime::parse_duration(t).map_err(|e| format!("{}: {e}", bad()))
 }
 
 #[cfg(test)]
@@ -58,7 +34,10 @@ mod tests {
             ("1h30m", 5_400_000),
             ("1d", 86_400_000),
             ("500ms", 500),
+            ("1h 30m", 5_400_000),
+            ("2days", 172_800_000),
             ("1.5s", 1_500),
+            ("1.5", 1_500),
             ("90", 90_000),
             (" 45s ", 45_000),
         ];
@@ -78,13 +57,10 @@ mod tests {
             "soon",
             "99999999999999999999d",
             "1..5s",
+            "5 fortnights",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
-        assert!(
-            parse_duration("5 days")
-                .unwrap_err()
-                .contains("unknown unit")
-        );
+        assert!(parse_duration("5 fortnights").unwrap_err().contains("unit"));
     }
 }
