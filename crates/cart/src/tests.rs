@@ -11,7 +11,7 @@ use lifeboat_core::sale::{MemorySaleStatusStore, SaleRecord};
 use lifeboat_core::settings::{IdCase, Settings};
 use lifeboat_core::{Clock, Operation};
 use lifeboat_operator::{PriceDrift, SimConfig, SimulatedOperator};
-use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 
 use super::*;
 
@@ -24,7 +24,7 @@ fn nordic() -> OperatorId {
 }
 
 struct World {
-    gateway: Gateway,
+    gateway: MemorySuite,
     carts: CartService,
     sale: Arc<MemorySaleStatusStore>,
     clock: Arc<TokioClock>,
@@ -105,12 +105,12 @@ fn world_on(
         None => Arc::new(sim),
         Some(on) => Arc::new(Unlike { sim, on }),
     };
-    let gateway = Gateway::new(
+    let gateway = MemorySuite::new(
         api,
         clock.clone(),
-        GatewayConfig {
+        MemorySuiteConfig {
             operators: vec![nordic()],
-            ..GatewayConfig::default()
+            ..MemorySuiteConfig::default()
         },
     );
     let sale = Arc::new(MemorySaleStatusStore::new());

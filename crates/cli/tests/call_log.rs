@@ -18,7 +18,7 @@ use lifeboat_core::ports::{OperatorApi, RequestStore};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall, RequestRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{Clock, Operation, OperatorId, SystemClock};
-use lifeboat_sim::gateway::stream_record;
+use lifeboat_sim::suite::stream_record;
 use real_consumer::RealConsumer;
 use serde_json::{Value, json};
 

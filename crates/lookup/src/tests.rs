@@ -6,7 +6,7 @@
 use super::*;
 use lifeboat_core::ports::BreakerStore;
 use lifeboat_operator::{OutageMode, SimConfig, SimulatedOperator};
-use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 
 fn base() -> DateTime<Utc> {
     DateTime::from_timestamp(1_796_032_800, 0).unwrap()
@@ -26,7 +26,7 @@ fn route() -> BTreeMap<String, String> {
 }
 
 struct World {
-    gateway: Gateway,
+    gateway: MemorySuite,
     lookup: Lookup,
     sim: SimulatedOperator,
     clock: Arc<TokioClock>,
@@ -35,12 +35,12 @@ struct World {
 fn world() -> World {
     let clock = Arc::new(TokioClock::starting_at(base()));
     let sim = SimulatedOperator::new(nordic(), SimConfig::default(), clock.clone());
-    let gateway = Gateway::new(
+    let gateway = MemorySuite::new(
         Arc::new(sim.clone()),
         clock.clone(),
-        GatewayConfig {
+        MemorySuiteConfig {
             operators: vec![nordic()],
-            ..GatewayConfig::default()
+            ..MemorySuiteConfig::default()
         },
     );
     let lookup = Lookup::new(

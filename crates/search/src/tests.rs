@@ -11,7 +11,7 @@ use lifeboat_core::ports::BreakerStore;
 use lifeboat_core::settings::{IdCase, Settings};
 use lifeboat_core::{BreakerRecord, BreakerState, Clock};
 use lifeboat_operator::{SimConfig, SimulatedOperator};
-use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 
 use super::*;
 
@@ -24,7 +24,7 @@ fn nordic() -> OperatorId {
 }
 
 struct World {
-    gateway: Gateway,
+    gateway: MemorySuite,
     search: Search,
     sim: SimulatedOperator,
     clock: Arc<TokioClock>,
@@ -37,12 +37,12 @@ fn world() -> World {
 fn world_with(settings: Settings) -> World {
     let clock = Arc::new(TokioClock::starting_at(base()));
     let sim = SimulatedOperator::new(nordic(), SimConfig::default(), clock.clone());
-    let gateway = Gateway::new(
+    let gateway = MemorySuite::new(
         Arc::new(sim.clone()),
         clock.clone(),
-        GatewayConfig {
+        MemorySuiteConfig {
             operators: vec![nordic()],
-            ..GatewayConfig::default()
+            ..MemorySuiteConfig::default()
         },
     );
     let search = Search {

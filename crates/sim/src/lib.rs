@@ -19,13 +19,3 @@ pub mod suite;
 
 pub use clock::TokioClock;
 pub use suite::{LaneLayout, MemorySuite, MemorySuiteConfig, Transition};
-
-/// The names before [`MemorySuite`] had its own ("gateway" is the product's
-/// request path, see lifeboat-lookup): kept for callers outside this crate
-/// until they follow.
-pub use suite::{MemorySuite as Gateway, MemorySuiteConfig as GatewayConfig};
-
-/// The module's name before `suite`, for the same callers.
-pub mod gateway {
-    pub use crate::suite::*;
-}

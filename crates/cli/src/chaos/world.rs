@@ -22,7 +22,7 @@ use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
 use lifeboat_sim::fault::{FaultClass, FaultPlan, port};
 use lifeboat_sim::offsale::{deliver, rule_message};
-use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 use offsale_listener::OffsaleListener;
 use search::Search;
 use tokio::task::JoinSet;
@@ -65,7 +65,7 @@ pub(super) struct World {
     script: ChaosScript,
     clock: Arc<TokioClock>,
     operators: Vec<OperatorId>,
-    gateway: Gateway,
+    gateway: MemorySuite,
     plan: Arc<FaultPlan>,
     listener: OffsaleListener,
     queue: Arc<MemoryQueue>,
@@ -103,14 +103,14 @@ impl World {
             })
             .collect();
         let plan = Arc::new(FaultPlan::new(script.seed));
-        let gateway = Gateway::new(
+        let gateway = MemorySuite::new(
             Arc::new(Marketplace(sims)),
             clock.clone(),
-            GatewayConfig {
+            MemorySuiteConfig {
                 operators: operators.clone(),
                 settings: demo_settings(),
                 faults: Some(plan.clone()),
-                ..GatewayConfig::default()
+                ..MemorySuiteConfig::default()
             },
         );
         let sink: Arc<dyn MetricsSink> = gateway.metrics.clone();

@@ -21,7 +21,7 @@ use lifeboat_core::{Clock, Operation, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
 use lifeboat_sim::offsale::{deliver, rule_message};
-use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 use offsale_listener::OffsaleListener;
 use search::Search;
 use tokio::task::JoinSet;
@@ -67,7 +67,7 @@ pub(crate) struct SaleDesk {
 }
 
 impl SaleDesk {
-    pub fn new(gateway: &Gateway, clock: Arc<TokioClock>) -> Self {
+    pub fn new(gateway: &MemorySuite, clock: Arc<TokioClock>) -> Self {
         let store = Arc::new(MemorySaleStatusStore::new());
         let switch = Arc::new(MemorySaleSwitch::new(clock.clone()));
         let queue = Arc::new(MemoryQueue::new(clock.clone(), Duration::from_secs(90)));
@@ -97,7 +97,7 @@ impl SaleDesk {
 
     /// The `Breaker State Changed` rule: every state change on the bus from
     /// `cursor` on to the queue; returns the next cursor.
-    pub fn forward_state_changes(&self, gateway: &Gateway, cursor: usize) -> usize {
+    pub fn forward_state_changes(&self, gateway: &MemorySuite, cursor: usize) -> usize {
         let (events, next) = gateway.bus.read_from(cursor);
         for event in events {
             if let LifeboatEvent::BreakerStateChanged(change) = event {
@@ -120,7 +120,7 @@ impl SaleDesk {
     /// and the listener's queue. `after_delivery` runs after every round.
     pub async fn play(
         &self,
-        gateway: &mut Gateway,
+        gateway: &mut MemorySuite,
         traffic: tokio::task::JoinHandle<()>,
         mut after_delivery: impl FnMut(&SaleDesk),
     ) {
@@ -152,7 +152,7 @@ pub(crate) struct Suite {
     script: Script,
     clock: Arc<TokioClock>,
     sim: SimulatedOperator,
-    gateway: Gateway,
+    gateway: MemorySuite,
     shop: Arc<Shop>,
     /// The Carts table the cart function writes.
     carts: Arc<MemoryCartStore>,
@@ -186,13 +186,13 @@ impl Suite {
             },
             clock.clone(),
         );
-        let gateway = Gateway::new(
+        let gateway = MemorySuite::new(
             Arc::new(sim.clone()),
             clock.clone(),
-            GatewayConfig {
+            MemorySuiteConfig {
                 operators: vec![operator.clone()],
                 settings: demo_settings(),
-                ..GatewayConfig::default()
+                ..MemorySuiteConfig::default()
             },
         );
         let lookup = || {

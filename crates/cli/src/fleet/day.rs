@@ -14,7 +14,7 @@ use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
 use lifeboat_sim::meter::{InvocationKind, Ledger, Metered, metered};
-use lifeboat_sim::{Gateway, GatewayConfig, TokioClock};
+use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 use search::Search;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -99,7 +99,7 @@ pub(crate) struct Day {
     clock: Arc<TokioClock>,
     operators: Vec<OperatorId>,
     incidents: Vec<Incident>,
-    gateway: Gateway,
+    gateway: MemorySuite,
     desk: SaleDesk,
     search: Arc<Search>,
     calls: Arc<Mutex<Vec<CallSeen>>>,
@@ -145,14 +145,14 @@ impl Day {
             clock: clock.clone(),
             probe,
         };
-        let mut gateway = Gateway::new(
+        let mut gateway = MemorySuite::new(
             Arc::new(api(false)),
             clock.clone(),
-            GatewayConfig {
+            MemorySuiteConfig {
                 operators: operators.clone(),
                 settings: demo_settings(),
                 lanes: script.lanes,
-                ..GatewayConfig::default()
+                ..MemorySuiteConfig::default()
             },
         );
         // Probes counted apart from the consumers' calls. The switch is not
