@@ -221,7 +221,7 @@ impl CircuitSwitch {
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
         let operators = env
-            .optional("OPERATORS")?
+            .optional(lifeboat_core::settings::OPERATORS)?
             .unwrap_or("")
             .split(',')
             .map(str::trim)

@@ -29,6 +29,9 @@ use crate::window::WindowConfig;
 
 /// Environment variable: the per-operator settings (JSON).
 pub const OPERATOR_SETTINGS: &str = "OPERATOR_SETTINGS";
+/// The operators a deployment serves (comma-separated), read by every
+/// function that serves some and not others.
+pub const OPERATORS: &str = "OPERATORS";
 
 /// Everything tunable about one operator.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

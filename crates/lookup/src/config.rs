@@ -13,7 +13,7 @@ use lifeboat_core::watched::watch;
 use crate::{BreakerCache, Lookup, MAX_BREAKER_CACHE, Polling};
 
 /// The operators this deployment serves (comma-separated).
-pub const OPERATORS: &str = "OPERATORS";
+pub use lifeboat_core::settings::OPERATORS;
 /// How long a breaker state is kept per instance, in ms (0 to 1000, default 1000).
 pub const BREAKER_CACHE_MS: &str = "BREAKER_CACHE_MS";
 /// Per-operator budgets, breaker and cache settings (JSON).

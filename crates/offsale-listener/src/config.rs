@@ -38,7 +38,7 @@ pub const SALE_ON_SALE_HOLD_S: &str = "SALE_ON_SALE_HOLD_S";
 pub const SALE_OFF_SALE_HOLD_S: &str = "SALE_OFF_SALE_HOLD_S";
 /// The operators lifeboat serves (comma-separated): changes of any other
 /// operator are dropped.
-pub const OPERATORS: &str = "OPERATORS";
+pub use lifeboat_core::settings::OPERATORS;
 /// The share of served operators open at once from which an off-sale write
 /// is held as lifeboat's own fault (default 0.5; above 1 turns it off).
 pub const SELF_FAULT_SHARE: &str = "SELF_FAULT_SHARE";

@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use lifeboat_core::OperatorId;
+use lifeboat_aws::clients;
+use lifeboat_core::{OperatorId, settings};
 use serde_json::{Value, json};
 
 use crate::moto::{MotoServer, REGION};
@@ -38,15 +39,27 @@ pub fn function_env(
         ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
         ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
         ("AWS_LAMBDA_LOG_LEVEL", options.log_level.clone()),
-        ("REQUESTS_TABLE_PREFIX", names.requests_table_prefix.clone()),
-        ("BREAKER_TABLE", names.breaker_table.clone()),
-        ("CACHE_TABLE", names.cache_table.clone()),
-        ("EVENT_BUS_NAME", names.bus.clone()),
-        ("REAL_CONSUMER_FUNCTION", REAL_CONSUMER.to_owned()),
-        ("FALLBACK_CONSUMER_FUNCTION", FALLBACK_CONSUMER.to_owned()),
-        ("OPERATOR_ENDPOINTS", join(&|(o, url)| format!("{o}={url}"))),
-        ("OPERATORS", join(&|(o, _)| o.to_string())),
-        ("OPERATOR_SETTINGS", options.operator_settings.clone()),
+        (
+            clients::REQUESTS_TABLE_PREFIX,
+            names.requests_table_prefix.clone(),
+        ),
+        (clients::BREAKER_TABLE, names.breaker_table.clone()),
+        (clients::CACHE_TABLE, names.cache_table.clone()),
+        (clients::EVENT_BUS_NAME, names.bus.clone()),
+        (clients::REAL_CONSUMER_FUNCTION, REAL_CONSUMER.to_owned()),
+        (
+            clients::FALLBACK_CONSUMER_FUNCTION,
+            FALLBACK_CONSUMER.to_owned(),
+        ),
+        (
+            lifeboat_operator::OPERATOR_ENDPOINTS,
+            join(&|(o, url)| format!("{o}={url}")),
+        ),
+        (settings::OPERATORS, join(&|(o, _)| o.to_string())),
+        (
+            settings::OPERATOR_SETTINGS,
+            options.operator_settings.clone(),
+        ),
         ("BREAKER_TIMER_QUEUE_URL", resources.timer_queue.url.clone()),
         (
             "ALARM_OPERATORS",
@@ -64,10 +77,13 @@ pub fn function_env(
     if let (Some(customer), Some(created)) = (&options.customer, &resources.customer) {
         env.extend(
             [
-                ("CARTS_TABLE", names.carts_table.clone()),
-                ("SALE_STATUS_TABLE", names.sale_status_table.clone()),
+                (clients::CARTS_TABLE, names.carts_table.clone()),
+                (clients::SALE_STATUS_TABLE, names.sale_status_table.clone()),
                 ("SALE_STATUS_STORE", "dynamodb".to_owned()),
-                ("OFFSALE_QUEUE_URL", created.offsale_queue.url.clone()),
+                (
+                    clients::OFFSALE_QUEUE_URL,
+                    created.offsale_queue.url.clone(),
+                ),
                 ("SALE_SWITCH", "table".to_owned()),
                 ("CART_SETTINGS", customer.cart_settings.clone()),
                 ("BREAKER_CACHE_MS", customer.breaker_cache_ms.to_string()),
