@@ -7,82 +7,11 @@
 //! functions are at `/2015-03-31/functions/<binary-name>/invocations`), and
 //! kills everything it started on [`Watch::stop`] or when dropped.
 //!
-//! # What `cargo lambda watch` does (cargo-lambda 1.9.2, checked here)
-//!
-//! * Flags used: `--ignore-changes` (alias `--no-reload`: no file watching, no
-//!   rebuild on edits), `--invoke-address 127.0.0.1` and `--invoke-port PORT`
-//!   (short `-A` / `-P`; the default address is `::`, port 9000),
-//!   `--concurrency N` (instances per function, default 1: invocations of one
-//!   function queue behind each other) and `--color never` (passed on to
-//!   `cargo run`). It listens about 0.15 s after starting.
-//! * Nothing is compiled at start. The first invocation of a binary runs
-//!   `cargo run --manifest-path Cargo.toml --bin <name>` in the workspace (dev
-//!   profile) and the invoke request waits for that build. With dependencies
-//!   already built the first answer comes after about 0.5 s and later ones
-//!   after 0.1 to 0.3 s; a cold build of just `lambda_runtime` and tokio took
-//!   about 2 minutes on 2 cores, and the lifeboat functions pull in the AWS
-//!   SDK, so build the binaries first and give the first invocation a long
-//!   timeout ([`WatchBuilder::invoke_timeout`]).
-//! * That `cargo run` builds in a target directory of its own,
-//!   `<workspace>/target/lambda-watch` ([`watch_target_dir`],
-//!   [`WatchBuilder::target_dir`]), set as `CARGO_TARGET_DIR` on the watch
-//!   process. In the workspace's own target directory it would wait for the
-//!   build lock of any other cargo building there (another `cargo test` or
-//!   `cargo clippy` in another shell; the `cargo test` that runs the test
-//!   itself has released the lock by then, checked with cargo 1.95) with the
-//!   invocation hanging meanwhile, and `cargo run --bin` resolves features for the whole
-//!   workspace without dev-dependencies, so it would not reuse what `cargo
-//!   test` built anyway. Build the binaries there first, exactly as `cargo
-//!   run --bin` resolves them (tools/test does):
-//!   `CARGO_TARGET_DIR=target/lambda-watch cargo build --bin real-consumer
-//!   --bin fallback-consumer --bin circuit-switch` (a `-p` selection resolves
-//!   features differently and leaves work for the first invocation).
-//! * A test runs with the variables cargo sets for its package
-//!   (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, …). Build scripts such as
-//!   ring's declare `rerun-if-env-changed` on exactly those, so a `cargo run`
-//!   inheriting them rebuilds ring and the AWS SDK on top of it (two minutes
-//!   here) although the same binaries were just built from a shell.
-//!   [`Watch`] removes them from the watch process ([`is_package_variable`]).
-//! * Environment: every function instance inherits the environment of the
-//!   `cargo lambda` process, and `--env-var K=V` / `--env-file PATH` add the
-//!   same variables to every function alike (there is no per-function flag;
-//!   per-function values live in `[package.metadata.lambda.watch.env]`).
-//!   `--env-var` splits its value at commas (`--env-var A=1,B=2` sets two
-//!   variables), so `OPERATOR_ENDPOINTS=nordic=http://…,baltic=http://…`
-//!   would arrive as two broken variables; `--env-file` is dotenv syntax and
-//!   needs quoting for JSON or spaces. [`Watch`] therefore sets the variables
-//!   on the `cargo lambda` process itself: no parsing, no quoting.
-//! * Cargo-lambda sets `AWS_LAMBDA_FUNCTION_NAME` to the binary name,
-//!   `AWS_LAMBDA_RUNTIME_API` to `http://127.0.0.1:PORT/.rt/<name>`,
-//!   `AWS_LAMBDA_FUNCTION_MEMORY_SIZE=4096` and `AWS_LAMBDA_MAX_CONCURRENCY`.
-//! * HTTP functions (`lambda_http`) are served as Function URLs at
-//!   `http://127.0.0.1:PORT/lambda-url/<binary-name>/<path>?<query>`
-//!   ([`Watch::function_url`], [`function_url_path`]), any method, body
-//!   passed on. Cargo-lambda turns the request into an API Gateway HTTP API
-//!   (payload 2.0) event: `rawPath` is the path with `/lambda-url/<name>`
-//!   taken off (`/lambda-url/search/sailings` → `/sailings`),
-//!   `rawQueryString` and `queryStringParameters` the query, `routeKey` and
-//!   `stage` `$default`, a text body for `text/*` and `application/json`
-//!   (base64 otherwise); the function's answer becomes the HTTP reply
-//!   (status, headers, body). Checked here: a malformed `date` on
-//!   `GET /lambda-url/search/sailings` comes back as the handler's 400
-//!   `application/problem+json`, a repeated parameter reaches the handler
-//!   twice ("given more than once"), and the first request waits for the
-//!   function to start as an invocation does. A name that is
-//!   not a binary answers 404 `{"title": "Missing function"}`.
-//! * The Invoke API differs from Lambda's on errors: a function error is HTTP
-//!   500 with `{"errorType", "errorMessage"}` (Lambda answers 200 with an
-//!   `X-Amz-Function-Error` header), and an unknown binary is HTTP 404
-//!   `{"title": "Missing function", "detail": …}`. [`Watch::invoke`] turns
-//!   both into [`WatchError`]s.
-//! * Each function instance runs in a session and process group of its own
-//!   (watchexec starts it with `setsid`), as a child of the `cargo lambda`
-//!   process. SIGTERM to `cargo lambda` stops them within about a second;
-//!   SIGKILL (what `kill_on_drop` sends) leaves them running as orphans. So
-//!   [`Watch`] notes the descendants first and kills their process groups
-//!   itself, with the `kill` command (no `libc`, no unsafe code).
+//! What `cargo lambda watch` does and how [`Watch`] uses it (flags, its
+//! target directory, environment, Function URLs, errors, stopping):
+//! docs/local.md ("What `cargo lambda watch` does").
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -91,6 +20,10 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 use crate::net::{free_port, wait_for_port};
+
+mod process;
+
+use process::{descendants_of, kill_all, signal};
 
 /// Environment variable naming the `cargo-lambda` binary to run.
 pub const CARGO_LAMBDA_ENV: &str = "LIFEBOAT_CARGO_LAMBDA";
@@ -621,85 +554,6 @@ pub fn local_dir(root: &Path) -> PathBuf {
         .join("lifeboat-local")
 }
 
-/// A process below the watch: its pid and its process group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Descendant {
-    pid: u32,
-    pgrp: u32,
-}
-
-/// Every process below `root`, read from /proc (empty where there is none).
-fn descendants_of(root: u32) -> Vec<Descendant> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut parent_of = Vec::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if let Some((ppid, pgrp)) = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|stat| parse_stat(&stat))
-        {
-            parent_of.push((pid, ppid, pgrp));
-        }
-    }
-    let mut found: BTreeSet<Descendant> = BTreeSet::new();
-    let mut frontier = vec![root];
-    while let Some(parent) = frontier.pop() {
-        for &(pid, ppid, pgrp) in &parent_of {
-            if ppid == parent && found.insert(Descendant { pid, pgrp }) {
-                frontier.push(pid);
-            }
-        }
-    }
-    found.into_iter().collect()
-}
-
-/// `(ppid, pgrp)` from the text of /proc/PID/stat. The command name is in
-/// parentheses and may hold spaces or parentheses itself, so fields are
-/// counted from the last `)`.
-fn parse_stat(stat: &str) -> Option<(u32, u32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace().skip(1); // the state
-    let ppid = fields.next()?.parse().ok()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((ppid, pgrp))
-}
-
-fn kill_all(descendants: &[Descendant]) {
-    if descendants.is_empty() {
-        return;
-    }
-    let groups: BTreeSet<u32> = descendants
-        .iter()
-        .map(|d| d.pgrp)
-        .filter(|&g| g > 1)
-        .collect();
-    let mut targets: Vec<String> = groups.into_iter().map(|g| format!("-{g}")).collect();
-    targets.extend(descendants.iter().map(|d| d.pid.to_string()));
-    signal("KILL", &targets);
-}
-
-/// `kill -s SIG -- TARGET…`; a target that is already gone is not an error.
-fn signal(sig: &str, targets: &[String]) {
-    if targets.is_empty() {
-        return;
-    }
-    let _ = std::process::Command::new("kill")
-        .args(["-s", sig, "--"])
-        .args(targets)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -724,13 +578,6 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         false
-    }
-
-    #[test]
-    fn stat_lines_are_parsed_from_the_last_parenthesis() {
-        let stat = "4242 (cargo (lambda) x) S 17 4242 4242 0 -1 4194560 ...";
-        assert_eq!(parse_stat(stat), Some((17, 4242)));
-        assert_eq!(parse_stat("garbage"), None);
     }
 
     #[test]
