@@ -204,21 +204,13 @@ fn failed_from(
     batch: Vec<Delivery>,
     failures: &[aws_lambda_events::event::streams::DynamoDbBatchItemFailure],
 ) -> Vec<Delivery> {
-    let mut first: Option<usize> = None;
-    for failure in failures {
-        let index = failure
-            .item_identifier
-            .as_deref()
-            .and_then(|id| id.parse::<usize>().ok())
-            .and_then(|position| batch.iter().position(|d| d.position == position));
-        match index {
-            Some(i) => first = Some(first.map_or(i, |f| f.min(i))),
-            None => return batch,
-        }
-    }
-    match first {
-        Some(i) => batch.into_iter().skip(i).collect(),
-        None => Vec::new(),
+    let positions: Vec<String> = batch.iter().map(|d| d.position.to_string()).collect();
+    let ids: Vec<&str> = positions.iter().map(String::as_str).collect();
+    let ids_failed = failures.iter().map(|f| f.item_identifier.as_deref());
+    match lifeboat_core::invocation::first_failed(ids_failed, &ids) {
+        Ok(Some(i)) => batch.into_iter().skip(i).collect(),
+        Ok(None) => Vec::new(),
+        Err(_) => batch,
     }
 }
 

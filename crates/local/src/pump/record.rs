@@ -103,18 +103,8 @@ pub fn first_failed(answer: &Value, batch: &[&str]) -> Result<Option<usize>, Str
         Value::Array(items) => items,
         other => return Err(format!("batchItemFailures is not an array: {other}")),
     };
-    let mut first: Option<usize> = None;
-    for failure in failures {
-        let id = failure
-            .get("itemIdentifier")
-            .and_then(Value::as_str)
-            .filter(|id| !id.is_empty())
-            .ok_or_else(|| format!("batch item failure without an itemIdentifier: {failure}"))?;
-        let at = batch
-            .iter()
-            .position(|seq| *seq == id)
-            .ok_or_else(|| format!("batch item failure {id} is not in the batch"))?;
-        first = Some(first.map_or(at, |f| f.min(at)));
-    }
-    Ok(first)
+    let ids = failures
+        .iter()
+        .map(|f| f.get("itemIdentifier").and_then(Value::as_str));
+    lifeboat_core::invocation::first_failed(ids, batch)
 }
