@@ -33,7 +33,8 @@ use lifeboat_core::ports::{
 use lifeboat_core::request::{FailureReason, Outcome, OutcomeKind, RequestRecord};
 use lifeboat_core::window::CallCounts;
 use lifeboat_local::moto::MotoServer;
-use lifeboat_local::moto::resources::{self, Stack, StackNames};
+use lifeboat_local::moto::resources;
+use lifeboat_local::moto::resources::stack::{Stack, StackNames};
 
 async fn moto() -> (MotoServer, SdkConfig) {
     let moto = MotoServer::start().await.expect("moto_server starts");
