@@ -214,29 +214,34 @@ fn failed_from(
     }
 }
 
-/// A Requests-stream record of `request` as Lambda delivers it.
+/// A Requests-stream record of `request` as Lambda delivers it (the typed
+/// `aws_lambda_events` record, as JSON).
 pub fn stream_record(request: &RequestRecord, position: usize) -> Value {
+    use aws_lambda_events::event::dynamodb::{EventRecord, StreamRecord, StreamViewType};
     // The item exactly as the DynamoDB adapter writes it.
-    let image: Value = lifeboat_aws::request_to_item(request)
-        .ok()
-        .and_then(|item| serde_json::to_value(item).ok())
-        .unwrap_or(Value::Null);
-    json!({
-        "eventID": format!("{position}"),
-        "eventName": "INSERT",
-        "eventVersion": "1.1",
-        "eventSource": "aws:dynamodb",
-        "awsRegion": "us-east-1",
-        "dynamodb": {
-            "ApproximateCreationDateTime": request.created_at.timestamp(),
-            "Keys": {"request_id": {"S": request.request_id}},
-            "NewImage": image,
-            "SequenceNumber": format!("{position}"),
-            "SizeBytes": 256,
-            "StreamViewType": "NEW_AND_OLD_IMAGES"
-        },
-        "eventSourceARN": "arn:aws:dynamodb:us-east-1:000000000000:table/Requests/stream/local"
-    })
+    let image = lifeboat_aws::request_to_item(request).unwrap_or_default();
+    let mut keys = HashMap::new();
+    keys.insert(
+        "request_id".to_owned(),
+        serde_dynamo::AttributeValue::S(request.request_id.clone()),
+    );
+    let mut change = StreamRecord::default();
+    change.approximate_creation_date_time = request.created_at;
+    change.keys = serde_dynamo::Item::from(keys);
+    change.new_image = image;
+    change.sequence_number = Some(position.to_string());
+    change.size_bytes = 256;
+    change.stream_view_type = Some(StreamViewType::NewAndOldImages);
+    let mut record = EventRecord::default();
+    record.aws_region = "us-east-1".into();
+    record.change = change;
+    record.event_id = position.to_string();
+    record.event_name = "INSERT".into();
+    record.event_source = Some("aws:dynamodb".into());
+    record.event_version = Some("1.1".into());
+    record.event_source_arn =
+        Some("arn:aws:dynamodb:us-east-1:000000000000:table/Requests/stream/local".into());
+    serde_json::to_value(record).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]
