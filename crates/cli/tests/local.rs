@@ -100,7 +100,7 @@ async fn lifeboat_local_rides_out_an_outage() {
     );
     assert!(secs(m.mapping_fallback) - secs(m.opened) <= 5.0);
     // The off-sale write waits the template's SaleOffSaleHoldSeconds.
-    let hold = f64::from(lifeboat_local::gateway::template::SALE_OFF_SALE_HOLD_S);
+    let hold = f64::from(lifeboat_local::template::SALE_OFF_SALE_HOLD_S);
     let off_sale = secs(m.off_sale) - secs(m.opened);
     assert!(
         (hold..=hold + 5.0).contains(&off_sale),
@@ -228,13 +228,13 @@ fn lifeboat(state: &LocalState, args: &[&str]) -> (bool, String, String) {
 /// its streams is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lifeboat_local_uses_a_running_moto_and_watch() {
-    use lifeboat_local::gateway::{Attach, AttachWatch};
     use lifeboat_local::moto::MotoServer;
     use lifeboat_local::net::free_port;
+    use lifeboat_local::suite::{Attach, AttachWatch};
     use lifeboat_local::watch::Watch;
 
     let _suite = ONE_SUITE.lock().await;
-    let launcher = lifeboat_local::gateway::moto_launcher().unwrap();
+    let launcher = lifeboat_local::suite::moto_launcher().unwrap();
     let moto = MotoServer::start_program(&launcher).await.unwrap();
     let watch_port = free_port().unwrap();
     let env_file = state_file("attach").with_file_name("attach-functions.env");

@@ -9,14 +9,3 @@ pub mod pump;
 pub mod suite;
 pub mod template;
 pub mod watch;
-
-/// The names before [`suite::LocalSuite`] had its own ("gateway" is the
-/// product's request path, see lifeboat-lookup): kept for callers outside
-/// this crate (`crates/cli/src/local`) until they follow.
-pub mod gateway {
-    pub use crate::suite::*;
-    pub use crate::suite::{
-        LocalSuite as LocalGateway, SuiteError as GatewayError, SuiteNames as GatewayNames,
-        SuiteOptions as GatewayOptions, SuiteResources as GatewayResources,
-    };
-}

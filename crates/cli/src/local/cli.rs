@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use lifeboat_core::OperatorId;
 use lifeboat_local::alarm::AlarmState;
-use lifeboat_local::gateway::{Attach, AttachWatch};
+use lifeboat_local::suite::{Attach, AttachWatch};
 use lifeboat_operator::OutageMode;
 
 use super::state::{self, LocalState};
@@ -171,7 +171,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 fn run_moto(port: u16) -> ExitCode {
     use std::os::unix::process::CommandExt;
 
-    let launcher = match lifeboat_local::gateway::moto_launcher() {
+    let launcher = match lifeboat_local::suite::moto_launcher() {
         Ok(path) => path,
         Err(e) => {
             eprintln!("lifeboat local moto: {e}");

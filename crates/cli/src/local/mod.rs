@@ -1,7 +1,7 @@
 //! `lifeboat local`: the whole wired suite on this machine, without Docker
 //! or an AWS account, with customers on it and, if asked, an outage.
 //!
-//! It starts (through [`LocalGateway`], the same code the end-to-end tests
+//! It starts (through [`LocalSuite`], the same code the end-to-end tests
 //! run on) moto_server with what template.yaml declares, the six functions
 //! under `cargo lambda watch`, the simulated operator, the Requests stream
 //! pump (honouring the mapping's function, `Enabled` and filter), the
@@ -28,9 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lifeboat_core::OperatorId;
-use lifeboat_local::gateway::{
-    Attach, CustomerOptions, GatewayError, GatewayOptions, LocalGateway,
-};
+use lifeboat_local::suite::{Attach, CustomerOptions, LocalSuite, SuiteError, SuiteOptions};
 use lifeboat_operator::OutageMode;
 
 use crate::progress::Progress;
@@ -103,11 +101,11 @@ impl LocalConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {
     #[error("the suite did not start: {0}")]
-    Start(#[source] GatewayError),
+    Start(#[source] SuiteError),
     #[error("{0}")]
     State(#[from] state::StateError),
     #[error("the operator's mode could not be set: {0}")]
-    Operator(#[source] GatewayError),
+    Operator(#[source] SuiteError),
     #[error("no recovery within {limit:?} of the outage's end: {missing}")]
     NoRecovery { limit: Duration, missing: String },
 }
@@ -184,7 +182,7 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     let started = Instant::now();
     LocalState::check_free(&config.state_file)?;
     progress.step(starting_step(&config.attach, config.concurrency));
-    let mut options = GatewayOptions::new(config.operator.clone());
+    let mut options = SuiteOptions::new(config.operator.clone());
     options.attach = config.attach.clone();
     let alarm = options.alarm.clone();
     options.customer = Some(CustomerOptions::default());
@@ -192,7 +190,7 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     options.concurrency = config.concurrency;
     options.tick_every = config.tick_every;
     options.log_level = config.log_level.clone();
-    let start = LocalGateway::start(options);
+    let start = LocalSuite::start(options);
     let gateway = tokio::select! {
         gateway = start => Arc::new(gateway.map_err(LocalError::Start)?),
         _ = tokio::signal::ctrl_c() => {

@@ -10,7 +10,7 @@ use lifeboat_core::breaker::BreakerState;
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::BreakerStore;
 use lifeboat_core::sale::SaleStatusStore;
-use lifeboat_local::gateway::{FALLBACK_CONSUMER, LocalGateway, REAL_CONSUMER};
+use lifeboat_local::suite::{FALLBACK_CONSUMER, LocalSuite, REAL_CONSUMER};
 
 use super::traffic::{Traffic, TrafficCounts};
 use super::{LocalConfig, LocalError, LocalReport, Milestones, at};
@@ -28,7 +28,7 @@ struct Seen {
 
 /// The run after start-up: the outage script and the observer.
 pub(super) async fn watch_run(
-    gateway: &LocalGateway,
+    gateway: &LocalSuite,
     config: &LocalConfig,
     traffic: &Traffic,
     progress: &Progress,
@@ -132,7 +132,7 @@ fn status_line(seen: &Seen, m: &Milestones, now: Duration) -> String {
 /// changed and note the milestones.
 #[allow(clippy::too_many_arguments)]
 async fn observe(
-    gateway: &LocalGateway,
+    gateway: &LocalSuite,
     operator: &OperatorId,
     progress: &Progress,
     started: Instant,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use lifeboat_local::alarm::{AlarmRule, AlarmState, AlarmTransition, StateRecord};
-use lifeboat_local::gateway::{CIRCUIT_SWITCH, LocalGateway, shell_quoted};
 use lifeboat_local::pump::Invoker;
+use lifeboat_local::suite::{CIRCUIT_SWITCH, LocalSuite, shell_quoted};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -88,7 +88,7 @@ impl LocalState {
     /// The state of a started suite whose errors alarm is `alarm` (the
     /// switch takes its events even when the suite cannot evaluate it).
     pub fn of(
-        gateway: &LocalGateway,
+        gateway: &LocalSuite,
         operator: &lifeboat_core::OperatorId,
         alarm: Option<&str>,
     ) -> Self {
@@ -110,8 +110,8 @@ impl LocalState {
             operator,
             moto_endpoint: gateway.moto().endpoint(),
             invoke_endpoint: watch.invoke_endpoint(),
-            search_url: watch.function_url(lifeboat_local::gateway::SEARCH, ""),
-            cart_url: watch.function_url(lifeboat_local::gateway::CART, ""),
+            search_url: watch.function_url(lifeboat_local::suite::SEARCH, ""),
+            cart_url: watch.function_url(lifeboat_local::suite::CART, ""),
             operator_url: gateway.operator().base_url(),
             alarms,
             env: gateway.function_env().to_vec(),

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lifeboat_local::gateway::{ApiReply, LocalGateway};
+use lifeboat_local::suite::{ApiReply, LocalSuite};
 use lifeboat_operator::SimRng;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
@@ -108,7 +108,7 @@ fn lock(m: &Mutex<TrafficCounts>) -> MutexGuard<'_, TrafficCounts> {
 }
 
 impl Traffic {
-    pub fn start(gateway: Arc<LocalGateway>, config: TrafficConfig) -> Self {
+    pub fn start(gateway: Arc<LocalSuite>, config: TrafficConfig) -> Self {
         let counts = Arc::new(Mutex::new(TrafficCounts::default()));
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(run(gateway, config, Arc::clone(&counts), stopped));
@@ -135,7 +135,7 @@ impl Traffic {
 }
 
 async fn run(
-    gateway: Arc<LocalGateway>,
+    gateway: Arc<LocalSuite>,
     config: TrafficConfig,
     counts: Arc<Mutex<TrafficCounts>>,
     mut stopped: watch::Receiver<bool>,
@@ -179,7 +179,7 @@ fn pick(rng: &mut SimRng, n: usize) -> usize {
 }
 
 async fn customer(
-    gateway: &LocalGateway,
+    gateway: &LocalSuite,
     operator: &str,
     seed: u64,
     wants_cart: bool,
@@ -255,7 +255,7 @@ fn degraded(reply: &ApiReply) -> bool {
 
 /// Open a cart, choose, price and confirm, accepting shown prices; off sale
 /// the cart decides for the customer and they go on.
-async fn cart(gateway: &LocalGateway, new_cart: &Value) -> CartOutcome {
+async fn cart(gateway: &LocalSuite, new_cart: &Value) -> CartOutcome {
     let mut outcome = CartOutcome {
         degraded: false,
         paid: None,
