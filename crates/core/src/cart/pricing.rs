@@ -114,12 +114,8 @@ pub struct CartPrice {
     /// A rise over the price the customer was shown that the marketplace
     /// absorbs (`absorb_rise_percent`): `amount_cents` is what the customer
     /// pays, the operator's price is that plus this.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::is_zero")]
     pub absorbed_cents: i64,
-}
-
-fn is_zero(cents: &i64) -> bool {
-    *cents == 0
 }
 
 /// What a price change compares.
