@@ -27,6 +27,7 @@ pub mod carts_cmd;
 pub mod config;
 pub mod detection;
 pub mod status;
+pub mod table;
 
 pub use breaker::{BreakerCommand, BreakerError, SwitchReport};
 pub use config::{MissingSetting, Setting};

@@ -392,26 +392,10 @@ pub fn render_table(report: &StatusReport) -> String {
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |out: &mut String, cells: &[&str]| {
-        let last = cells.len() - 1;
-        for (i, cell) in cells.iter().enumerate() {
-            if i == last {
-                let _ = writeln!(out, "{cell}");
-            } else {
-                let _ = write!(out, "{cell:<w$}  ", w = widths[i]);
-            }
-        }
-    };
-    line(&mut out, &header);
+    let columns = super::table::Columns::fit(&header, &rows);
+    columns.line(&mut out, &header);
     for (row, o) in rows.iter().zip(&report.operators) {
-        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
-        line(&mut out, &cells);
+        columns.row(&mut out, row);
         match &o.sale {
             Lookup::Ok(SaleView {
                 pending: Some(p), ..

@@ -96,26 +96,10 @@ pub fn render_table(report: &DetectionReport) -> String {
                 ]
             })
             .collect();
-        let mut widths = header.map(str::len);
+        let columns = crate::ops::table::Columns::fit(&header, &rows);
+        columns.line(&mut out, &header);
         for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let line = |out: &mut String, cells: &[&str]| {
-            let last = cells.len().saturating_sub(1);
-            for (i, cell) in cells.iter().enumerate() {
-                if i == last {
-                    let _ = writeln!(out, "{cell}");
-                } else {
-                    let _ = write!(out, "{cell:<w$}  ", w = widths[i]);
-                }
-            }
-        };
-        line(&mut out, &header);
-        for row in &rows {
-            let cells: Vec<&str> = row.iter().map(String::as_str).collect();
-            line(&mut out, &cells);
+            columns.row(&mut out, row);
         }
         let _ = writeln!(
             out,
