@@ -196,7 +196,12 @@ impl WindowConfig {
     /// The start of the bucket that holds `at`.
     pub fn bucket_start(&self, at: DateTime<Utc>) -> DateTime<Utc> {
         let width = TimeDelta::from_std(self.bucket).unwrap_or(TimeDelta::seconds(1));
-        at.duration_trunc(width).unwrap_or(at)
+        match (width.num_nanoseconds(), at.timestamp_nanos_opt()) {
+            (Some(span), Some(stamp)) if span > 0 => {
+                DateTime::from_timestamp_nanos(stamp - stamp.rem_euclid(span))
+            }
+            _ => at.duration_trunc(width).unwrap_or(at),
+        }
     }
 
     /// The oldest bucket start still inside the window at `now`.
@@ -209,69 +214,75 @@ impl WindowConfig {
         self.oldest_within(self.length.max(self.streak_length), now)
     }
 
+    /// The start of the bucket after the one that holds `now - length`.
+    /// In whole nanoseconds since the epoch where they fit (every instant
+    /// and setting lifeboat meets), else in chrono's calendar arithmetic:
+    /// the same instant either way.
     fn oldest_within(&self, length: Duration, now: DateTime<Utc>) -> DateTime<Utc> {
         let length = TimeDelta::from_std(length).unwrap_or(TimeDelta::seconds(10));
-        self.bucket_start(now - length) + TimeDelta::from_std(self.bucket).unwrap_or_default()
-    }
-
-    /// Failures of any kind since the newest bucket that holds a success,
-    /// newest first, in buckets from `oldest` (sorted newest first).
-    fn streak(
-        buckets: &[&Bucket],
-        oldest: DateTime<Utc>,
-        count: impl Fn(&CallCounts) -> u32,
-    ) -> u32 {
-        let mut streak = 0u32;
-        for bucket in buckets.iter().take_while(|b| b.start >= oldest) {
-            if bucket.counts.successes > 0 {
-                break;
-            }
-            streak = streak.saturating_add(count(&bucket.counts));
+        let step = TimeDelta::from_std(self.bucket);
+        let in_nanos = (|| {
+            let span = step.ok()?.num_nanoseconds().filter(|&span| span > 0)?;
+            let from = now
+                .timestamp_nanos_opt()?
+                .checked_sub(length.num_nanoseconds()?)?;
+            (from - from.rem_euclid(span)).checked_add(span)
+        })();
+        match in_nanos {
+            Some(nanos) => DateTime::from_timestamp_nanos(nanos),
+            None => self.bucket_start(now - length) + step.unwrap_or_default(),
         }
-        streak
     }
 
     /// Decide from the buckets (any order, any age) whether to ask for a trip.
+    ///
+    /// One pass, newest first, without a copy when the buckets come oldest
+    /// first with distinct starts (as the stores return them); any other
+    /// order is sorted first.
     pub fn evaluate(&self, buckets: &[Bucket], now: DateTime<Utc>) -> Option<WindowVerdict> {
         let oldest = self.oldest_bucket(now);
         let oldest_read = self.oldest_read(now);
-        let mut read: Vec<&Bucket> = buckets
-            .iter()
-            .filter(|b| b.start >= oldest_read && b.start <= now)
-            .collect();
-        read.sort_by_key(|b| std::cmp::Reverse(b.start));
+        let read = |b: &&Bucket| b.start >= oldest_read && b.start <= now;
+        let tally = if buckets.windows(2).all(|w| w[0].start < w[1].start) {
+            Tally::of(buckets.iter().rev().filter(read), oldest)
+        } else {
+            let mut sorted: Vec<&Bucket> = buckets.iter().filter(read).collect();
+            sorted.sort_by_key(|b| std::cmp::Reverse(b.start));
+            Tally::of(sorted.into_iter(), oldest)
+        };
+        self.verdict(&tally)
+    }
 
+    /// The rules, in the order they are asked.
+    fn verdict(&self, tally: &Tally) -> Option<WindowVerdict> {
         // Consecutive timeouts: newest first, until a bucket holds a success.
-        let streak = Self::streak(&read, oldest, |c| c.timeouts);
-        if self.consecutive_timeouts > 0 && streak >= self.consecutive_timeouts {
-            return Some(WindowVerdict::ConsecutiveTimeouts { count: streak });
+        if self.consecutive_timeouts > 0 && tally.timeouts_in_a_row >= self.consecutive_timeouts {
+            return Some(WindowVerdict::ConsecutiveTimeouts {
+                count: tally.timeouts_in_a_row,
+            });
         }
         // Consecutive fast failures: the quickest sign of an operator that
         // refuses or errors, whatever its traffic.
-        let errors = Self::streak(&read, oldest_read, |c| c.failures);
-        if self.consecutive_errors > 0 && errors >= self.consecutive_errors {
-            return Some(WindowVerdict::ConsecutiveErrors { count: errors });
+        if self.consecutive_errors > 0 && tally.errors_in_a_row >= self.consecutive_errors {
+            return Some(WindowVerdict::ConsecutiveErrors {
+                count: tally.errors_in_a_row,
+            });
         }
-        if let Some(verdict) = self.rates(&read, oldest) {
+        if let Some(verdict) = self.rates(&tally.recent) {
             return Some(verdict);
         }
         // Consecutive failures of any kind, over the longer lookback: the
         // rule a quiet operator trips on.
-        let streak = Self::streak(&read, oldest_read, |c| c.failures + c.timeouts);
-        if self.consecutive_failures > 0 && streak >= self.consecutive_failures {
-            return Some(WindowVerdict::ConsecutiveFailures { count: streak });
+        if self.consecutive_failures > 0 && tally.failures_in_a_row >= self.consecutive_failures {
+            return Some(WindowVerdict::ConsecutiveFailures {
+                count: tally.failures_in_a_row,
+            });
         }
         None
     }
 
-    /// The failure-rate and slow-call rules over the buckets from `oldest`.
-    fn rates(&self, read: &[&Bucket], oldest: DateTime<Utc>) -> Option<WindowVerdict> {
-        let recent: Vec<&&Bucket> = read.iter().filter(|b| b.start >= oldest).collect();
-
-        let mut total = CallCounts::default();
-        for bucket in &recent {
-            total.add(&bucket.counts);
-        }
+    /// The failure-rate and slow-call rules over the calls of the window.
+    fn rates(&self, total: &CallCounts) -> Option<WindowVerdict> {
         if total.calls == 0 || total.calls < self.min_calls {
             return None;
         }
@@ -294,9 +305,51 @@ impl WindowConfig {
     }
 }
 
+/// What the rules read of the buckets, counted in one pass.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Timeouts since the newest bucket holding a success, within the window.
+    timeouts_in_a_row: u32,
+    /// Fast failures since then, within the longer lookback.
+    errors_in_a_row: u32,
+    /// Failures of any kind since then, within the longer lookback.
+    failures_in_a_row: u32,
+    /// Every call of the buckets from `oldest` (the window).
+    recent: CallCounts,
+}
+
+impl Tally {
+    /// `buckets` newest first, none older than the longer lookback.
+    fn of<'a>(buckets: impl Iterator<Item = &'a Bucket>, oldest: DateTime<Utc>) -> Self {
+        let mut tally = Tally::default();
+        let mut streak = true;
+        for bucket in buckets {
+            let counts = &bucket.counts;
+            let recent = bucket.start >= oldest;
+            if recent {
+                tally.recent.add(counts);
+            }
+            if streak && counts.successes > 0 {
+                streak = false;
+            } else if streak {
+                if recent {
+                    tally.timeouts_in_a_row =
+                        tally.timeouts_in_a_row.saturating_add(counts.timeouts);
+                }
+                tally.errors_in_a_row = tally.errors_in_a_row.saturating_add(counts.failures);
+                tally.failures_in_a_row = tally
+                    .failures_in_a_row
+                    .saturating_add(counts.failures + counts.timeouts);
+            }
+        }
+        tally
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn at(ms: i64) -> DateTime<Utc> {
         DateTime::from_timestamp_millis(1_700_000_000_000 + ms).unwrap()
@@ -480,5 +533,155 @@ mod tests {
         let cfg = WindowConfig::default();
         assert_eq!(cfg.bucket_start(at(1_999)), at(1_000));
         assert_eq!(cfg.oldest_bucket(at(10_500)), at(1_000));
+    }
+
+    /// The window as it was first written (filter, copy, sort, a pass per
+    /// rule; chrono's calendar arithmetic): what `evaluate` must still say.
+    mod reference {
+        use super::*;
+
+        pub fn bucket_start(cfg: &WindowConfig, at: DateTime<Utc>) -> DateTime<Utc> {
+            let width = TimeDelta::from_std(cfg.bucket).unwrap_or(TimeDelta::seconds(1));
+            at.duration_trunc(width).unwrap_or(at)
+        }
+
+        pub fn oldest_within(
+            cfg: &WindowConfig,
+            length: Duration,
+            now: DateTime<Utc>,
+        ) -> DateTime<Utc> {
+            let length = TimeDelta::from_std(length).unwrap_or(TimeDelta::seconds(10));
+            bucket_start(cfg, now - length) + TimeDelta::from_std(cfg.bucket).unwrap_or_default()
+        }
+
+        fn streak(
+            buckets: &[&Bucket],
+            oldest: DateTime<Utc>,
+            count: impl Fn(&CallCounts) -> u32,
+        ) -> u32 {
+            let mut streak = 0u32;
+            for bucket in buckets.iter().take_while(|b| b.start >= oldest) {
+                if bucket.counts.successes > 0 {
+                    break;
+                }
+                streak = streak.saturating_add(count(&bucket.counts));
+            }
+            streak
+        }
+
+        pub fn evaluate(
+            cfg: &WindowConfig,
+            buckets: &[Bucket],
+            now: DateTime<Utc>,
+        ) -> Option<WindowVerdict> {
+            let oldest = oldest_within(cfg, cfg.length, now);
+            let oldest_read = oldest_within(cfg, cfg.length.max(cfg.streak_length), now);
+            let mut read: Vec<&Bucket> = buckets
+                .iter()
+                .filter(|b| b.start >= oldest_read && b.start <= now)
+                .collect();
+            read.sort_by_key(|b| std::cmp::Reverse(b.start));
+            let streak_t = streak(&read, oldest, |c| c.timeouts);
+            if cfg.consecutive_timeouts > 0 && streak_t >= cfg.consecutive_timeouts {
+                return Some(WindowVerdict::ConsecutiveTimeouts { count: streak_t });
+            }
+            let errors = streak(&read, oldest_read, |c| c.failures);
+            if cfg.consecutive_errors > 0 && errors >= cfg.consecutive_errors {
+                return Some(WindowVerdict::ConsecutiveErrors { count: errors });
+            }
+            let mut total = CallCounts::default();
+            for bucket in read.iter().filter(|b| b.start >= oldest) {
+                total.add(&bucket.counts);
+            }
+            if let Some(verdict) = cfg.rates(&total) {
+                return Some(verdict);
+            }
+            let all = streak(&read, oldest_read, |c| c.failures + c.timeouts);
+            if cfg.consecutive_failures > 0 && all >= cfg.consecutive_failures {
+                return Some(WindowVerdict::ConsecutiveFailures { count: all });
+            }
+            None
+        }
+    }
+
+    fn any_counts() -> impl Strategy<Value = CallCounts> {
+        (0u32..4, 0u32..4, 0u32..4, 0u32..3).prop_map(|(successes, failures, timeouts, slow)| {
+            CallCounts {
+                calls: successes + failures + timeouts,
+                successes,
+                failures,
+                timeouts,
+                slow: slow.min(successes),
+            }
+        })
+    }
+
+    fn any_config() -> impl Strategy<Value = WindowConfig> {
+        (
+            prop_oneof![Just(1_000u64), Just(250), Just(3_000), Just(0), 1u64..5_000],
+            1u64..30_000,
+            0u64..90_000,
+            0u32..12,
+            0u32..6,
+        )
+            .prop_map(|(bucket_ms, length_ms, streak_ms, min_calls, in_a_row)| {
+                WindowConfig {
+                    bucket: Duration::from_millis(bucket_ms),
+                    length: Duration::from_millis(length_ms),
+                    streak_length: Duration::from_millis(streak_ms),
+                    min_calls,
+                    consecutive_timeouts: in_a_row,
+                    consecutive_errors: in_a_row / 2,
+                    consecutive_failures: in_a_row + 1,
+                    ..WindowConfig::default()
+                }
+            })
+    }
+
+    proptest! {
+        /// The one-pass window says what the first one said, for buckets in
+        /// the stores' order and in any other, and the nanosecond
+        /// arithmetic lands on chrono's instants.
+        #[test]
+        fn one_pass_evaluation_says_what_the_reference_says(
+            cfg in any_config(),
+            now_ms in -5_000_000i64..5_000_000,
+            offsets in proptest::collection::vec((-120_000i64..2_000, any_counts()), 0..40),
+            shuffle in any::<bool>(),
+        ) {
+            let now = at(now_ms);
+            prop_assert_eq!(cfg.bucket_start(now), reference::bucket_start(&cfg, now));
+            prop_assert_eq!(cfg.oldest_bucket(now), reference::oldest_within(&cfg, cfg.length, now));
+            prop_assert_eq!(
+                cfg.oldest_read(now),
+                reference::oldest_within(&cfg, cfg.length.max(cfg.streak_length), now)
+            );
+            let mut buckets: Vec<Bucket> = Vec::new();
+            for (offset, counts) in offsets {
+                let start = cfg.bucket_start(at(now_ms + offset));
+                if !buckets.iter().any(|b| b.start == start) {
+                    buckets.push(Bucket { start, counts });
+                }
+            }
+            buckets.sort_by_key(|b| b.start);
+            if shuffle {
+                buckets.reverse();
+                let third = buckets.len() / 3;
+                buckets.rotate_left(third);
+            }
+            prop_assert_eq!(cfg.evaluate(&buckets, now), reference::evaluate(&cfg, &buckets, now));
+        }
+
+        /// Instants far from the epoch and widths past what nanoseconds
+        /// hold take chrono's arithmetic, to the same instant.
+        #[test]
+        fn far_instants_truncate_as_chrono_does(
+            secs in -60_000_000_000i64..60_000_000_000,
+            bucket_s in prop_oneof![Just(1u64), Just(60), Just(10_000_000_000), Just(0)],
+        ) {
+            let cfg = WindowConfig { bucket: Duration::from_secs(bucket_s), ..WindowConfig::default() };
+            let now = DateTime::from_timestamp(secs, 0).unwrap();
+            prop_assert_eq!(cfg.bucket_start(now), reference::bucket_start(&cfg, now));
+        }
     }
 }
