@@ -158,6 +158,8 @@ pub struct InProcessBreaker {
     pub breaker: BreakerConfig,
     /// Oldest first; none older than the window's longest lookback.
     buckets: Vec<Bucket>,
+    /// Where the newest bucket ends.
+    newest_end: DateTime<Utc>,
     /// Calls recorded since the last evaluation.
     since_evaluation: usize,
     evaluate_every: usize,
@@ -177,6 +179,7 @@ impl InProcessBreaker {
             window: WindowConfig::default(),
             breaker: BreakerConfig::default(),
             buckets: Vec::with_capacity(64),
+            newest_end: now,
             since_evaluation: 0,
             evaluate_every: evaluate_every.max(1),
             trial: false,
@@ -228,15 +231,20 @@ impl InProcessBreaker {
         if self.record.state != BreakerState::Closed {
             return;
         }
-        let start = self.window.bucket_start(started);
         match self.buckets.last_mut() {
-            Some(last) if last.start == start => last.counts.record(health),
+            // The call falls in the newest bucket: no time arithmetic (the
+            // real consumer finds a batch's bucket once, not per call).
+            Some(last) if last.start <= started && started < self.newest_end => {
+                last.counts.record(health)
+            }
             _ => {
+                let start = self.window.bucket_start(started);
                 let mut counts = CallCounts::default();
                 counts.record(health);
                 let oldest = self.window.oldest_read(started);
                 self.buckets.retain(|b| b.start >= oldest);
                 self.buckets.push(Bucket { start, counts });
+                self.newest_end = start + self.window.bucket;
             }
         }
         self.since_evaluation += 1;
