@@ -1,6 +1,6 @@
 //! Reading the circuit switch's payloads.
 //!
-//! Five shapes wake the switch:
+//! Six shapes wake the switch:
 //!
 //! * the EventBridge `CloudWatch Alarm State Change` event (`source:
 //!   aws.cloudwatch`, `detail.alarmName`, `detail.state`);
@@ -13,21 +13,22 @@
 //! * a batch of breaker timers from the timer queue (an SQS event whose
 //!   message bodies are [`BreakerTimer`]s).
 //!
-//! The alarm and EventBridge payloads are read field by field rather than as
-//! `aws_lambda_events`' `CloudWatchAlarm` or `EventBridgeEvent`: those
-//! require fields the switch does without (`configuration`, the state's
-//! `reason`, `time`, `detail`, `detail-type`), refuse an unreadable `time`
-//! the state's timestamp makes unnecessary, and read a missing state value
-//! as OK. The test `alarms_need_only_a_name_a_state_and_a_time` holds what
-//! is accepted.
+//! Each is read into a type that names the fields the switch uses: the
+//! timers as `aws_lambda_events`' `SqsEvent`; the alarm and EventBridge
+//! envelopes as the small types below, whose fields are all optional, so a
+//! missing one is a clear error of its own (docs/breaker.md says why not
+//! `aws_lambda_events`' `CloudWatchAlarm` or `EventBridgeEvent`). The test
+//! `alarms_need_only_a_name_a_state_and_a_time` holds what is accepted.
 
 use std::collections::BTreeMap;
 
+use aws_lambda_events::event::sqs::SqsEvent;
 use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::{AlarmState, Command, Input};
 use lifeboat_core::cloudwatch::parse_time;
 use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::probe::BreakerTimer;
+use serde::Deserialize;
 use serde_json::Value;
 
 /// A payload the switch understood.
@@ -86,8 +87,55 @@ impl AlarmMap {
     }
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer).and_then(Value::as_str)
+/// What the switch reads of a CloudWatch alarm, in the EventBridge event's
+/// `detail` and the Lambda action's `alarmData` alike.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct AlarmData {
+    alarm_name: Option<String>,
+    state: AlarmStateData,
+}
+
+/// The alarm's new state: its value and when it was entered.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AlarmStateData {
+    value: Option<String>,
+    timestamp: Option<String>,
+}
+
+/// The envelope of an EventBridge event (alarm state change, schedule,
+/// lifeboat's own events) or of an alarm's Lambda action.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Envelope {
+    source: Option<String>,
+    #[serde(rename = "detail-type")]
+    detail_type: Option<String>,
+    time: Option<String>,
+    detail: Option<Value>,
+    #[serde(rename = "alarmData")]
+    alarm_data: Option<Value>,
+    /// A hand-made tick: `{"tick": true}`.
+    tick: Option<bool>,
+}
+
+/// An operator command: `{"command": "force-open", "operator": "nordic",
+/// "reason": "…"}`.
+#[derive(Debug, Deserialize)]
+struct OperatorCommand {
+    command: Value,
+    #[serde(default)]
+    operator: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+fn typed<'a, T: Deserialize<'a>>(value: &'a Value, what: &'static str) -> Result<T, InputError> {
+    T::deserialize(value).map_err(|e| InputError::Invalid {
+        field: what,
+        why: e.to_string(),
+    })
 }
 
 fn alarm_state(text: &str) -> Result<AlarmState, InputError> {
@@ -104,15 +152,22 @@ fn alarm_state(text: &str) -> Result<AlarmState, InputError> {
 
 fn alarm_input(
     alarms: &AlarmMap,
-    data: &Value,
+    data: Option<&Value>,
     fallback_time: Option<&str>,
 ) -> Result<SwitchInput, InputError> {
-    let name = str_at(data, "/alarmName").ok_or_else(|| InputError::Invalid {
+    let data: AlarmData = match data {
+        Some(data) => typed(data, "alarm")?,
+        None => AlarmData::default(),
+    };
+    let name = data.alarm_name.ok_or_else(|| InputError::Invalid {
         field: "alarmName",
         why: "missing".into(),
     })?;
-    let state = alarm_state(str_at(data, "/state/value").unwrap_or_default())?;
-    let at = str_at(data, "/state/timestamp")
+    let state = alarm_state(data.state.value.as_deref().unwrap_or_default())?;
+    let at = data
+        .state
+        .timestamp
+        .as_deref()
         .or(fallback_time)
         .and_then(parse_time)
         .ok_or_else(|| InputError::Invalid {
@@ -120,41 +175,79 @@ fn alarm_input(
             why: "missing or unreadable".into(),
         })?;
     let operator = alarms
-        .operator_for(name)
-        .ok_or_else(|| InputError::UnknownAlarm(name.to_owned()))?;
+        .operator_for(&name)
+        .ok_or_else(|| InputError::UnknownAlarm(name.clone()))?;
     Ok(SwitchInput::One {
         operator: operator.clone(),
         input: Input::Alarm {
-            alarm: name.to_owned(),
+            alarm: name,
             state,
             at,
         },
     })
 }
 
-/// An SQS batch of breaker timers, or `None` when `payload` is no SQS batch.
+/// An SQS batch of breaker timers, or `None` when `payload` is no batch.
 fn timers(payload: &Value) -> Option<Result<SwitchInput, InputError>> {
-    let records = payload.get("Records")?.as_array()?;
-    let is_sqs = |r: &Value| str_at(r, "/eventSource") == Some("aws:sqs");
-    if !records.iter().all(is_sqs) {
-        return Some(Err(InputError::Unrecognised(
-            "a Records batch that is not from SQS".into(),
-        )));
-    }
-    let timers = records
+    payload.get("Records")?;
+    let not_sqs = || InputError::Unrecognised("a Records batch that is not from SQS".into());
+    let Ok(batch) = SqsEvent::deserialize(payload) else {
+        return Some(Err(not_sqs()));
+    };
+    if !batch
+        .records
         .iter()
+        .all(|r| r.event_source.as_deref() == Some("aws:sqs"))
+    {
+        return Some(Err(not_sqs()));
+    }
+    let timers = batch
+        .records
+        .into_iter()
         .map(|r| {
-            let id = str_at(r, "/messageId").unwrap_or_default().to_owned();
-            let timer = str_at(r, "/body")
-                .ok_or_else(|| "no body".to_owned())
-                .and_then(|b| {
-                    serde_json::from_str::<BreakerTimer>(b)
-                        .map_err(|e| format!("not a breaker timer: {e}"))
-                });
-            (id, timer)
+            let timer = r.body.ok_or_else(|| "no body".to_owned()).and_then(|b| {
+                serde_json::from_str::<BreakerTimer>(&b)
+                    .map_err(|e| format!("not a breaker timer: {e}"))
+            });
+            (r.message_id.unwrap_or_default(), timer)
         })
         .collect();
     Some(Ok(SwitchInput::Timers(timers)))
+}
+
+fn command(payload: &Value) -> Result<SwitchInput, InputError> {
+    let OperatorCommand {
+        command,
+        operator,
+        reason,
+    } = typed(payload, "command")?;
+    let command = Command::deserialize(&command).map_err(|_| InputError::Invalid {
+        field: "command",
+        why: format!("{command} is not force-open, force-closed or release"),
+    })?;
+    let operator = operator.ok_or_else(|| InputError::Invalid {
+        field: "operator",
+        why: "missing".into(),
+    })?;
+    let operator = OperatorId::new(&operator).map_err(|e| InputError::Invalid {
+        field: "operator",
+        why: e.to_string(),
+    })?;
+    let reason = reason.unwrap_or_default();
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(InputError::Invalid {
+            field: "reason",
+            why: "a command needs a reason for the record".into(),
+        });
+    }
+    Ok(SwitchInput::One {
+        operator,
+        input: Input::Command {
+            command,
+            reason: reason.to_owned(),
+        },
+    })
 }
 
 /// Read a payload.
@@ -162,49 +255,27 @@ pub fn parse(payload: &Value, alarms: &AlarmMap) -> Result<SwitchInput, InputErr
     if let Some(timers) = timers(payload) {
         return timers;
     }
-    if let Some(command) = payload.get("command") {
-        let command: Command =
-            serde_json::from_value(command.clone()).map_err(|_| InputError::Invalid {
-                field: "command",
-                why: format!("{command} is not force-open, force-closed or release"),
-            })?;
-        let operator = str_at(payload, "/operator").ok_or_else(|| InputError::Invalid {
-            field: "operator",
-            why: "missing".into(),
-        })?;
-        let operator = OperatorId::new(operator).map_err(|e| InputError::Invalid {
-            field: "operator",
-            why: e.to_string(),
-        })?;
-        let reason = str_at(payload, "/reason").unwrap_or("").trim();
-        if reason.is_empty() {
-            return Err(InputError::Invalid {
-                field: "reason",
-                why: "a command needs a reason for the record".into(),
-            });
-        }
-        return Ok(SwitchInput::One {
-            operator,
-            input: Input::Command {
-                command,
-                reason: reason.to_owned(),
-            },
-        });
+    if payload.get("command").is_some() {
+        return command(payload);
     }
-    let source = str_at(payload, "/source").unwrap_or_default();
-    let detail_type = str_at(payload, "/detail-type").unwrap_or_default();
+    let envelope: Envelope = if payload.is_object() {
+        typed(payload, "event")?
+    } else {
+        Envelope::default()
+    };
+    let source = envelope.source.as_deref().unwrap_or_default();
+    let detail_type = envelope.detail_type.as_deref().unwrap_or_default();
+    let time = envelope.time.as_deref();
     match (source, detail_type) {
         ("aws.cloudwatch", "CloudWatch Alarm State Change") => {
-            let detail = payload.get("detail").unwrap_or(&Value::Null);
-            alarm_input(alarms, detail, str_at(payload, "/time"))
+            alarm_input(alarms, envelope.detail.as_ref(), time)
         }
-        ("aws.cloudwatch", _) if payload.get("alarmData").is_some() => {
-            let data = payload.get("alarmData").unwrap_or(&Value::Null);
-            alarm_input(alarms, data, str_at(payload, "/time"))
+        ("aws.cloudwatch", _) if envelope.alarm_data.is_some() => {
+            alarm_input(alarms, envelope.alarm_data.as_ref(), time)
         }
         ("aws.events", "Scheduled Event") | ("aws.scheduler", _) => Ok(SwitchInput::Tick),
         (lifeboat_core::events::SOURCE, _) => {
-            let detail = payload.get("detail").unwrap_or(&Value::Null);
+            let detail = envelope.detail.as_ref().unwrap_or(&Value::Null);
             let event =
                 LifeboatEvent::parse(detail_type, detail).map_err(|e| InputError::Invalid {
                     field: "detail",
@@ -227,7 +298,7 @@ pub fn parse(payload: &Value, alarms: &AlarmMap) -> Result<SwitchInput, InputErr
                 other => Err(InputError::NotForSwitch(other.detail_type().to_owned())),
             }
         }
-        _ if payload.get("tick").and_then(Value::as_bool) == Some(true) => Ok(SwitchInput::Tick),
+        _ if envelope.tick == Some(true) => Ok(SwitchInput::Tick),
         _ => Err(InputError::Unrecognised(format!(
             "source {source:?}, detail-type {detail_type:?}"
         ))),
