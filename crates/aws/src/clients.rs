@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::sync::{Arc, OnceLock};
 
 use aws_config::{BehaviorVersion, SdkConfig};
 
@@ -179,14 +180,21 @@ pub async fn load_sdk_config() -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest()).load().await
 }
 
-/// The SDK clients lifeboat's adapters use. Cheap to clone: clones share
+/// The SDK clients lifeboat's adapters use, each built the first time an
+/// adapter asks for it. A function links only the clients it calls: the
+/// consumers, search and cart never build (nor carry the code of) the Lambda
+/// and SQS clients. Cheap to clone: clones share the clients and their
 /// connection pools.
 #[derive(Debug, Clone)]
-pub struct Clients {
-    pub dynamodb: aws_sdk_dynamodb::Client,
-    pub eventbridge: aws_sdk_eventbridge::Client,
-    pub lambda: aws_sdk_lambda::Client,
-    pub sqs: aws_sdk_sqs::Client,
+pub struct Clients(Arc<Lazy>);
+
+#[derive(Debug)]
+struct Lazy {
+    config: SdkConfig,
+    dynamodb: OnceLock<aws_sdk_dynamodb::Client>,
+    eventbridge: OnceLock<aws_sdk_eventbridge::Client>,
+    lambda: OnceLock<aws_sdk_lambda::Client>,
+    sqs: OnceLock<aws_sdk_sqs::Client>,
 }
 
 impl Clients {
@@ -196,19 +204,44 @@ impl Clients {
     }
 
     pub fn new(config: &SdkConfig) -> Self {
-        Self {
-            dynamodb: aws_sdk_dynamodb::Client::new(config),
-            eventbridge: aws_sdk_eventbridge::Client::new(config),
-            lambda: aws_sdk_lambda::Client::new(config),
-            sqs: aws_sdk_sqs::Client::new(config),
-        }
+        Self(Arc::new(Lazy {
+            config: config.clone(),
+            dynamodb: OnceLock::new(),
+            eventbridge: OnceLock::new(),
+            lambda: OnceLock::new(),
+            sqs: OnceLock::new(),
+        }))
+    }
+
+    pub fn dynamodb(&self) -> &aws_sdk_dynamodb::Client {
+        self.0
+            .dynamodb
+            .get_or_init(|| aws_sdk_dynamodb::Client::new(&self.0.config))
+    }
+
+    pub fn eventbridge(&self) -> &aws_sdk_eventbridge::Client {
+        self.0
+            .eventbridge
+            .get_or_init(|| aws_sdk_eventbridge::Client::new(&self.0.config))
+    }
+
+    pub fn lambda(&self) -> &aws_sdk_lambda::Client {
+        self.0
+            .lambda
+            .get_or_init(|| aws_sdk_lambda::Client::new(&self.0.config))
+    }
+
+    pub fn sqs(&self) -> &aws_sdk_sqs::Client {
+        self.0
+            .sqs
+            .get_or_init(|| aws_sdk_sqs::Client::new(&self.0.config))
     }
 
     /// The Requests tables: one per operator, `{REQUESTS_TABLE_PREFIX}{operator}`,
     /// when that variable is set, else the one named by `REQUESTS_TABLE`.
     pub fn request_store(&self, env: &Env) -> Result<DynamoRequestStore, ConfigError> {
         Ok(DynamoRequestStore::with_tables(
-            self.dynamodb.clone(),
+            self.dynamodb().clone(),
             env.request_tables()?,
         ))
     }
@@ -216,7 +249,7 @@ impl Clients {
     /// The breakers in the table named by `BREAKER_TABLE`.
     pub fn breaker_store(&self, env: &Env) -> Result<DynamoBreakerStore, ConfigError> {
         Ok(DynamoBreakerStore::new(
-            self.dynamodb.clone(),
+            self.dynamodb().clone(),
             env.breaker_table()?,
         ))
     }
@@ -224,7 +257,7 @@ impl Clients {
     /// The failure-window buckets in the table named by `BREAKER_TABLE`.
     pub fn window_store(&self, env: &Env) -> Result<DynamoWindowStore, ConfigError> {
         Ok(DynamoWindowStore::new(
-            self.dynamodb.clone(),
+            self.dynamodb().clone(),
             env.breaker_table()?,
         ))
     }
@@ -232,7 +265,7 @@ impl Clients {
     /// The answer cache in the table named by `CACHE_TABLE`.
     pub fn cache_store(&self, env: &Env) -> Result<DynamoCacheStore, ConfigError> {
         Ok(DynamoCacheStore::new(
-            self.dynamodb.clone(),
+            self.dynamodb().clone(),
             env.cache_table()?,
         ))
     }
@@ -240,7 +273,7 @@ impl Clients {
     /// The carts in the table named by `CARTS_TABLE`.
     pub fn cart_store(&self, env: &Env) -> Result<DynamoCartStore, ConfigError> {
         Ok(DynamoCartStore::new(
-            self.dynamodb.clone(),
+            self.dynamodb().clone(),
             env.carts_table()?,
         ))
     }
@@ -248,7 +281,7 @@ impl Clients {
     /// The sale records in the table named by `SALE_STATUS_TABLE`.
     pub fn sale_status_store(&self, env: &Env) -> Result<DynamoSaleStatusStore, ConfigError> {
         Ok(DynamoSaleStatusStore::new(
-            self.dynamodb.clone(),
+            self.dynamodb().clone(),
             env.sale_status_table()?,
         ))
     }
@@ -257,7 +290,7 @@ impl Clients {
     /// `OFFSALE_QUEUE_URL`.
     pub fn sqs_redelivery(&self, env: &Env) -> Result<SqsRedelivery, ConfigError> {
         Ok(SqsRedelivery::new(
-            self.sqs.clone(),
+            self.sqs().clone(),
             env.offsale_queue_url()?,
         ))
     }
@@ -266,15 +299,15 @@ impl Clients {
     /// The circuit switch's timers on the queue at `queue_url`.
     pub fn breaker_timers(&self, queue_url: &str) -> crate::sqs::SqsBreakerTimers {
         crate::sqs::SqsBreakerTimers::new(
-            self.sqs.clone(),
+            self.sqs().clone(),
             queue_url,
-            std::sync::Arc::new(lifeboat_core::SystemClock),
+            Arc::new(lifeboat_core::SystemClock),
         )
     }
 
     pub fn publisher(&self, env: &Env) -> Result<EventBridgePublisher, ConfigError> {
         Ok(EventBridgePublisher::new(
-            self.eventbridge.clone(),
+            self.eventbridge().clone(),
             env.event_bus_name()?,
         ))
     }
@@ -283,7 +316,7 @@ impl Clients {
     /// and `FALLBACK_CONSUMER_FUNCTION`.
     pub fn stream_router(&self, env: &Env) -> Result<LambdaStreamRouter, ConfigError> {
         Ok(LambdaStreamRouter::new(
-            self.lambda.clone(),
+            self.lambda().clone(),
             env.requests_mapping_uuid()?,
             env.real_consumer_function()?,
             env.fallback_consumer_function()?,

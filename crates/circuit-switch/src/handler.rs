@@ -241,7 +241,7 @@ impl CircuitSwitch {
                     prefix: prefix.to_owned(),
                 };
                 lifeboat_aws::discover_lanes(
-                    &clients.lambda,
+                    clients.lambda(),
                     &tables,
                     env.real_consumer_function()?,
                     env.fallback_consumer_function()?,

@@ -140,7 +140,8 @@ pub(crate) async fn detection_command(args: DetectionArgs) -> ExitCode {
     };
     let config = lifeboat_aws::clients::load_sdk_config().await;
     let cloudwatch = aws_sdk_cloudwatch::Client::new(&config);
-    let breakers = lifeboat_aws::DynamoBreakerStore::new(Clients::new(&config).dynamodb, table);
+    let breakers =
+        lifeboat_aws::DynamoBreakerStore::new(Clients::new(&config).dynamodb().clone(), table);
     // Alarms up to one pairing window before --since still pair with an
     // opening after it.
     let from = query.since - chrono::TimeDelta::from_std(query.window).unwrap_or_default();

@@ -71,7 +71,7 @@ impl OffsaleListener {
             Some(table) => {
                 listener.trust.breakers = Some(watch(
                     Arc::new(lifeboat_aws::DynamoBreakerStore::new(
-                        clients.dynamodb.clone(),
+                        clients.dynamodb().clone(),
                         table,
                     )),
                     &metrics,
@@ -99,7 +99,7 @@ impl OffsaleListener {
         match store {
             StoreChoice::Dynamodb { table, queue_url } => {
                 let redelivery: Arc<dyn Redelivery> = match queue_url {
-                    Some(url) => Arc::new(SqsRedelivery::new(clients.sqs.clone(), url)),
+                    Some(url) => Arc::new(SqsRedelivery::new(clients.sqs().clone(), url)),
                     None => {
                         tracing::warn!(
                             "{OFFSALE_QUEUE_URL} is not set: failed writes are retried when the queue's visibility timeout runs out, not on the retry schedule"
@@ -108,7 +108,10 @@ impl OffsaleListener {
                     }
                 };
                 (
-                    Arc::new(DynamoSaleStatusStore::new(clients.dynamodb.clone(), table)),
+                    Arc::new(DynamoSaleStatusStore::new(
+                        clients.dynamodb().clone(),
+                        table,
+                    )),
                     redelivery,
                 )
             }

@@ -90,13 +90,13 @@ impl StatusConfig {
             Err(e) => Err(e.to_string()),
             Ok(m) => match &m.lanes {
                 LaneConfig::Shared { uuid } => Ok(Streams::Shared(LambdaStreamRouter::new(
-                    clients.lambda.clone(),
+                    clients.lambda().clone(),
                     uuid,
                     &m.real_consumer,
                     &m.fallback_consumer,
                 ))),
                 LaneConfig::PerOperator { prefix } => lifeboat_aws::find_lanes(
-                    &clients.lambda,
+                    clients.lambda(),
                     &RequestTables::PerOperator {
                         prefix: prefix.clone(),
                     },
@@ -109,11 +109,11 @@ impl StatusConfig {
             },
         };
         StatusAdapters {
-            breakers: DynamoBreakerStore::new(clients.dynamodb.clone(), &self.breaker_table),
+            breakers: DynamoBreakerStore::new(clients.dynamodb().clone(), &self.breaker_table),
             sales: self
                 .sale_status_table
                 .as_ref()
-                .map(|table| DynamoSaleStatusStore::new(clients.dynamodb.clone(), table))
+                .map(|table| DynamoSaleStatusStore::new(clients.dynamodb().clone(), table))
                 .map_err(Clone::clone),
             streams,
         }

@@ -137,8 +137,8 @@ pub async fn run(args: CartsArgs) -> ExitCode {
     }
     let clients = Clients::load().await;
     let read = match read(
-        &DynamoCartStore::new(clients.dynamodb.clone(), carts_table),
-        &DynamoBreakerStore::new(clients.dynamodb.clone(), breaker_table),
+        &DynamoCartStore::new(clients.dynamodb().clone(), carts_table),
+        &DynamoBreakerStore::new(clients.dynamodb().clone(), breaker_table),
         query.operator.as_ref(),
     )
     .await
