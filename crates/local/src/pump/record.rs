@@ -3,64 +3,79 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodbstreams::types::{AttributeValue, Record};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::PumpError;
 
-/// A stream record in the shape Lambda gives it to a function.
+/// A stream record in the shape Lambda gives it to a function: the typed
+/// `aws_lambda_events` record the consumers read, as JSON.
 pub fn lambda_record(record: &Record, stream_arn: &str) -> Result<Value, PumpError> {
+    use aws_lambda_events::event::dynamodb::{
+        EventRecord, StreamRecord, StreamViewType, UserIdentity,
+    };
+    use aws_sdk_dynamodbstreams::types::StreamViewType as SdkView;
+
     let change = record
         .dynamodb()
         .ok_or_else(|| PumpError::Record("no dynamodb part".into()))?;
-    let mut dynamodb = serde_json::Map::new();
+    let mut typed = StreamRecord::default();
     if let Some(at) = change.approximate_creation_date_time() {
-        dynamodb.insert("ApproximateCreationDateTime".into(), json!(at.secs()));
+        typed.approximate_creation_date_time = chrono::DateTime::from_timestamp(at.secs(), 0)
+            .ok_or_else(|| {
+                PumpError::Record(format!("ApproximateCreationDateTime {at} out of range"))
+            })?;
     }
-    for (name, image) in [
-        ("Keys", change.keys()),
-        ("NewImage", change.new_image()),
-        ("OldImage", change.old_image()),
-    ] {
-        if let Some(image) = image {
-            dynamodb.insert(name.into(), item_json(image)?);
-        }
-    }
-    let sequence = change
-        .sequence_number()
-        .ok_or_else(|| PumpError::Record("no SequenceNumber".into()))?;
-    dynamodb.insert("SequenceNumber".into(), json!(sequence));
-    if let Some(size) = change.size_bytes() {
-        dynamodb.insert("SizeBytes".into(), json!(size));
-    }
-    if let Some(view) = change.stream_view_type() {
-        dynamodb.insert("StreamViewType".into(), json!(view.as_str()));
-    }
-    let mut out = json!({
-        "eventID": record.event_id().unwrap_or_default(),
-        "eventName": record.event_name().map(|n| n.as_str()).unwrap_or_default(),
-        "eventVersion": record.event_version().unwrap_or("1.1"),
-        "eventSource": record.event_source().unwrap_or("aws:dynamodb"),
-        "awsRegion": record.aws_region().unwrap_or(crate::moto::REGION),
-        "dynamodb": dynamodb,
-        "eventSourceARN": stream_arn,
+    typed.keys = item(change.keys())?;
+    typed.new_image = item(change.new_image())?;
+    typed.old_image = item(change.old_image())?;
+    typed.sequence_number = Some(
+        change
+            .sequence_number()
+            .ok_or_else(|| PumpError::Record("no SequenceNumber".into()))?
+            .to_owned(),
+    );
+    typed.size_bytes = change.size_bytes().unwrap_or_default();
+    typed.stream_view_type = match change.stream_view_type() {
+        Some(SdkView::KeysOnly) => Some(StreamViewType::KeysOnly),
+        Some(SdkView::NewImage) => Some(StreamViewType::NewImage),
+        Some(SdkView::OldImage) => Some(StreamViewType::OldImage),
+        Some(SdkView::NewAndOldImages) => Some(StreamViewType::NewAndOldImages),
+        _ => None,
+    };
+    let mut out = EventRecord::default();
+    out.aws_region = record
+        .aws_region()
+        .unwrap_or(crate::moto::REGION)
+        .to_owned();
+    out.change = typed;
+    out.event_id = record.event_id().unwrap_or_default().to_owned();
+    out.event_name = record
+        .event_name()
+        .map(|n| n.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    out.event_source = Some(record.event_source().unwrap_or("aws:dynamodb").to_owned());
+    out.event_version = Some(record.event_version().unwrap_or("1.1").to_owned());
+    out.event_source_arn = Some(stream_arn.to_owned());
+    out.user_identity = record.user_identity().map(|identity| {
+        let mut user = UserIdentity::default();
+        user.type_ = identity.r#type().unwrap_or_default().to_owned();
+        user.principal_id = identity.principal_id().unwrap_or_default().to_owned();
+        user
     });
-    if let Some(identity) = record.user_identity() {
-        out["userIdentity"] = json!({
-            "type": identity.r#type().unwrap_or_default(),
-            "principalId": identity.principal_id().unwrap_or_default(),
-        });
-    }
-    Ok(out)
+    serde_json::to_value(out).map_err(|e| PumpError::Record(e.to_string()))
 }
 
-/// An attribute map in DynamoDB JSON (`{"name": {"S": "…"}}`).
-fn item_json(map: &HashMap<String, AttributeValue>) -> Result<Value, PumpError> {
+/// An attribute map as the typed record holds it (`{}` when absent).
+fn item(map: Option<&HashMap<String, AttributeValue>>) -> Result<serde_dynamo::Item, PumpError> {
+    let Some(map) = map else {
+        return Ok(serde_dynamo::Item::default());
+    };
     let item: HashMap<String, serde_dynamo::AttributeValue> = map
         .iter()
         .map(|(k, v)| Ok((k.clone(), attribute(v)?)))
         .collect::<Result<_, PumpError>>()?;
-    serde_json::to_value(serde_dynamo::Item::from(item))
-        .map_err(|e| PumpError::Record(e.to_string()))
+    Ok(serde_dynamo::Item::from(item))
 }
 
 /// serde_dynamo's own conversion panics on a type it does not know; this one

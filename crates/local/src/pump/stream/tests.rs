@@ -47,35 +47,37 @@ fn records_take_lambdas_shape() {
     let arn =
         "arn:aws:dynamodb:us-east-1:123456789012:table/Requests/stream/2026-11-30T04:47:47.443610";
     let json = lambda_record(&modify_record(), arn).unwrap();
-    assert_eq!(
-        json,
-        json!({
-            "eventID": "bf974a4049b24efda74607f6a916c9d0",
-            "eventName": "MODIFY",
-            "eventVersion": "1.1",
-            "eventSource": "aws:dynamodb",
-            "awsRegion": "us-east-1",
-            "dynamodb": {
-                "ApproximateCreationDateTime": 1_796_000_000,
-                "Keys": {"request_id": {"S": "r-1"}},
-                "NewImage": {
-                    "request_id": {"S": "r-1"},
-                    "record_type": {"S": "request"},
-                    "outcome": {"M": {
-                        "status": {"S": "failed"},
-                        "call_ms": {"N": "12"},
-                        "ok": {"BOOL": false},
-                        "tags": {"L": [{"S": "a"}]}
-                    }}
-                },
-                "OldImage": {"request_id": {"S": "r-1"}, "record_type": {"S": "request"}},
-                "SequenceNumber": "1100000000017454423010",
-                "SizeBytes": 349,
-                "StreamViewType": "NEW_AND_OLD_IMAGES"
-            },
-            "eventSourceARN": arn
-        })
-    );
+    for (pointer, want) in [
+        ("/eventID", json!("bf974a4049b24efda74607f6a916c9d0")),
+        ("/eventName", json!("MODIFY")),
+        ("/eventVersion", json!("1.1")),
+        ("/eventSource", json!("aws:dynamodb")),
+        ("/awsRegion", json!("us-east-1")),
+        ("/eventSourceARN", json!(arn)),
+        ("/dynamodb/Keys", json!({"request_id": {"S": "r-1"}})),
+        (
+            "/dynamodb/NewImage",
+            json!({
+                "request_id": {"S": "r-1"},
+                "record_type": {"S": "request"},
+                "outcome": {"M": {
+                    "status": {"S": "failed"},
+                    "call_ms": {"N": "12"},
+                    "ok": {"BOOL": false},
+                    "tags": {"L": [{"S": "a"}]}
+                }}
+            }),
+        ),
+        (
+            "/dynamodb/OldImage",
+            json!({"request_id": {"S": "r-1"}, "record_type": {"S": "request"}}),
+        ),
+        ("/dynamodb/SequenceNumber", json!("1100000000017454423010")),
+        ("/dynamodb/SizeBytes", json!(349)),
+        ("/dynamodb/StreamViewType", json!("NEW_AND_OLD_IMAGES")),
+    ] {
+        assert_eq!(json.pointer(pointer), Some(&want), "{pointer} in {json}");
+    }
     // What the consumers parse it with.
     let parsed: aws_lambda_events::event::dynamodb::EventRecord =
         serde_json::from_value(json).unwrap();
@@ -84,6 +86,11 @@ fn records_take_lambdas_shape() {
         Some("1100000000017454423010")
     );
     assert_eq!(parsed.event_name, "MODIFY");
+    assert_eq!(
+        parsed.change.approximate_creation_date_time.timestamp(),
+        1_796_000_000
+    );
+    assert!(parsed.user_identity.is_none());
 }
 
 #[test]
