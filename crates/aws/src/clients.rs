@@ -181,10 +181,10 @@ pub async fn load_sdk_config() -> SdkConfig {
 }
 
 /// The SDK clients lifeboat's adapters use, each built the first time an
-/// adapter asks for it. A function links only the clients it calls: the
-/// consumers, search and cart never build (nor carry the code of) the Lambda
-/// and SQS clients. Cheap to clone: clones share the clients and their
-/// connection pools.
+/// adapter asks for it: a function's cold start builds only the clients it
+/// calls (the consumers, search and cart never build the Lambda and SQS
+/// clients). Cheap to clone: clones share the clients and their connection
+/// pools.
 #[derive(Debug, Clone)]
 pub struct Clients(Arc<Lazy>);
 

@@ -193,7 +193,9 @@ impl std::fmt::Display for WindowVerdict {
 }
 
 impl WindowConfig {
-    /// The start of the bucket that holds `at`.
+    /// The start of the bucket that holds `at`: in whole nanoseconds since
+    /// the epoch where they fit (every instant lifeboat meets), else by
+    /// chrono's truncation; the same instant either way.
     pub fn bucket_start(&self, at: DateTime<Utc>) -> DateTime<Utc> {
         let width = TimeDelta::from_std(self.bucket).unwrap_or(TimeDelta::seconds(1));
         match (width.num_nanoseconds(), at.timestamp_nanos_opt()) {
@@ -215,23 +217,9 @@ impl WindowConfig {
     }
 
     /// The start of the bucket after the one that holds `now - length`.
-    /// In whole nanoseconds since the epoch where they fit (every instant
-    /// and setting lifeboat meets), else in chrono's calendar arithmetic:
-    /// the same instant either way.
     fn oldest_within(&self, length: Duration, now: DateTime<Utc>) -> DateTime<Utc> {
         let length = TimeDelta::from_std(length).unwrap_or(TimeDelta::seconds(10));
-        let step = TimeDelta::from_std(self.bucket);
-        let in_nanos = (|| {
-            let span = step.ok()?.num_nanoseconds().filter(|&span| span > 0)?;
-            let from = now
-                .timestamp_nanos_opt()?
-                .checked_sub(length.num_nanoseconds()?)?;
-            (from - from.rem_euclid(span)).checked_add(span)
-        })();
-        match in_nanos {
-            Some(nanos) => DateTime::from_timestamp_nanos(nanos),
-            None => self.bucket_start(now - length) + step.unwrap_or_default(),
-        }
+        self.bucket_start(now - length) + TimeDelta::from_std(self.bucket).unwrap_or_default()
     }
 
     /// Decide from the buckets (any order, any age) whether to ask for a trip.
