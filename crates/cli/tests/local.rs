@@ -73,6 +73,20 @@ async fn suite_up(
     .expect("the suite starts")
 }
 
+/// The run's report; when it failed, the test fails with the run's own
+/// timeline printed first, so a slow or stuck step can be seen.
+fn recovered(
+    lines: &[String],
+    run: Result<LocalReport, lifeboat_cli::local::LocalError>,
+) -> LocalReport {
+    run.unwrap_or_else(|e| {
+        for line in lines {
+            eprintln!("{line}");
+        }
+        panic!("the suite recovers: {e:?}")
+    })
+}
+
 fn has(lines: &[String], text: &str) -> bool {
     lines.iter().any(|l| l.contains(text))
 }
@@ -85,9 +99,9 @@ async fn lifeboat_local_rides_out_an_outage() {
     let (progress, lines) = Progress::memory();
     let report = tokio::time::timeout(LIMIT, run(config, &progress))
         .await
-        .expect("the run ends")
-        .expect("the suite recovers");
+        .expect("the run ends");
     let lines = lines.lock().unwrap().clone();
+    let report = recovered(&lines, report);
     print(&lines, &report);
 
     let m = &report.milestones;
@@ -171,9 +185,9 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
     let report = tokio::time::timeout(LIMIT, run)
         .await
         .expect("the run ends")
-        .expect("the run task")
-        .expect("the suite recovers");
+        .expect("the run task");
     let lines = lines.lock().unwrap().clone();
+    let report = recovered(&lines, report);
     print(&lines, &report);
     let m = &report.milestones;
     let reason = m.open_reason.clone().unwrap_or_default();

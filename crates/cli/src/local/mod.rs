@@ -14,7 +14,8 @@
 //! `--outage 60s` takes the operator down (`--mode`, default hang) after
 //! `--outage-after` and brings it back when the time is up;
 //! `--exit-after-recovery` ends the run once the breaker has closed, the
-//! stream points at the real consumer and the operator is on sale again.
+//! stream points at the real consumer and the operator is on sale again
+//! (or was never taken off: a close within the off-sale hold writes nothing).
 //! Ctrl-C stops everything it started.
 
 pub mod cli;
@@ -130,9 +131,29 @@ pub struct Milestones {
     pub on_sale: Option<Duration>,
 }
 
+/// How long after the close an operator that never went off sale counts as
+/// having stayed on sale: the off-sale hold (a breaker that closes within it
+/// writes nothing, and a write still waiting on it is dropped when it
+/// comes due) and a few seconds for that last write's turn.
+const STAYED_ON_SALE_AFTER: Duration =
+    Duration::from_secs(lifeboat_local::template::SALE_OFF_SALE_HOLD_S as u64 + 5);
+
 impl Milestones {
-    fn recovered(&self) -> bool {
-        self.closed.is_some() && self.mapping_real.is_some() && self.on_sale.is_some()
+    /// Closed, the stream back on the real consumer, and on sale: back on
+    /// sale after going off, or never off at all.
+    fn recovered(&self, now: Duration) -> bool {
+        self.closed.is_some()
+            && self.mapping_real.is_some()
+            && (self.on_sale.is_some() || self.stayed_on_sale(now))
+    }
+
+    /// The breaker closed within the off-sale hold, so the operator was
+    /// never taken off sale, and the hold has passed since.
+    fn stayed_on_sale(&self, now: Duration) -> bool {
+        self.off_sale.is_none()
+            && self
+                .closed
+                .is_some_and(|closed| now.saturating_sub(closed) >= STAYED_ON_SALE_AFTER)
     }
 
     fn missing(&self) -> String {
@@ -146,7 +167,12 @@ impl Milestones {
         if self.mapping_real.is_none() {
             missing.push("the stream is not back on the real consumer");
         }
-        if self.on_sale.is_none() {
+        if self.off_sale.is_none() {
+            if self.closed.is_some() {
+                missing
+                    .push("never off sale, and the off-sale hold has not passed since the close");
+            }
+        } else if self.on_sale.is_none() {
             missing.push("not back on sale");
         }
         missing.join(", ")
@@ -374,7 +400,11 @@ fn print_summary(progress: &Progress, report: &LocalReport) {
             "  operator back → closed {}, stream on real-consumer {}, on sale {}",
             after(m.closed, m.outage_ended),
             after(m.mapping_real, m.outage_ended),
-            after(m.on_sale, m.outage_ended)
+            if m.off_sale.is_none() && m.closed.is_some() {
+                "never off sale (closed within the off-sale hold)".to_owned()
+            } else {
+                after(m.on_sale, m.outage_ended)
+            }
         ));
     }
     progress.line(format!("  customers: {}", report.traffic.summary()));
@@ -382,4 +412,53 @@ fn print_summary(progress: &Progress, report: &LocalReport) {
         "  alarm transitions sent to the circuit switch: {}",
         report.alarm_transitions
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: u64) -> Option<Duration> {
+        Some(Duration::from_secs(secs))
+    }
+
+    fn closed_at(closed: u64) -> Milestones {
+        Milestones {
+            opened: s(50),
+            mapping_fallback: s(50),
+            outage_ended: s(55),
+            closed: s(closed),
+            mapping_real: s(closed),
+            ..Milestones::default()
+        }
+    }
+
+    #[test]
+    fn back_on_sale_after_going_off_is_a_recovery() {
+        let mut m = closed_at(61);
+        m.off_sale = s(60);
+        assert!(!m.recovered(Duration::from_secs(200)));
+        assert_eq!(m.missing(), "not back on sale");
+        m.on_sale = s(121);
+        assert!(m.recovered(Duration::from_secs(121)));
+    }
+
+    #[test]
+    fn a_close_within_the_off_sale_hold_stays_on_sale_once_the_hold_has_passed() {
+        let m = closed_at(59);
+        let settled = Duration::from_secs(59) + STAYED_ON_SALE_AFTER;
+        assert!(!m.recovered(settled - Duration::from_secs(1)));
+        assert!(m.recovered(settled));
+        assert!(m.missing().contains("never off sale"), "{}", m.missing());
+    }
+
+    #[test]
+    fn no_recovery_while_open_or_on_the_fallback_consumer() {
+        let mut m = closed_at(59);
+        m.mapping_real = None;
+        assert!(!m.recovered(Duration::from_secs(500)));
+        m.mapping_real = s(59);
+        m.closed = None;
+        assert!(!m.recovered(Duration::from_secs(500)));
+    }
 }

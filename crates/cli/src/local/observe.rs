@@ -97,7 +97,7 @@ pub(super) async fn watch_run(
         if config.exit_after_recovery
             && let Some(end) = m.outage_ended
         {
-            if m.opened.is_some() && m.recovered() {
+            if m.opened.is_some() && m.recovered(now) {
                 return Ok(());
             }
             if now.saturating_sub(end) > config.recovery_limit {
