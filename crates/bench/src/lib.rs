@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::breaker::{Decision, Input, TripReason, decide};
 use lifeboat_core::request::Health;
-use lifeboat_core::window::{Bucket, CallCounts, WindowConfig};
+use lifeboat_core::window::{RollingWindow, WindowConfig};
 use lifeboat_core::{BreakerConfig, BreakerRecord, BreakerState, OperatorId};
 
 /// Calls in one sequence.
@@ -138,12 +138,13 @@ pub struct Tally {
 }
 
 /// lifeboat's breaker in one process: the breaker record and
-/// [`decide`], the failure window's buckets and [`WindowConfig::evaluate`],
-/// with the trial slots and their tally kept on the record as the Breaker
-/// table keeps them.
+/// [`decide`], the failure window as a [`RollingWindow`] (the window's
+/// buckets with the sums its rules read kept up to date, saying what
+/// [`WindowConfig::evaluate`] says of the same buckets), with the trial
+/// slots and their tally kept on the record as the Breaker table keeps them.
 ///
-/// The decision what to do is the production code's; the bookkeeping around
-/// it (bucket vector, trial counters) stands in for the stores.
+/// The decisions are the production code's; the bookkeeping around them
+/// (the rolling window, trial counters) stands in for the stores.
 ///
 /// * admit: a closed breaker admits; an open one whose open period is over
 ///   takes a tick first (the switch's timer) and goes half-open; a half-open
@@ -154,12 +155,8 @@ pub struct Tally {
 ///   trial re-opens the breaker, enough successes close it.
 pub struct InProcessBreaker {
     pub record: BreakerRecord,
-    pub window: WindowConfig,
+    pub window: RollingWindow,
     pub breaker: BreakerConfig,
-    /// Oldest first; none older than the window's longest lookback.
-    buckets: Vec<Bucket>,
-    /// Where the newest bucket ends.
-    newest_end: DateTime<Utc>,
     /// Calls recorded since the last evaluation.
     since_evaluation: usize,
     evaluate_every: usize,
@@ -174,12 +171,13 @@ impl InProcessBreaker {
     /// evaluates once per stream batch).
     pub fn new(evaluate_every: usize, now: DateTime<Utc>) -> Self {
         let operator = OperatorId::new("nordic").expect("a valid operator id");
+        let record = BreakerRecord::initial(operator, now);
+        let mut window = RollingWindow::new(WindowConfig::default());
+        window.forget_through(record.since);
         Self {
-            record: BreakerRecord::initial(operator, now),
-            window: WindowConfig::default(),
+            record,
+            window,
             breaker: BreakerConfig::default(),
-            buckets: Vec::with_capacity(64),
-            newest_end: now,
             since_evaluation: 0,
             evaluate_every: evaluate_every.max(1),
             trial: false,
@@ -191,6 +189,9 @@ impl InProcessBreaker {
         if let Decision::Transition(next) = decision {
             self.record = next;
             self.tally.transitions += 1;
+            // The real consumer reads only buckets that start after the
+            // breaker last closed.
+            self.window.forget_through(self.record.since);
         }
     }
 
@@ -231,22 +232,7 @@ impl InProcessBreaker {
         if self.record.state != BreakerState::Closed {
             return;
         }
-        match self.buckets.last_mut() {
-            // The call falls in the newest bucket: no time arithmetic (the
-            // real consumer finds a batch's bucket once, not per call).
-            Some(last) if last.start <= started && started < self.newest_end => {
-                last.counts.record(health)
-            }
-            _ => {
-                let start = self.window.bucket_start(started);
-                let mut counts = CallCounts::default();
-                counts.record(health);
-                let oldest = self.window.oldest_read(started);
-                self.buckets.retain(|b| b.start >= oldest);
-                self.buckets.push(Bucket { start, counts });
-                self.newest_end = start + self.window.bucket;
-            }
-        }
+        self.window.record(health, started);
         self.since_evaluation += 1;
         if self.since_evaluation >= self.evaluate_every {
             self.since_evaluation = 0;
@@ -254,12 +240,9 @@ impl InProcessBreaker {
         }
     }
 
-    /// The real consumer's check after a batch: only buckets that start
-    /// after the breaker last closed.
+    /// The real consumer's check after a batch.
     fn evaluate(&mut self, now: DateTime<Utc>) {
-        let since = self.record.since;
-        let first = self.buckets.partition_point(|b| b.start <= since);
-        if let Some(verdict) = self.window.evaluate(&self.buckets[first..], now) {
+        if let Some(verdict) = self.window.evaluate(now) {
             let input = Input::Trip {
                 reason: TripReason::Window { verdict },
                 observed_version: self.record.version,
@@ -336,6 +319,29 @@ mod tests {
             failed(&seqs[1])
         );
         assert_eq!(failed(&seqs[2]), 2_000);
+    }
+
+    /// What each sequence comes to (docs/benchmarks.md's admitted /
+    /// rejected columns).
+    #[test]
+    fn each_sequence_comes_to_the_documented_admissions() {
+        let seqs = sequences();
+        let got: Vec<(u32, u32)> = seqs
+            .iter()
+            .flat_map(|s| [1, 10].map(|every| run_lifeboat(&s.calls, every)))
+            .map(|t| (t.admitted, t.rejected))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (10_000, 0),
+                (10_000, 0),
+                (197, 9_803),
+                (2_187, 7_813),
+                (7_300, 2_700),
+                (7_300, 2_700)
+            ]
+        );
     }
 
     #[test]

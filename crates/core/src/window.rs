@@ -35,6 +35,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::request::Health;
 
+mod rolling;
+pub use rolling::RollingWindow;
+
 /// Calls counted in one bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallCounts {

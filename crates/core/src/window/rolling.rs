@@ -1,0 +1,394 @@
+//! The failure window kept as running sums, for a breaker that counts its
+//! calls in one process: each call and each evaluation costs a few adds
+//! instead of a pass over the window's buckets. It says what
+//! [`WindowConfig::evaluate`] says of the same buckets (the proptest below
+//! holds it to that).
+
+use std::collections::VecDeque;
+
+use chrono::{DateTime, Utc};
+
+use super::{Bucket, CallCounts, Tally, WindowConfig, WindowVerdict};
+use crate::request::Health;
+
+/// The buckets of one operator's calls, oldest first, with the sums the
+/// rules read kept up to date as calls are counted and time moves on.
+///
+/// Time only moves forward: an evaluation at an instant before the latest
+/// one seen is made at the latest. A call made before the newest bucket (an
+/// answer that took long) goes into its own bucket, at the cost of one
+/// recount.
+#[derive(Debug, Clone)]
+pub struct RollingWindow {
+    config: WindowConfig,
+    /// Oldest first, distinct starts; none older than the longer lookback.
+    buckets: VecDeque<Bucket>,
+    /// The first bucket inside the window (`length`).
+    recent_first: usize,
+    /// The first bucket after the newest one holding a success: the streak.
+    streak_first: usize,
+    /// Every call of `buckets[recent_first..]`.
+    recent: CallCounts,
+    /// Fast failures, and failures of any kind, in `buckets[streak_first..]`.
+    streak_errors: u32,
+    streak_failures: u32,
+    /// Timeouts in the streak's buckets inside the window.
+    streak_timeouts: u32,
+    /// Calls in buckets starting at or before this are not counted.
+    forgotten_through: Option<DateTime<Utc>>,
+    latest: Option<DateTime<Utc>>,
+}
+
+impl RollingWindow {
+    pub fn new(config: WindowConfig) -> Self {
+        Self {
+            config,
+            buckets: VecDeque::new(),
+            recent_first: 0,
+            streak_first: 0,
+            recent: CallCounts::default(),
+            streak_errors: 0,
+            streak_failures: 0,
+            streak_timeouts: 0,
+            forgotten_through: None,
+            latest: None,
+        }
+    }
+
+    pub fn config(&self) -> &WindowConfig {
+        &self.config
+    }
+
+    /// Count a call made at `at`.
+    pub fn record(&mut self, health: Health, at: DateTime<Utc>) {
+        let start = self.config.bucket_start(at);
+        if self.forgotten_through.is_some_and(|t| start <= t) {
+            return;
+        }
+        let now = self.advance(at);
+        if start < self.config.oldest_read(now) {
+            return;
+        }
+        match self.buckets.back() {
+            Some(newest) if newest.start == start => {}
+            Some(newest) if newest.start > start => {
+                let at = self.buckets.partition_point(|b| b.start < start);
+                if self.buckets[at].start != start {
+                    self.buckets.insert(
+                        at,
+                        Bucket {
+                            start,
+                            counts: CallCounts::default(),
+                        },
+                    );
+                }
+                self.buckets[at].counts.record(health);
+                self.recount(now);
+                return;
+            }
+            _ => {
+                self.buckets.push_back(Bucket {
+                    start,
+                    counts: CallCounts::default(),
+                });
+                self.leave_window(now);
+            }
+        }
+        self.count_in_newest(health);
+    }
+
+    /// What the rules say at `now` (or at the latest instant seen, if later).
+    pub fn evaluate(&mut self, now: DateTime<Utc>) -> Option<WindowVerdict> {
+        self.advance(now);
+        self.config.verdict(&Tally {
+            timeouts_in_a_row: self.streak_timeouts,
+            errors_in_a_row: self.streak_errors,
+            failures_in_a_row: self.streak_failures,
+            recent: self.recent,
+        })
+    }
+
+    /// Forget the calls in buckets starting at or before `since`, now and
+    /// later: the real consumer reads only buckets that start after the
+    /// breaker last closed.
+    pub fn forget_through(&mut self, since: DateTime<Utc>) {
+        self.forgotten_through = Some(since);
+        self.buckets.retain(|b| b.start > since);
+        if let Some(now) = self.latest {
+            self.recount(now);
+        }
+    }
+
+    /// The buckets held, oldest first.
+    pub fn buckets(&self) -> impl Iterator<Item = &Bucket> {
+        self.buckets.iter()
+    }
+
+    /// Move the clock to `now` (never back) and drop what it leaves behind.
+    fn advance(&mut self, now: DateTime<Utc>) -> DateTime<Utc> {
+        let now = match self.latest {
+            Some(latest) if latest >= now => return latest,
+            _ => now,
+        };
+        self.latest = Some(now);
+        self.leave_window(now);
+        let oldest_read = self.config.oldest_read(now);
+        while self.buckets.front().is_some_and(|b| b.start < oldest_read) {
+            let Some(gone) = self.buckets.pop_front() else {
+                break;
+            };
+            if self.streak_first == 0 {
+                self.streak_errors = self.streak_errors.saturating_sub(gone.counts.failures);
+                self.streak_failures = self
+                    .streak_failures
+                    .saturating_sub(gone.counts.failures + gone.counts.timeouts);
+                if self.recent_first == 0 {
+                    self.streak_timeouts =
+                        self.streak_timeouts.saturating_sub(gone.counts.timeouts);
+                }
+            }
+            if self.recent_first == 0 {
+                remove(&mut self.recent, &gone.counts);
+            }
+            self.streak_first = self.streak_first.saturating_sub(1);
+            self.recent_first = self.recent_first.saturating_sub(1);
+        }
+        now
+    }
+
+    /// Move the window's first bucket past those older than it at `now`.
+    fn leave_window(&mut self, now: DateTime<Utc>) {
+        let oldest = self.config.oldest_bucket(now);
+        while let Some(bucket) = self.buckets.get(self.recent_first) {
+            if bucket.start >= oldest {
+                break;
+            }
+            remove(&mut self.recent, &bucket.counts);
+            if self.recent_first >= self.streak_first {
+                self.streak_timeouts = self.streak_timeouts.saturating_sub(bucket.counts.timeouts);
+            }
+            self.recent_first += 1;
+        }
+    }
+
+    fn count_in_newest(&mut self, health: Health) {
+        let newest = self.buckets.len() - 1;
+        let in_streak = newest >= self.streak_first;
+        let recent = newest >= self.recent_first;
+        self.buckets[newest].counts.record(health);
+        if recent {
+            self.recent.record(health);
+        }
+        if !in_streak {
+            return;
+        }
+        match health {
+            Health::Success | Health::SlowSuccess => {
+                self.streak_first = self.buckets.len();
+                self.streak_errors = 0;
+                self.streak_failures = 0;
+                self.streak_timeouts = 0;
+            }
+            Health::Failure => {
+                self.streak_errors = self.streak_errors.saturating_add(1);
+                self.streak_failures = self.streak_failures.saturating_add(1);
+            }
+            Health::Timeout => {
+                self.streak_failures = self.streak_failures.saturating_add(1);
+                if recent {
+                    self.streak_timeouts = self.streak_timeouts.saturating_add(1);
+                }
+            }
+            Health::Neutral => {}
+        }
+    }
+
+    /// Every sum again from the buckets, at `now`.
+    fn recount(&mut self, now: DateTime<Utc>) {
+        let oldest_read = self.config.oldest_read(now);
+        self.buckets.retain(|b| b.start >= oldest_read);
+        let oldest = self.config.oldest_bucket(now);
+        self.recent_first = self.buckets.partition_point(|b| b.start < oldest);
+        self.streak_first = self
+            .buckets
+            .iter()
+            .rposition(|b| b.counts.successes > 0)
+            .map_or(0, |i| i + 1);
+        self.recent = CallCounts::default();
+        self.streak_errors = 0;
+        self.streak_failures = 0;
+        self.streak_timeouts = 0;
+        for (i, bucket) in self.buckets.iter().enumerate() {
+            let c = &bucket.counts;
+            if i >= self.recent_first {
+                self.recent.add(c);
+            }
+            if i >= self.streak_first {
+                self.streak_errors = self.streak_errors.saturating_add(c.failures);
+                self.streak_failures = self.streak_failures.saturating_add(c.failures + c.timeouts);
+                if i >= self.recent_first {
+                    self.streak_timeouts = self.streak_timeouts.saturating_add(c.timeouts);
+                }
+            }
+        }
+    }
+}
+
+fn remove(sum: &mut CallCounts, gone: &CallCounts) {
+    sum.calls = sum.calls.saturating_sub(gone.calls);
+    sum.successes = sum.successes.saturating_sub(gone.successes);
+    sum.failures = sum.failures.saturating_sub(gone.failures);
+    sum.timeouts = sum.timeouts.saturating_sub(gone.timeouts);
+    sum.slow = sum.slow.saturating_sub(gone.slow);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_700_000_000_000 + ms).unwrap()
+    }
+
+    /// What one step of a run does.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A call `ago` ms before the clock (0: now), after the clock moved on.
+        Call {
+            gap: i64,
+            ago: i64,
+            health: Health,
+        },
+        Evaluate {
+            gap: i64,
+        },
+        Forget {
+            gap: i64,
+        },
+    }
+
+    fn any_health() -> impl Strategy<Value = Health> {
+        prop_oneof![
+            4 => Just(Health::Success),
+            1 => Just(Health::SlowSuccess),
+            3 => Just(Health::Failure),
+            3 => Just(Health::Timeout),
+            1 => Just(Health::Neutral),
+        ]
+    }
+
+    fn any_step() -> impl Strategy<Value = Step> {
+        let gap = prop_oneof![4 => 0i64..400, 1 => 0i64..20_000];
+        prop_oneof![
+            8 => (gap.clone(), prop_oneof![6 => Just(0i64), 1 => 0i64..70_000], any_health())
+                .prop_map(|(gap, ago, health)| Step::Call { gap, ago, health }),
+            3 => gap.clone().prop_map(|gap| Step::Evaluate { gap }),
+            1 => gap.prop_map(|gap| Step::Forget { gap }),
+        ]
+    }
+
+    fn any_config() -> impl Strategy<Value = WindowConfig> {
+        (
+            prop_oneof![Just(1_000u64), Just(250), Just(0), 1u64..3_000],
+            1u64..20_000,
+            0u64..70_000,
+            0u32..12,
+            0u32..6,
+        )
+            .prop_map(|(bucket_ms, length_ms, streak_ms, min_calls, in_a_row)| {
+                WindowConfig {
+                    bucket: Duration::from_millis(bucket_ms),
+                    length: Duration::from_millis(length_ms),
+                    streak_length: Duration::from_millis(streak_ms),
+                    min_calls,
+                    consecutive_timeouts: in_a_row,
+                    consecutive_errors: in_a_row / 2,
+                    consecutive_failures: in_a_row + 1,
+                    ..WindowConfig::default()
+                }
+            })
+    }
+
+    proptest! {
+        /// After any run of calls (in order and late), evaluations and
+        /// forgets, the running sums say what `evaluate` says of every
+        /// bucket counted after the last forget.
+        #[test]
+        fn running_sums_say_what_evaluate_says(
+            cfg in any_config(),
+            steps in proptest::collection::vec(any_step(), 0..150),
+        ) {
+            let mut rolling = RollingWindow::new(cfg);
+            let mut all: Vec<Bucket> = Vec::new();
+            let mut forgotten: Option<DateTime<Utc>> = None;
+            let mut clock = 0i64;
+            for step in steps {
+                match step {
+                    Step::Call { gap, ago, health } => {
+                        clock += gap;
+                        let when = at(clock - ago);
+                        rolling.record(health, when);
+                        let start = cfg.bucket_start(when);
+                        if forgotten.is_some_and(|f| start <= f) {
+                            continue;
+                        }
+                        match all.iter_mut().find(|b| b.start == start) {
+                            Some(b) => b.counts.record(health),
+                            None => {
+                                let mut counts = CallCounts::default();
+                                counts.record(health);
+                                all.push(Bucket { start, counts });
+                            }
+                        }
+                    }
+                    Step::Evaluate { gap } => {
+                        clock += gap;
+                        all.sort_by_key(|b| b.start);
+                        let kept: Vec<Bucket> = all
+                            .iter()
+                            .filter(|b| forgotten.is_none_or(|f| b.start > f))
+                            .copied()
+                            .collect();
+                        prop_assert_eq!(rolling.evaluate(at(clock)), cfg.evaluate(&kept, at(clock)));
+                    }
+                    Step::Forget { gap } => {
+                        clock += gap;
+                        rolling.forget_through(at(clock));
+                        forgotten = Some(at(clock));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn five_timeouts_in_a_row_trip_and_a_success_resets_them() {
+        let mut w = RollingWindow::new(WindowConfig::default());
+        for i in 0..4 {
+            w.record(Health::Timeout, at(i * 100));
+        }
+        assert_eq!(w.evaluate(at(400)), None);
+        w.record(Health::Success, at(450));
+        w.record(Health::Timeout, at(1_100));
+        assert_eq!(w.evaluate(at(1_100)), None);
+        for i in 0..4 {
+            w.record(Health::Timeout, at(1_200 + i * 100));
+        }
+        assert_eq!(
+            w.evaluate(at(1_600)),
+            Some(WindowVerdict::ConsecutiveTimeouts { count: 5 })
+        );
+        // Ten seconds on, the timeouts are out of the window but still
+        // failures in a row within the minute's lookback; a minute on, gone.
+        assert_eq!(
+            w.evaluate(at(12_000)),
+            Some(WindowVerdict::ConsecutiveFailures { count: 5 })
+        );
+        assert_eq!(w.evaluate(at(70_000)), None);
+        assert_eq!(w.buckets().count(), 0);
+    }
+}
