@@ -225,6 +225,28 @@ impl WindowConfig {
         self.bucket_start(now - length) + TimeDelta::from_std(self.bucket).unwrap_or_default()
     }
 
+    /// The start of the bucket after the one that holds `at`, where bucket
+    /// starts are whole nanoseconds (see [`Self::bucket_start`]); `None`
+    /// where they are not, or past the calendar's end.
+    fn next_bucket_after(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let width = TimeDelta::from_std(self.bucket).unwrap_or(TimeDelta::seconds(1));
+        match (width.num_nanoseconds(), at.timestamp_nanos_opt()) {
+            (Some(span), Some(_)) if span > 0 => self.bucket_start(at).checked_add_signed(width),
+            _ => None,
+        }
+    }
+
+    /// Until when [`Self::oldest_bucket`] and [`Self::oldest_read`] stay
+    /// what they are at `now` (exclusive); `None`: no promise.
+    fn oldest_stable_until(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let until = |length: Duration| {
+            let length = TimeDelta::from_std(length).unwrap_or(TimeDelta::seconds(10));
+            self.next_bucket_after(now - length)?
+                .checked_add_signed(length)
+        };
+        Some(until(self.length)?.min(until(self.length.max(self.streak_length))?))
+    }
+
     /// Decide from the buckets (any order, any age) whether to ask for a trip.
     ///
     /// One pass, newest first, without a copy when the buckets come oldest

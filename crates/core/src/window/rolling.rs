@@ -37,6 +37,12 @@ pub struct RollingWindow {
     /// Calls in buckets starting at or before this are not counted.
     forgotten_through: Option<DateTime<Utc>>,
     latest: Option<DateTime<Utc>>,
+    /// Until when (exclusive) the window's edges stay where `latest` put
+    /// them: the clock can move that far without touching a bucket.
+    edges_until: Option<DateTime<Utc>>,
+    /// Where the newest bucket ends: a call before that and after its
+    /// start goes in it without any time arithmetic.
+    newest_end: Option<DateTime<Utc>>,
 }
 
 impl RollingWindow {
@@ -52,6 +58,8 @@ impl RollingWindow {
             streak_timeouts: 0,
             forgotten_through: None,
             latest: None,
+            edges_until: None,
+            newest_end: None,
         }
     }
 
@@ -61,11 +69,18 @@ impl RollingWindow {
 
     /// Count a call made at `at`.
     pub fn record(&mut self, health: Health, at: DateTime<Utc>) {
+        let now = self.advance(at);
+        if let (Some(newest), Some(end)) = (self.buckets.back(), self.newest_end)
+            && newest.start <= at
+            && at < end
+        {
+            self.count_in_newest(health);
+            return;
+        }
         let start = self.config.bucket_start(at);
         if self.forgotten_through.is_some_and(|t| start <= t) {
             return;
         }
-        let now = self.advance(at);
         if start < self.config.oldest_read(now) {
             return;
         }
@@ -91,6 +106,7 @@ impl RollingWindow {
                     start,
                     counts: CallCounts::default(),
                 });
+                self.newest_end = self.config.next_bucket_after(start);
                 self.leave_window(now);
             }
         }
@@ -131,6 +147,10 @@ impl RollingWindow {
             _ => now,
         };
         self.latest = Some(now);
+        if self.edges_until.is_some_and(|until| now < until) {
+            return now;
+        }
+        self.edges_until = self.config.oldest_stable_until(now);
         self.leave_window(now);
         let oldest_read = self.config.oldest_read(now);
         while self.buckets.front().is_some_and(|b| b.start < oldest_read) {
@@ -214,6 +234,10 @@ impl RollingWindow {
             .iter()
             .rposition(|b| b.counts.successes > 0)
             .map_or(0, |i| i + 1);
+        self.newest_end = self
+            .buckets
+            .back()
+            .and_then(|b| self.config.next_bucket_after(b.start));
         self.recent = CallCounts::default();
         self.streak_errors = 0;
         self.streak_failures = 0;
