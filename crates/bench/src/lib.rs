@@ -286,12 +286,16 @@ impl InProcessBreaker {
 
 /// Run lifeboat's breaker over `calls`, evaluating every `evaluate_every`.
 pub fn run_lifeboat(calls: &[Outcome], evaluate_every: usize) -> Tally {
-    let mut breaker = InProcessBreaker::new(evaluate_every, start());
-    for (i, outcome) in calls.iter().enumerate() {
-        let now = at(i);
+    // The clock moves by one add per call, as failsafe's mock clock does:
+    // the same instants as [`at`].
+    let gap = TimeDelta::from_std(CALL_GAP).unwrap_or_default();
+    let mut now = start();
+    let mut breaker = InProcessBreaker::new(evaluate_every, now);
+    for outcome in calls {
         if breaker.admit(now) {
             breaker.record(outcome.health(), now);
         }
+        now += gap;
     }
     breaker.tally
 }
