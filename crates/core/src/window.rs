@@ -629,7 +629,9 @@ mod tests {
         })
     }
 
-    fn any_config() -> impl Strategy<Value = WindowConfig> {
+    /// Window settings of every shape, odd bucket widths and lookbacks
+    /// shorter than a bucket among them (also used by `rolling`'s tests).
+    pub(super) fn any_config() -> impl Strategy<Value = WindowConfig> {
         (
             prop_oneof![Just(1_000u64), Just(250), Just(3_000), Just(0), 1u64..5_000],
             1u64..30_000,

@@ -268,11 +268,10 @@ fn remove(sum: &mut CallCounts, gone: &CallCounts) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use proptest::prelude::*;
 
     use super::*;
+    use crate::window::tests::any_config;
 
     fn at(ms: i64) -> DateTime<Utc> {
         DateTime::from_timestamp_millis(1_700_000_000_000 + ms).unwrap()
@@ -313,28 +312,6 @@ mod tests {
             3 => gap.clone().prop_map(|gap| Step::Evaluate { gap }),
             1 => gap.prop_map(|gap| Step::Forget { gap }),
         ]
-    }
-
-    fn any_config() -> impl Strategy<Value = WindowConfig> {
-        (
-            prop_oneof![Just(1_000u64), Just(250), Just(0), 1u64..3_000],
-            1u64..20_000,
-            0u64..70_000,
-            0u32..12,
-            0u32..6,
-        )
-            .prop_map(|(bucket_ms, length_ms, streak_ms, min_calls, in_a_row)| {
-                WindowConfig {
-                    bucket: Duration::from_millis(bucket_ms),
-                    length: Duration::from_millis(length_ms),
-                    streak_length: Duration::from_millis(streak_ms),
-                    min_calls,
-                    consecutive_timeouts: in_a_row,
-                    consecutive_errors: in_a_row / 2,
-                    consecutive_failures: in_a_row + 1,
-                    ..WindowConfig::default()
-                }
-            })
     }
 
     proptest! {
