@@ -6,15 +6,15 @@
 //!
 //! * `window_batch/<traffic>/<n>`: count `n` outcomes (10 or 100) and
 //!   evaluate, on a window already holding a minute of that traffic (60
-//!   one-second buckets): the pure code, as [`InProcessBreaker`] runs it;
+//!   one-second buckets): the pure code over the buckets as a store
+//!   returns them (the benches' in-process breaker keeps a
+//!   `RollingWindow` instead, which says the same);
 //! * `window_batch_store/<traffic>/<n>`: the same through the in-memory
 //!   `WindowStore` (`add`, then `since`: a copy of the buckets) as the real
 //!   consumer's code calls it, awaited on a current-thread runtime;
 //! * `window_evaluate/<traffic>`: `evaluate` alone over the 60 buckets;
 //! * `window_oldest_read`: `WindowConfig::oldest_read` alone, which
-//!   `evaluate` computes once per bucket in its filter.
-//!
-//! [`InProcessBreaker`]: lifeboat_bench::InProcessBreaker
+//!   `evaluate` computes once per evaluation.
 
 use std::hint::black_box;
 
