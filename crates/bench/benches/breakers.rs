@@ -22,9 +22,12 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use failsafe::{StateMachine, backoff, failure_policy};
-use lifeboat_bench::{CALL_GAP, CALLS, Outcome, Sequence, Tally, at, run_lifeboat, sequences};
+use lifeboat_bench::{
+    CALL_GAP, CALLS, Outcome, Sequence, Tally, at, instants, run_lifeboat_at, sequences,
+};
 use lifeboat_core::breaker::{Decision, Input, TripReason, decide};
 use lifeboat_core::window::WindowVerdict;
 use lifeboat_core::{BreakerConfig, BreakerRecord, BreakerState, OperatorId};
@@ -91,25 +94,30 @@ fn run_recloser(calls: &[Outcome]) -> Tally {
     tally
 }
 
-type Runner = fn(&[Outcome]) -> Tally;
+/// A breaker run over a sequence's calls; the calls' instants are given
+/// for the breakers that take them as data (lifeboat), computed outside the
+/// measured loop. failsafe moves its own mock clock, recloser reads the
+/// real one.
+type Runner = fn(&[Outcome], &[DateTime<Utc>]) -> Tally;
 
 fn runners() -> [(&'static str, Runner); 5] {
     [
-        ("lifeboat/per_call", |c| run_lifeboat(c, 1)),
-        ("lifeboat/per_batch_10", |c| run_lifeboat(c, 10)),
-        ("failsafe/time_window", failsafe_time_window),
-        ("failsafe/consecutive", failsafe_consecutive),
-        ("recloser/default", run_recloser),
+        ("lifeboat/per_call", |c, t| run_lifeboat_at(c, t, 1)),
+        ("lifeboat/per_batch_10", |c, t| run_lifeboat_at(c, t, 10)),
+        ("failsafe/time_window", |c, _| failsafe_time_window(c)),
+        ("failsafe/consecutive", |c, _| failsafe_consecutive(c)),
+        ("recloser/default", |c, _| run_recloser(c)),
     ]
 }
 
 fn admit_record(c: &mut Criterion) {
     let seqs: Vec<Sequence> = sequences();
+    let times = instants(CALLS);
     // What each breaker did with each sequence, once, so the report can
     // say how much of each run was rejected cheaply.
     for seq in &seqs {
         for (name, run) in runners() {
-            let tally = run(&seq.calls);
+            let tally = run(&seq.calls, &times);
             eprintln!(
                 "admit_record/{}/{name}: {} admitted, {} rejected, {} transitions",
                 seq.name, tally.admitted, tally.rejected, tally.transitions
@@ -121,7 +129,7 @@ fn admit_record(c: &mut Criterion) {
         group.throughput(Throughput::Elements(CALLS as u64));
         for (name, run) in runners() {
             group.bench_with_input(BenchmarkId::from_parameter(name), &seq.calls, |b, calls| {
-                b.iter(|| run(black_box(calls)));
+                b.iter(|| run(black_box(calls), black_box(&times)));
             });
         }
         group.finish();

