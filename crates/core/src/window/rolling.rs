@@ -87,17 +87,17 @@ impl RollingWindow {
         match self.buckets.back() {
             Some(newest) if newest.start == start => {}
             Some(newest) if newest.start > start => {
-                let at = self.buckets.partition_point(|b| b.start < start);
-                if self.buckets[at].start != start {
+                let index = self.buckets.partition_point(|b| b.start < start);
+                if self.buckets[index].start != start {
                     self.buckets.insert(
-                        at,
+                        index,
                         Bucket {
                             start,
                             counts: CallCounts::default(),
                         },
                     );
                 }
-                self.buckets[at].counts.record(health);
+                self.buckets[index].counts.record(health);
                 self.recount(now);
                 return;
             }
