@@ -305,6 +305,7 @@ pub fn run_lifeboat_at(
     instants: &[DateTime<Utc>],
     evaluate_every: usize,
 ) -> Tally {
+    assert_eq!(calls.len(), instants.len(), "an instant for every call");
     let mut breaker = InProcessBreaker::new(evaluate_every, start());
     for (outcome, &now) in calls.iter().zip(instants) {
         if breaker.admit(now) {

@@ -131,10 +131,18 @@ pub struct Milestones {
     pub on_sale: Option<Duration>,
 }
 
+/// The template's off-sale hold (`lifeboat local` runs the suite with it).
+const OFF_SALE_HOLD: Duration =
+    Duration::from_secs(lifeboat_local::template::SALE_OFF_SALE_HOLD_S as u64);
+
+/// How far the open and close seen here, polled every 250 ms, may lag the
+/// listener's own view of them: it starts the hold when the open's event
+/// reaches it and drops the write when it comes due after the close.
+const SEEN_LAG: Duration = Duration::from_secs(3);
+
 /// How long after the close an operator that never went off sale counts as
-/// having stayed on sale: the off-sale hold (a breaker that closes within it
-/// writes nothing, and a write still waiting on it is dropped when it
-/// comes due) and a few seconds for that last write's turn.
+/// having stayed on sale: the hold and a few seconds for the dropped write's
+/// turn.
 const STAYED_ON_SALE_AFTER: Duration =
     Duration::from_secs(lifeboat_local::template::SALE_OFF_SALE_HOLD_S as u64 + 5);
 
@@ -147,16 +155,26 @@ impl Milestones {
             && (self.on_sale.is_some() || self.stayed_on_sale(now))
     }
 
-    /// The breaker closed within the off-sale hold, so the operator was
-    /// never taken off sale, and the hold has passed since.
+    /// The breaker closed within the off-sale hold of its open, so the
+    /// operator was never taken off sale, and the hold has passed since.
     fn stayed_on_sale(&self, now: Duration) -> bool {
         self.off_sale.is_none()
+            && self.closed_within_the_hold()
             && self
                 .closed
                 .is_some_and(|closed| now.saturating_sub(closed) >= STAYED_ON_SALE_AFTER)
     }
 
-    fn missing(&self) -> String {
+    fn closed_within_the_hold(&self) -> bool {
+        match (self.opened, self.closed) {
+            (Some(opened), Some(closed)) => {
+                closed.saturating_sub(opened) <= OFF_SALE_HOLD + SEEN_LAG
+            }
+            _ => false,
+        }
+    }
+
+    fn missing(&self, now: Duration) -> String {
         let mut missing = Vec::new();
         if self.opened.is_none() {
             missing.push("the breaker never opened");
@@ -168,7 +186,9 @@ impl Milestones {
             missing.push("the stream is not back on the real consumer");
         }
         if self.off_sale.is_none() {
-            if self.closed.is_some() {
+            if self.closed.is_some() && !self.closed_within_the_hold() {
+                missing.push("never taken off sale, though open longer than the off-sale hold");
+            } else if self.closed.is_some() && !self.stayed_on_sale(now) {
                 missing
                     .push("never off sale, and the off-sale hold has not passed since the close");
             }
@@ -400,7 +420,7 @@ fn print_summary(progress: &Progress, report: &LocalReport) {
             "  operator back → closed {}, stream on real-consumer {}, on sale {}",
             after(m.closed, m.outage_ended),
             after(m.mapping_real, m.outage_ended),
-            if m.off_sale.is_none() && m.closed.is_some() {
+            if m.off_sale.is_none() && m.closed_within_the_hold() {
                 "never off sale (closed within the off-sale hold)".to_owned()
             } else {
                 after(m.on_sale, m.outage_ended)
@@ -438,7 +458,7 @@ mod tests {
         let mut m = closed_at(61);
         m.off_sale = s(60);
         assert!(!m.recovered(Duration::from_secs(200)));
-        assert_eq!(m.missing(), "not back on sale");
+        assert_eq!(m.missing(Duration::from_secs(200)), "not back on sale");
         m.on_sale = s(121);
         assert!(m.recovered(Duration::from_secs(121)));
     }
@@ -447,9 +467,28 @@ mod tests {
     fn a_close_within_the_off_sale_hold_stays_on_sale_once_the_hold_has_passed() {
         let m = closed_at(59);
         let settled = Duration::from_secs(59) + STAYED_ON_SALE_AFTER;
-        assert!(!m.recovered(settled - Duration::from_secs(1)));
+        let early = settled - Duration::from_secs(1);
+        assert!(!m.recovered(early));
+        assert!(
+            m.missing(early).contains("has not passed"),
+            "{}",
+            m.missing(early)
+        );
         assert!(m.recovered(settled));
-        assert!(m.missing().contains("never off sale"), "{}", m.missing());
+    }
+
+    #[test]
+    fn never_off_sale_after_an_open_longer_than_the_hold_is_no_recovery() {
+        // Open 50 → closed 120: the off-sale write should have happened.
+        let m = closed_at(120);
+        let later = Duration::from_secs(500);
+        assert!(!m.recovered(later));
+        assert!(
+            m.missing(later)
+                .contains("open longer than the off-sale hold"),
+            "{}",
+            m.missing(later)
+        );
     }
 
     #[test]

@@ -103,7 +103,7 @@ pub(super) async fn watch_run(
             if now.saturating_sub(end) > config.recovery_limit {
                 return Err(LocalError::NoRecovery {
                     limit: config.recovery_limit,
-                    missing: m.missing(),
+                    missing: m.missing(now),
                 });
             }
         }

@@ -128,6 +128,8 @@ impl RollingWindow {
     /// later: the real consumer reads only buckets that start after the
     /// breaker last closed.
     pub fn forget_through(&mut self, since: DateTime<Utc>) {
+        // Never less than before: what was forgotten stays forgotten.
+        let since = self.forgotten_through.map_or(since, |t| t.max(since));
         self.forgotten_through = Some(since);
         self.buckets.retain(|b| b.start > since);
         if let Some(now) = self.latest {
@@ -281,17 +283,12 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Step {
         /// A call `ago` ms before the clock (0: now), after the clock moved on.
-        Call {
-            gap: i64,
-            ago: i64,
-            health: Health,
-        },
-        Evaluate {
-            gap: i64,
-        },
-        Forget {
-            gap: i64,
-        },
+        Call { gap: i64, ago: i64, health: Health },
+        /// At `back` ms before the clock (earlier than the latest instant
+        /// seen: evaluated at that latest).
+        Evaluate { gap: i64, back: i64 },
+        /// Through `back` ms before the clock.
+        Forget { gap: i64, back: i64 },
     }
 
     fn any_health() -> impl Strategy<Value = Health> {
@@ -309,8 +306,10 @@ mod tests {
         prop_oneof![
             8 => (gap.clone(), prop_oneof![6 => Just(0i64), 1 => 0i64..70_000], any_health())
                 .prop_map(|(gap, ago, health)| Step::Call { gap, ago, health }),
-            3 => gap.clone().prop_map(|gap| Step::Evaluate { gap }),
-            1 => gap.prop_map(|gap| Step::Forget { gap }),
+            3 => (gap.clone(), prop_oneof![3 => Just(0i64), 1 => 0i64..5_000])
+                .prop_map(|(gap, back)| Step::Evaluate { gap, back }),
+            1 => (gap, prop_oneof![1 => Just(0i64), 1 => 0i64..30_000])
+                .prop_map(|(gap, back)| Step::Forget { gap, back }),
         ]
     }
 
@@ -327,12 +326,14 @@ mod tests {
             let mut all: Vec<Bucket> = Vec::new();
             let mut forgotten: Option<DateTime<Utc>> = None;
             let mut clock = 0i64;
+            let mut latest: Option<DateTime<Utc>> = None;
             for step in steps {
                 match step {
                     Step::Call { gap, ago, health } => {
                         clock += gap;
                         let when = at(clock - ago);
                         rolling.record(health, when);
+                        latest = latest.max(Some(when));
                         let start = cfg.bucket_start(when);
                         if forgotten.is_some_and(|f| start <= f) {
                             continue;
@@ -346,20 +347,23 @@ mod tests {
                             }
                         }
                     }
-                    Step::Evaluate { gap } => {
+                    Step::Evaluate { gap, back } => {
                         clock += gap;
+                        let asked = at(clock - back);
+                        let now = latest.map_or(asked, |l| l.max(asked));
+                        latest = Some(now);
                         all.sort_by_key(|b| b.start);
                         let kept: Vec<Bucket> = all
                             .iter()
                             .filter(|b| forgotten.is_none_or(|f| b.start > f))
                             .copied()
                             .collect();
-                        prop_assert_eq!(rolling.evaluate(at(clock)), cfg.evaluate(&kept, at(clock)));
+                        prop_assert_eq!(rolling.evaluate(asked), cfg.evaluate(&kept, now));
                     }
-                    Step::Forget { gap } => {
+                    Step::Forget { gap, back } => {
                         clock += gap;
-                        rolling.forget_through(at(clock));
-                        forgotten = Some(at(clock));
+                        rolling.forget_through(at(clock - back));
+                        forgotten = forgotten.max(Some(at(clock - back)));
                     }
                 }
             }
