@@ -143,8 +143,7 @@ const SEEN_LAG: Duration = Duration::from_secs(3);
 /// How long after the close an operator that never went off sale counts as
 /// having stayed on sale: the hold and a few seconds for the dropped write's
 /// turn.
-const STAYED_ON_SALE_AFTER: Duration =
-    Duration::from_secs(lifeboat_local::template::SALE_OFF_SALE_HOLD_S as u64 + 5);
+const STAYED_ON_SALE_AFTER: Duration = OFF_SALE_HOLD.saturating_add(Duration::from_secs(5));
 
 impl Milestones {
     /// Closed, the stream back on the real consumer, and on sale: back on

@@ -63,10 +63,6 @@ impl RollingWindow {
         }
     }
 
-    pub fn config(&self) -> &WindowConfig {
-        &self.config
-    }
-
     /// Count a call made at `at`.
     pub fn record(&mut self, health: Health, at: DateTime<Utc>) {
         let now = self.advance(at);
