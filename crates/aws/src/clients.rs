@@ -176,8 +176,30 @@ impl Env {
 
 /// The default AWS configuration: region, credentials and endpoints from the
 /// environment, the Lambda execution role, or the shared config files.
+/// For the operators' command, whose credentials may come from SSO, a
+/// profile's role or `credential_process`.
 pub async fn load_sdk_config() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest()).load().await
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(crate::tls::https_client())
+        .load()
+        .await
+}
+
+/// A Lambda function's AWS configuration: credentials from
+/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`, the
+/// region from `AWS_REGION` (or `AWS_DEFAULT_REGION`), as the Lambda service
+/// sets them for the execution role; endpoints, retries and timeouts from
+/// the environment as [`load_sdk_config`] reads them. The function binaries
+/// leave out the rest of the default chain (assume-role and web-identity
+/// through STS, instance metadata, SSO): code they would never run on Lambda
+/// (docs/binaries.md).
+pub async fn load_function_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .credentials_provider(aws_config::environment::EnvironmentVariableCredentialsProvider::new())
+        .region(aws_config::environment::EnvironmentVariableRegionProvider::new())
+        .http_client(crate::tls::https_client())
+        .load()
+        .await
 }
 
 /// The SDK clients lifeboat's adapters use, each built the first time an
@@ -201,6 +223,11 @@ impl Clients {
     /// Clients from the default configuration chain ([`load_sdk_config`]).
     pub async fn load() -> Self {
         Self::new(&load_sdk_config().await)
+    }
+
+    /// A Lambda function's clients ([`load_function_config`]).
+    pub async fn load_in_function() -> Self {
+        Self::new(&load_function_config().await)
     }
 
     pub fn new(config: &SdkConfig) -> Self {

@@ -17,9 +17,11 @@
 //! lock are DynamoDB condition expressions here, and every counter is a single
 //! atomic `ADD`, never a read followed by a write.
 //!
-//! Clients are built once per process ([`Clients::load`]) from the default AWS
-//! configuration chain, which honours `AWS_ENDPOINT_URL` and
+//! Clients are built once per process ([`Clients::load_in_function`] in a
+//! function, [`Clients::load`] in the operators' command) from AWS
+//! configuration that honours `AWS_ENDPOINT_URL` and
 //! `AWS_ENDPOINT_URL_<SERVICE>`, so the same binaries talk to moto locally.
+//! [`logs::init`] sets up a function's log lines; [`tls`] its one TLS stack.
 
 pub mod breaker;
 pub mod cache;
@@ -28,10 +30,12 @@ pub mod clients;
 mod error;
 pub mod events;
 pub mod item;
+pub mod logs;
 pub mod requests;
 pub mod router;
 pub mod sale;
 pub mod sqs;
+pub mod tls;
 pub mod window;
 
 pub use breaker::DynamoBreakerStore;

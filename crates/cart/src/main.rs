@@ -1,14 +1,14 @@
 //! The cart Lambda function: build configuration and clients once, then serve.
 
 use cart::CartService;
-use lambda_http::{Error, tracing};
+use lambda_http::Error;
 use lifeboat_aws::{Clients, Env};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    lifeboat_aws::logs::init();
     let env = Env::from_process();
-    let function = CartService::from_env(&env, &Clients::load().await)?;
+    let function = CartService::from_env(&env, &Clients::load_in_function().await)?;
     let function = &function;
     lifeboat_lookup::http::serve(|request| async move { function.handle(&request).await }).await
 }

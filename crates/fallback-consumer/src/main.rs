@@ -1,15 +1,15 @@
 //! The fallback-consumer Lambda function: build configuration and clients once, then serve.
 
 use fallback_consumer::FallbackConsumer;
-use lambda_runtime::{Error, LambdaEvent, run, service_fn, tracing};
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use lifeboat_aws::{Clients, Env};
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    lifeboat_aws::logs::init();
     let env = Env::from_process();
-    let function = FallbackConsumer::from_env(&env, &Clients::load().await)?;
+    let function = FallbackConsumer::from_env(&env, &Clients::load_in_function().await)?;
     let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         function

@@ -146,6 +146,7 @@ impl HttpSaleSwitch {
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
     pub fn new(config: HttpSwitchConfig) -> Result<Self, HttpSwitchError> {
+        lifeboat_aws::tls::install_default_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(Self::CONNECT_TIMEOUT.min(config.timeout))
             .timeout(config.timeout)

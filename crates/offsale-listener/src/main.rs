@@ -1,15 +1,15 @@
 //! The offsale-listener Lambda function: build configuration and clients once, then serve.
 
-use lambda_runtime::{Error, LambdaEvent, run, service_fn, tracing};
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use lifeboat_aws::{Clients, Env};
 use offsale_listener::OffsaleListener;
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    lifeboat_aws::logs::init();
     let env = Env::from_process();
-    let sdk = lifeboat_aws::clients::load_sdk_config().await;
+    let sdk = lifeboat_aws::clients::load_function_config().await;
     let ssm = aws_sdk_ssm::Client::new(&sdk);
     let function = OffsaleListener::from_env(&env, &Clients::new(&sdk), &ssm).await?;
     let function = &function;

@@ -220,6 +220,10 @@ impl HttpOperatorApi {
     /// The reqwest client [`new`](Self::new) uses: 1 s connect timeout, no
     /// redirects.
     pub fn default_client() -> Result<reqwest::Client, reqwest::Error> {
+        // reqwest has no crypto provider of its own in the functions' build:
+        // rustls on ring, as the SDK's client (lifeboat_aws::tls). Err: one
+        // is installed already, and it stays.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         reqwest::Client::builder()
             .connect_timeout(Self::CONNECT_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
