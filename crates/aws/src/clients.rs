@@ -195,7 +195,9 @@ pub async fn load_sdk_config() -> SdkConfig {
 /// (docs/binaries.md).
 pub async fn load_function_config() -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
-        .credentials_provider(aws_config::environment::EnvironmentVariableCredentialsProvider::new())
+        .credentials_provider(
+            aws_config::environment::EnvironmentVariableCredentialsProvider::new(),
+        )
         .region(aws_config::environment::EnvironmentVariableRegionProvider::new())
         .http_client(crate::tls::https_client())
         .load()

@@ -100,7 +100,10 @@ mod tests {
 
     #[test]
     fn rust_log_sets_targets_and_a_bad_directive_is_skipped() {
-        let f = filter(None, Some("warn, aws_smithy_runtime=debug,=nonsense=,cart=loud"));
+        let f = filter(
+            None,
+            Some("warn, aws_smithy_runtime=debug,=nonsense=,cart=loud"),
+        );
         assert!(lets(&f, "aws_smithy_runtime::client", Level::DEBUG));
         assert!(!lets(&f, "search", Level::INFO));
         assert!(lets(&f, "search", Level::WARN));
