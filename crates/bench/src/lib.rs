@@ -196,14 +196,34 @@ impl InProcessBreaker {
     }
 
     /// Whether a call made at `now` may go to the operator.
+    #[inline]
     pub fn admit(&mut self, now: DateTime<Utc>) -> bool {
+        // The cheap check first: a closed breaker admits, whatever the time.
+        let admitted = match self.record.state {
+            BreakerState::Closed | BreakerState::ForcedClosed => {
+                self.trial = false;
+                true
+            }
+            _ => self.admit_unless_closed(now),
+        };
+        if admitted {
+            self.tally.admitted += 1;
+        } else {
+            self.tally.rejected += 1;
+        }
+        admitted
+    }
+
+    /// [`Self::admit`] for a breaker that is not closed: an open one whose
+    /// open period is over takes a tick first.
+    fn admit_unless_closed(&mut self, now: DateTime<Utc>) -> bool {
         if self.record.state == BreakerState::Open
             && self.record.open_until.is_some_and(|until| now >= until)
         {
             let decision = decide(&self.record, &Input::Tick, now, &self.breaker);
             self.apply(decision);
         }
-        let admitted = match self.record.state {
+        match self.record.state {
             BreakerState::Closed | BreakerState::ForcedClosed => {
                 self.trial = false;
                 true
@@ -214,13 +234,7 @@ impl InProcessBreaker {
                 true
             }
             BreakerState::HalfOpen | BreakerState::Open | BreakerState::ForcedOpen => false,
-        };
-        if admitted {
-            self.tally.admitted += 1;
-        } else {
-            self.tally.rejected += 1;
         }
-        admitted
     }
 
     /// Record the outcome of the call admitted last, made at `started`.

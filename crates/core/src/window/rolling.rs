@@ -2,11 +2,14 @@
 //! calls in one process: each call and each evaluation costs a few adds
 //! instead of a pass over the window's buckets. It says what
 //! [`WindowConfig::evaluate`] says of the same buckets (the proptest below
-//! holds it to that).
+//! holds it to that). Instants are compared as nanoseconds since the epoch,
+//! converted once per call; chrono's calendar arithmetic is left to
+//! instants and settings that nanoseconds do not hold.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, NaiveTime, TimeDelta, Timelike, Utc};
 
 use super::{Bucket, CallCounts, Tally, WindowConfig, WindowVerdict};
 use crate::request::Health;
@@ -21,6 +24,8 @@ use crate::request::Health;
 #[derive(Debug, Clone)]
 pub struct RollingWindow {
     config: WindowConfig,
+    /// The config's spans in nanoseconds, where they are.
+    spans: Option<Spans>,
     /// Oldest first, distinct starts; none older than the longer lookback.
     buckets: VecDeque<Bucket>,
     /// The first bucket inside the window (`length`).
@@ -37,18 +42,112 @@ pub struct RollingWindow {
     /// Calls in buckets starting at or before this are not counted.
     forgotten_through: Option<DateTime<Utc>>,
     latest: Option<DateTime<Utc>>,
-    /// Until when (exclusive) the window's edges stay where `latest` put
-    /// them: the clock can move that far without touching a bucket.
-    edges_until: Option<DateTime<Utc>>,
-    /// Where the newest bucket ends: a call before that and after its
-    /// start goes in it without any time arithmetic.
-    newest_end: Option<DateTime<Utc>>,
+    /// The oldest bucket start inside the window at `latest`, and the oldest
+    /// any rule reads ([`WindowConfig::oldest_bucket`], `oldest_read`).
+    oldest: DateTime<Utc>,
+    oldest_read: DateTime<Utc>,
+    /// `latest` in nanoseconds, where `edges_until` is set.
+    latest_ns: i64,
+    /// Until when (exclusive, in nanoseconds) the window's edges stay where
+    /// `latest` put them: the clock can move that far without touching a
+    /// bucket. `i64::MIN`: no promise.
+    edges_until: i64,
+    /// The instants of the newest bucket: a call in it goes in without
+    /// any time arithmetic. Empty when there is none (or no promise).
+    newest: Range<i64>,
+    day: Midnight,
+    /// The last evaluation said nothing, and every change since was a
+    /// success or a neutral call in the newest bucket, which cannot make it
+    /// say anything (see [`Self::count_in_newest`]).
+    quiet: bool,
+}
+
+/// An instant as nanoseconds since the epoch, where it is one: `None`
+/// outside i64's 584 years and for a leap second (which shares its
+/// nanoseconds with the next second). Ordered as the instants are.
+fn nanos(at: DateTime<Utc>) -> Option<i64> {
+    if at.timestamp_subsec_nanos() >= 1_000_000_000 {
+        return None;
+    }
+    at.timestamp_nanos_opt()
+}
+
+/// The last day an instant was converted on, and its midnight in
+/// nanoseconds: an instant of that day is its midnight plus its time of
+/// day, without the calendar arithmetic of [`nanos`].
+#[derive(Debug, Clone, Copy)]
+struct Midnight {
+    date: NaiveDate,
+    nanos: Option<i64>,
+}
+
+impl Midnight {
+    /// [`nanos`]`(at)`.
+    #[inline]
+    fn nanos(&mut self, at: DateTime<Utc>) -> Option<i64> {
+        let (date, time) = (at.naive_utc().date(), at.naive_utc().time());
+        if time.nanosecond() >= 1_000_000_000 {
+            return None;
+        }
+        if date != self.date {
+            *self = Midnight {
+                date,
+                nanos: nanos(date.and_time(NaiveTime::MIN).and_utc()),
+            };
+        }
+        let since_midnight = i64::from(time.num_seconds_from_midnight()) * 1_000_000_000
+            + i64::from(time.nanosecond());
+        match self.nanos {
+            Some(midnight) => midnight.checked_add(since_midnight),
+            None => nanos(at),
+        }
+    }
+}
+
+/// The bucket width and the two lookbacks in nanoseconds, as
+/// [`WindowConfig`]'s arithmetic reads them, for a width of at least a
+/// nanosecond: its instants, found without the calendar.
+#[derive(Debug, Clone, Copy)]
+struct Spans {
+    bucket: i64,
+    length: i64,
+    lookback: i64,
+}
+
+impl Spans {
+    fn of(config: &WindowConfig) -> Option<Self> {
+        let span = |length| {
+            TimeDelta::from_std(length)
+                .unwrap_or(TimeDelta::seconds(10))
+                .num_nanoseconds()
+        };
+        Some(Self {
+            bucket: TimeDelta::from_std(config.bucket)
+                .ok()?
+                .num_nanoseconds()
+                .filter(|&width| width > 0)?,
+            length: span(config.length)?,
+            lookback: span(config.length.max(config.streak_length))?,
+        })
+    }
+
+    /// [`WindowConfig::bucket_start`].
+    fn bucket_start(&self, at: i64) -> i64 {
+        at - at.rem_euclid(self.bucket)
+    }
+
+    /// The start of the bucket after the one that holds `now - length`.
+    fn oldest_within(&self, length: i64, now: i64) -> Option<i64> {
+        self.bucket_start(now.checked_sub(length)?)
+            .checked_add(self.bucket)
+    }
 }
 
 impl RollingWindow {
     pub fn new(config: WindowConfig) -> Self {
         Self {
             config,
+            spans: Spans::of(&config),
             buckets: VecDeque::new(),
             recent_first: 0,
             streak_first: 0,
@@ -58,18 +157,41 @@ impl RollingWindow {
             streak_timeouts: 0,
             forgotten_through: None,
             latest: None,
-            edges_until: None,
-            newest_end: None,
+            oldest: DateTime::<Utc>::MIN_UTC,
+            oldest_read: DateTime::<Utc>::MIN_UTC,
+            latest_ns: i64::MIN,
+            edges_until: i64::MIN,
+            newest: 0..0,
+            day: Midnight {
+                date: NaiveDate::MIN,
+                nanos: None,
+            },
+            quiet: false,
         }
     }
 
     /// Count a call made at `at`.
+    #[inline]
     pub fn record(&mut self, health: Health, at: DateTime<Utc>) {
-        let now = self.advance(at);
-        if let (Some(newest), Some(end)) = (self.buckets.back(), self.newest_end)
-            && newest.start <= at
-            && at < end
+        let ns = self.day.nanos(at);
+        // The common case: a call in the newest bucket, the edges unmoved.
+        if let Some(ns) = ns
+            && ns < self.edges_until
+            && self.newest.contains(&ns)
         {
+            self.tick(at, ns);
+            self.count_in_newest(health);
+            return;
+        }
+        self.record_elsewhere(health, at, ns);
+    }
+
+    /// [`Self::record`] off the fast path: time arithmetic, maybe a new
+    /// bucket or a recount.
+    fn record_elsewhere(&mut self, health: Health, at: DateTime<Utc>, ns: Option<i64>) {
+        self.quiet = false;
+        self.advance(at, ns);
+        if ns.is_some_and(|ns| self.newest.contains(&ns)) {
             self.count_in_newest(health);
             return;
         }
@@ -77,7 +199,7 @@ impl RollingWindow {
         if self.forgotten_through.is_some_and(|t| start <= t) {
             return;
         }
-        if start < self.config.oldest_read(now) {
+        if start < self.oldest_read {
             return;
         }
         match self.buckets.back() {
@@ -94,7 +216,7 @@ impl RollingWindow {
                     );
                 }
                 self.buckets[index].counts.record(health);
-                self.recount(now);
+                self.recount();
                 return;
             }
             _ => {
@@ -102,22 +224,31 @@ impl RollingWindow {
                     start,
                     counts: CallCounts::default(),
                 });
-                self.newest_end = self.config.next_bucket_after(start);
-                self.leave_window(now);
+                self.find_newest();
+                self.leave_window();
             }
         }
         self.count_in_newest(health);
     }
 
     /// What the rules say at `now` (or at the latest instant seen, if later).
+    #[inline]
     pub fn evaluate(&mut self, now: DateTime<Utc>) -> Option<WindowVerdict> {
-        self.advance(now);
-        self.config.verdict(&Tally {
+        match self.day.nanos(now) {
+            Some(ns) if ns < self.edges_until => self.tick(now, ns),
+            ns => self.advance(now, ns),
+        }
+        if self.quiet {
+            return None;
+        }
+        let verdict = self.config.verdict(&Tally {
             timeouts_in_a_row: self.streak_timeouts,
             errors_in_a_row: self.streak_errors,
             failures_in_a_row: self.streak_failures,
             recent: self.recent,
-        })
+        });
+        self.quiet = verdict.is_none();
+        verdict
     }
 
     /// Forget the calls in buckets starting at or before `since`, now and
@@ -128,8 +259,8 @@ impl RollingWindow {
         let since = self.forgotten_through.map_or(since, |t| t.max(since));
         self.forgotten_through = Some(since);
         self.buckets.retain(|b| b.start > since);
-        if let Some(now) = self.latest {
-            self.recount(now);
+        if self.latest.is_some() {
+            self.recount();
         }
     }
 
@@ -138,20 +269,35 @@ impl RollingWindow {
         self.buckets.iter()
     }
 
-    /// Move the clock to `now` (never back) and drop what it leaves behind.
-    fn advance(&mut self, now: DateTime<Utc>) -> DateTime<Utc> {
-        let now = match self.latest {
-            Some(latest) if latest >= now => return latest,
-            _ => now,
-        };
-        self.latest = Some(now);
-        if self.edges_until.is_some_and(|until| now < until) {
-            return now;
+    /// Move the clock to `now` (`ns` in nanoseconds), before `edges_until`.
+    #[inline]
+    fn tick(&mut self, now: DateTime<Utc>, ns: i64) {
+        if ns > self.latest_ns {
+            self.latest_ns = ns;
+            self.latest = Some(now);
         }
-        self.edges_until = self.config.oldest_stable_until(now);
-        self.leave_window(now);
-        let oldest_read = self.config.oldest_read(now);
-        while self.buckets.front().is_some_and(|b| b.start < oldest_read) {
+    }
+
+    /// Move the clock to `now` (`ns`: [`nanos`]`(now)`; never back) and
+    /// drop what it leaves behind.
+    fn advance(&mut self, now: DateTime<Utc>, ns: Option<i64>) {
+        if let Some(ns) = ns
+            && ns < self.edges_until
+        {
+            return self.tick(now, ns);
+        }
+        if self.latest.is_some_and(|latest| latest >= now) {
+            return;
+        }
+        self.latest = Some(now);
+        self.quiet = false;
+        self.move_edges(now, ns);
+        self.leave_window();
+        while self
+            .buckets
+            .front()
+            .is_some_and(|b| b.start < self.oldest_read)
+        {
             let Some(gone) = self.buckets.pop_front() else {
                 break;
             };
@@ -171,14 +317,59 @@ impl RollingWindow {
             self.streak_first = self.streak_first.saturating_sub(1);
             self.recent_first = self.recent_first.saturating_sub(1);
         }
-        now
+        if self.buckets.is_empty() {
+            self.newest = 0..0;
+        }
     }
 
-    /// Move the window's first bucket past those older than it at `now`.
-    fn leave_window(&mut self, now: DateTime<Utc>) {
-        let oldest = self.config.oldest_bucket(now);
+    /// The window's edges at `now` (`ns` in nanoseconds), and until when
+    /// they hold: [`WindowConfig::oldest_bucket`], `oldest_read` and
+    /// `oldest_stable_until`, in nanoseconds where they are.
+    fn move_edges(&mut self, now: DateTime<Utc>, ns: Option<i64>) {
+        let in_nanos = self.spans.zip(ns).and_then(|(spans, now)| {
+            let oldest = spans.oldest_within(spans.length, now)?;
+            let oldest_read = spans.oldest_within(spans.lookback, now)?;
+            let until = oldest
+                .checked_add(spans.length)?
+                .min(oldest_read.checked_add(spans.lookback)?);
+            Some((oldest, oldest_read, until))
+        });
+        if let (Some(now), Some((oldest, oldest_read, until))) = (ns, in_nanos) {
+            self.oldest = DateTime::from_timestamp_nanos(oldest);
+            self.oldest_read = DateTime::from_timestamp_nanos(oldest_read);
+            (self.latest_ns, self.edges_until) = (now, until);
+            return;
+        }
+        self.oldest = self.config.oldest_bucket(now);
+        self.oldest_read = self.config.oldest_read(now);
+        let until = self.config.oldest_stable_until(now).and_then(nanos);
+        (self.latest_ns, self.edges_until) = match (ns, until) {
+            (Some(now), Some(until)) => (now, until),
+            _ => (i64::MIN, i64::MIN),
+        };
+    }
+
+    /// The instants of the newest bucket, from its start (empty where they
+    /// are not nanoseconds).
+    fn find_newest(&mut self) {
+        self.newest = self
+            .buckets
+            .back()
+            .and_then(|b| {
+                let start = nanos(b.start)?;
+                let end = match self.spans {
+                    Some(spans) => spans.bucket_start(start).checked_add(spans.bucket)?,
+                    None => nanos(self.config.next_bucket_after(b.start)?)?,
+                };
+                Some(start..end)
+            })
+            .unwrap_or(0..0);
+    }
+
+    /// Move the window's first bucket past those older than it.
+    fn leave_window(&mut self) {
         while let Some(bucket) = self.buckets.get(self.recent_first) {
-            if bucket.start >= oldest {
+            if bucket.start >= self.oldest {
                 break;
             }
             remove(&mut self.recent, &bucket.counts);
@@ -189,10 +380,22 @@ impl RollingWindow {
         }
     }
 
+    /// Count a call in the newest bucket.
+    ///
+    /// A success cannot make the rules say anything they did not: it ends
+    /// every streak, and lowers both rates once the window holds enough
+    /// calls for the rate rules to read it (a smaller quotient rounds to no
+    /// more); a neutral call changes nothing.
+    #[inline]
     fn count_in_newest(&mut self, health: Health) {
         let newest = self.buckets.len() - 1;
         let in_streak = newest >= self.streak_first;
         let recent = newest >= self.recent_first;
+        self.quiet &= match health {
+            Health::Success => !recent || self.recent.calls >= self.config.min_calls.max(1),
+            Health::Neutral => true,
+            Health::SlowSuccess | Health::Failure | Health::Timeout => false,
+        };
         self.buckets[newest].counts.record(health);
         if recent {
             self.recent.record(health);
@@ -221,21 +424,18 @@ impl RollingWindow {
         }
     }
 
-    /// Every sum again from the buckets, at `now`.
-    fn recount(&mut self, now: DateTime<Utc>) {
-        let oldest_read = self.config.oldest_read(now);
+    /// Every sum again from the buckets, at `latest`.
+    fn recount(&mut self) {
+        self.quiet = false;
+        let oldest_read = self.oldest_read;
         self.buckets.retain(|b| b.start >= oldest_read);
-        let oldest = self.config.oldest_bucket(now);
-        self.recent_first = self.buckets.partition_point(|b| b.start < oldest);
+        self.recent_first = self.buckets.partition_point(|b| b.start < self.oldest);
         self.streak_first = self
             .buckets
             .iter()
             .rposition(|b| b.counts.successes > 0)
             .map_or(0, |i| i + 1);
-        self.newest_end = self
-            .buckets
-            .back()
-            .and_then(|b| self.config.next_bucket_after(b.start));
+        self.find_newest();
         self.recent = CallCounts::default();
         self.streak_errors = 0;
         self.streak_failures = 0;
