@@ -4,14 +4,14 @@
 
 use std::str::FromStr;
 
+use lifeboat_core::metrics::{AWS_LAMBDA_LOG_LEVEL, LogLevel};
+use tracing::Subscriber;
 use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
 
 /// Lambda's log format, `Text` or `JSON` (the template's `LoggingConfig`).
 pub const AWS_LAMBDA_LOG_FORMAT: &str = "AWS_LAMBDA_LOG_FORMAT";
-/// Lambda's application log level (the template's `LogLevel`).
-pub const AWS_LAMBDA_LOG_LEVEL: &str = "AWS_LAMBDA_LOG_LEVEL";
 /// Per-target levels, `info,aws_smithy_runtime=debug`, when the level alone
 /// is not enough.
 pub const RUST_LOG: &str = "RUST_LOG";
@@ -44,16 +44,38 @@ pub fn filter(lambda_level: Option<&str>, rust_log: Option<&str>) -> Targets {
     }
 }
 
-/// `TRACE` … `FATAL`, any case.
+/// `TRACE` … `FATAL`, any case ([`LogLevel::parse`]); `FATAL` is `ERROR`.
 fn level(name: &str) -> Option<LevelFilter> {
-    match name.trim().to_ascii_uppercase().as_str() {
-        "FATAL" => Some(LevelFilter::ERROR),
-        other => LevelFilter::from_str(other).ok(),
+    Some(match LogLevel::parse(name)? {
+        LogLevel::Trace => LevelFilter::TRACE,
+        LogLevel::Debug => LevelFilter::DEBUG,
+        LogLevel::Info => LevelFilter::INFO,
+        LogLevel::Warn => LevelFilter::WARN,
+        LogLevel::Error | LogLevel::Fatal => LevelFilter::ERROR,
+    })
+}
+
+/// The subscriber a function writes its lines with: JSON objects when
+/// `json` (Lambda's log format `JSON`), else text; no target, no timestamp.
+pub fn subscriber<W>(writer: W, json: bool, filter: Targets) -> Box<dyn Subscriber + Send + Sync>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_target(false)
+        .without_time()
+        .with_writer(writer);
+    let registry = tracing_subscriber::registry().with(filter);
+    if json {
+        Box::new(registry.with(fmt.json()))
+    } else {
+        Box::new(registry.with(fmt))
     }
 }
 
-/// Install the process's subscriber, from `AWS_LAMBDA_LOG_FORMAT`,
-/// `AWS_LAMBDA_LOG_LEVEL` and `RUST_LOG`. Once, at the top of `main`.
+/// Install the process's subscriber on standard output, from
+/// `AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL` and `RUST_LOG`. Once, at
+/// the top of `main`; a second call leaves the first subscriber in place.
 pub fn init() {
     let var = |name| std::env::var(name).ok();
     let filter = filter(
@@ -61,15 +83,8 @@ pub fn init() {
         var(RUST_LOG).as_deref(),
     );
     let json = var(AWS_LAMBDA_LOG_FORMAT).is_some_and(|f| f.eq_ignore_ascii_case("json"));
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_target(false)
-        .without_time();
-    let registry = tracing_subscriber::registry().with(filter);
-    if json {
-        registry.with(fmt.json()).init();
-    } else {
-        registry.with(fmt).init();
-    }
+    // Err: a subscriber is set already, and it stays.
+    let _ = tracing::subscriber::set_global_default(subscriber(std::io::stdout, json, filter));
 }
 
 #[cfg(test)]

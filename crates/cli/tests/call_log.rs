@@ -104,14 +104,12 @@ fn at_path<'a>(line: &'a Value, path: &str) -> Option<&'a Value> {
 #[tokio::test]
 async fn the_documented_query_exports_what_the_consumer_logs() {
     let captured = Captured::default();
-    // The formatter lambda_runtime sets up with AWS_LAMBDA_LOG_FORMAT=JSON.
-    let subscriber = tracing_subscriber::fmt()
-        .with_target(false)
-        .without_time()
-        .with_max_level(tracing::Level::INFO)
-        .json()
-        .with_writer(captured.clone())
-        .finish();
+    // The subscriber a function sets up with AWS_LAMBDA_LOG_FORMAT=JSON.
+    let subscriber = lifeboat_aws::logs::subscriber(
+        captured.clone(),
+        true,
+        lifeboat_aws::logs::filter(Some("INFO"), None),
+    );
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let nordic = OperatorId::new("nordic").unwrap();

@@ -47,14 +47,12 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
 /// A short day: 3 minutes healthy, a 2-minute hang, 3 minutes of recovery.
 fn short_day() -> (Report, Vec<Value>) {
     let captured = Captured::default();
-    // The formatter lambda_runtime sets up with AWS_LAMBDA_LOG_FORMAT=JSON.
-    let subscriber = tracing_subscriber::fmt()
-        .with_target(false)
-        .without_time()
-        .with_max_level(tracing::Level::INFO)
-        .json()
-        .with_writer(captured.clone())
-        .finish();
+    // The subscriber a function sets up with AWS_LAMBDA_LOG_FORMAT=JSON.
+    let subscriber = lifeboat_aws::logs::subscriber(
+        captured.clone(),
+        true,
+        lifeboat_aws::logs::filter(Some("INFO"), None),
+    );
     let script = Script {
         healthy: Duration::from_secs(180),
         outage: Duration::from_secs(120),

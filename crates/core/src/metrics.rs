@@ -208,6 +208,10 @@ pub enum LogLevel {
     Fatal,
 }
 
+/// Lambda's application log level, from the function's `LoggingConfig`
+/// (the template's `LogLevel`).
+pub const AWS_LAMBDA_LOG_LEVEL: &str = "AWS_LAMBDA_LOG_LEVEL";
+
 impl LogLevel {
     pub const ALL: [LogLevel; 6] = [
         LogLevel::Trace,
@@ -246,7 +250,7 @@ impl LogLevel {
     /// which Lambda sets from the function's `ApplicationLogLevel`; INFO
     /// (Lambda's default) when unset or unknown.
     pub fn from_lambda_env() -> Self {
-        std::env::var("AWS_LAMBDA_LOG_LEVEL")
+        std::env::var(AWS_LAMBDA_LOG_LEVEL)
             .ok()
             .and_then(|v| Self::parse(&v))
             .unwrap_or_default()

@@ -84,12 +84,15 @@ const HTTP_API_EVENT: &str = include_str!("../../../tests/events/http-api-get-sa
 struct Args {
     native_dir: Option<PathBuf>,
     runs: usize,
+    /// Only the direct measurement (`--native-dir`), not cargo lambda watch.
+    direct_only: bool,
 }
 
 fn parse_args() -> Result<Args, BoxError> {
     let mut args = Args {
         native_dir: None,
         runs: 5,
+        direct_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -98,12 +101,16 @@ fn parse_args() -> Result<Args, BoxError> {
                 args.native_dir = Some(it.next().ok_or("--native-dir needs a directory")?.into())
             }
             "--runs" => args.runs = it.next().ok_or("--runs needs a number")?.parse()?,
+            "--direct-only" => args.direct_only = true,
             "-h" | "--help" => {
-                println!("startup [--native-dir DIR] [--runs N]");
+                println!("startup [--native-dir DIR [--direct-only]] [--runs N]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}").into()),
         }
+    }
+    if args.direct_only && args.native_dir.is_none() {
+        return Err("--direct-only needs --native-dir".into());
     }
     args.runs = args.runs.max(1);
     Ok(args)
@@ -113,7 +120,7 @@ fn parse_args() -> Result<Args, BoxError> {
 async fn main() -> Result<(), BoxError> {
     let args = parse_args()?;
     let root = workspace_root();
-    for function in FUNCTIONS {
+    for function in FUNCTIONS.iter().filter(|_| !args.direct_only) {
         let built = watch_target_dir(&root).join("debug").join(function);
         if !built.is_file() {
             eprintln!(
@@ -141,43 +148,47 @@ async fn main() -> Result<(), BoxError> {
         &[(operator.clone(), sim.base_url())],
     );
 
-    println!("under cargo lambda watch (dev binaries in target/lambda-watch), one instance each:");
-    println!(
-        "  {:<18} {:>12} {:>12}",
-        "function", "first ms", "second ms"
-    );
-    let watch = Watch::for_workspace()
-        .envs(env.iter().cloned())
-        .invoke_timeout(INVOKE_LIMIT)
-        .start()
-        .await?;
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(INVOKE_LIMIT)
-        .build()?;
-    let mut watch_result = Ok(());
-    for function in FUNCTIONS {
-        let mut times = Vec::new();
-        for _ in 0..2 {
-            let started = Instant::now();
-            if let Err(e) = invoke_under_watch(&watch, &http, function).await {
-                watch_result = Err(format!("{function}: {e}; log {}", watch.log_hint()));
-                break;
-            }
-            times.push(started.elapsed());
-        }
-        if watch_result.is_err() {
-            break;
-        }
+    if !args.direct_only {
+        println!(
+            "under cargo lambda watch (dev binaries in target/lambda-watch), one instance each:"
+        );
         println!(
             "  {:<18} {:>12} {:>12}",
-            function,
-            ms(times[0]),
-            ms(times[1])
+            "function", "first ms", "second ms"
         );
+        let watch = Watch::for_workspace()
+            .envs(env.iter().cloned())
+            .invoke_timeout(INVOKE_LIMIT)
+            .start()
+            .await?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(INVOKE_LIMIT)
+            .build()?;
+        let mut watch_result = Ok(());
+        for function in FUNCTIONS {
+            let mut times = Vec::new();
+            for _ in 0..2 {
+                let started = Instant::now();
+                if let Err(e) = invoke_under_watch(&watch, &http, function).await {
+                    watch_result = Err(format!("{function}: {e}; log {}", watch.log_hint()));
+                    break;
+                }
+                times.push(started.elapsed());
+            }
+            if watch_result.is_err() {
+                break;
+            }
+            println!(
+                "  {:<18} {:>12} {:>12}",
+                function,
+                ms(times[0]),
+                ms(times[1])
+            );
+        }
+        watch.stop().await;
+        watch_result?;
     }
-    watch.stop().await;
-    watch_result?;
 
     if let Some(dir) = &args.native_dir {
         println!();

@@ -38,7 +38,10 @@ pub fn function_env(
         ("AWS_ACCESS_KEY_ID", "test".to_owned()),
         ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
         ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
-        ("AWS_LAMBDA_LOG_LEVEL", options.log_level.clone()),
+        (
+            lifeboat_core::metrics::AWS_LAMBDA_LOG_LEVEL,
+            options.log_level.clone(),
+        ),
         (
             clients::REQUESTS_TABLE_PREFIX,
             names.requests_table_prefix.clone(),
