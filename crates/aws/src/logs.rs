@@ -4,14 +4,12 @@
 
 use std::str::FromStr;
 
-use lifeboat_core::metrics::{AWS_LAMBDA_LOG_LEVEL, LogLevel};
+use lifeboat_core::metrics::{AWS_LAMBDA_LOG_FORMAT, AWS_LAMBDA_LOG_LEVEL, LogLevel};
 use tracing::Subscriber;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 
-/// Lambda's log format, `Text` or `JSON` (the template's `LoggingConfig`).
-pub const AWS_LAMBDA_LOG_FORMAT: &str = "AWS_LAMBDA_LOG_FORMAT";
 /// Per-target levels, `info,aws_smithy_runtime=debug`, when the level alone
 /// is not enough.
 pub const RUST_LOG: &str = "RUST_LOG";

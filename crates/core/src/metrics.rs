@@ -211,6 +211,8 @@ pub enum LogLevel {
 /// Lambda's application log level, from the function's `LoggingConfig`
 /// (the template's `LogLevel`).
 pub const AWS_LAMBDA_LOG_LEVEL: &str = "AWS_LAMBDA_LOG_LEVEL";
+/// Lambda's log format, `Text` or `JSON` (the template's `LoggingConfig`).
+pub const AWS_LAMBDA_LOG_FORMAT: &str = "AWS_LAMBDA_LOG_FORMAT";
 
 impl LogLevel {
     pub const ALL: [LogLevel; 6] = [

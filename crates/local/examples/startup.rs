@@ -435,7 +435,7 @@ async fn run_direct(
         .env("AWS_LAMBDA_FUNCTION_NAME", function)
         .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+        .env(lifeboat_core::metrics::AWS_LAMBDA_LOG_FORMAT, "JSON")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
