@@ -286,6 +286,34 @@ async fn an_outcome_for_a_missing_request_is_a_conflict() {
     );
 }
 
+/// The answered question lives beside the breaker: written and read back
+/// whole, never seen by the breaker's reads or its versioned saves.
+#[tokio::test]
+async fn the_answered_question_is_kept_beside_the_breaker() {
+    let (_moto, config) = moto().await;
+    let client = breaker_table(&config, "breaker-answered").await;
+    let store = DynamoBreakerStore::new(client, "breaker-answered");
+    let nordic = op("nordic");
+    assert_eq!(store.answered(&nordic).await.unwrap(), None);
+    let question = lifeboat_core::probe::ProbeSpec::remembered(
+        Operation::Search,
+        &request("q").params,
+        t(1_796_000_000),
+    )
+    .unwrap();
+    store
+        .remember_answered(&nordic, &question, t(1_796_000_000))
+        .await
+        .unwrap();
+    assert_eq!(store.answered(&nordic).await.unwrap(), Some(question));
+    // The breaker neither sees it nor is held up by it.
+    assert_eq!(store.load(&nordic).await.unwrap(), None);
+    assert!(store.list().await.unwrap().is_empty());
+    let record = BreakerRecord::initial(nordic.clone(), t(1_796_000_000));
+    store.save(&record, None).await.unwrap();
+    assert_eq!(store.load(&nordic).await.unwrap(), Some(record));
+}
+
 #[tokio::test]
 async fn breaker_saves_are_conditional_on_the_version() {
     let (_moto, config) = moto().await;

@@ -113,6 +113,7 @@ async fn batch_against(answer: Answer) -> Run {
         settings: Settings::default(),
         concurrency: CALLS,
         call_log_share: 0.0,
+        remembered: real_consumer::Remembered::default(),
     };
     let now = clock.now();
     let mut records = Vec::new();

@@ -590,7 +590,10 @@ async fn scenario(gateway: &LocalSuite, seen: &Mutex<StreamSeen>, test_started: 
     );
     assert!(pump.filtered_out > 0, "outcome writes were filtered out");
     assert!(drain.invoked.get("Trip Requested").copied().unwrap_or(0) >= 1);
-    assert!(drain.invoked.get("Trials Passed").copied().unwrap_or(0) >= 1);
+    // No "Trials Passed" is asked for: the switch probes the open breaker
+    // with the last search the operator answered and runs the half-open
+    // round's trials itself, deciding the close without the bus (the close's
+    // reason, "trials succeeded", is checked above).
     assert!(ticker.ticks > 0 && ticker.failed == 0, "{ticker:?}");
     assert!(gateway.harness_running(), "the harness kept running");
 }

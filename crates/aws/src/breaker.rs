@@ -5,7 +5,10 @@
 //! `item = "breaker"` with every [`BreakerRecord`] field as an attribute
 //! (`version`, the counters and `announced_version` as N, times as RFC 3339 S).
 //! The failure window's buckets share the table under other sort keys (see
-//! [`crate::window`]).
+//! [`crate::window`]), and so does the question the operator last answered
+//! (`item = "answered"`: `operation`, `params`, `answered_at`), which its
+//! open breaker is probed with when its settings name no probe: one `PutItem`
+//! now and then from the real consumer, one `GetItem` per probe.
 //!
 //! Every write is one conditional DynamoDB call. In particular a half-open
 //! trial slot is claimed by a single `UpdateItem` whose condition checks state,
@@ -62,6 +65,8 @@ use chrono::{DateTime, Utc};
 use lifeboat_core::breaker::{BreakerRecord, BreakerState};
 use lifeboat_core::operator::OperatorId;
 use lifeboat_core::ports::{BreakerStore, StoreError, TrialTally};
+use lifeboat_core::probe::ProbeSpec;
+use lifeboat_core::watched::FailureCounter;
 
 use crate::error::describe;
 
@@ -75,7 +80,7 @@ pub use change::{
     change_key, first_failure,
 };
 use change::{ChangeItem, is_trip};
-pub use item::BREAKER_ITEM;
+pub use item::{ANSWERED_ITEM, BREAKER_ITEM};
 use item::{BreakerItem, TallyItem, breaker_from_item, n, s};
 
 /// Keys per BatchGetItem call: DynamoDB's limit.
@@ -90,6 +95,9 @@ const BATCH_GET_BACKOFF: std::time::Duration = std::time::Duration::from_millis(
 pub struct DynamoBreakerStore {
     client: aws_sdk_dynamodb::Client,
     table: String,
+    /// Where a failed read of the failure window inside a trip's write is
+    /// counted (the write goes on without it).
+    failures: Option<FailureCounter>,
 }
 
 impl DynamoBreakerStore {
@@ -97,7 +105,17 @@ impl DynamoBreakerStore {
         Self {
             client,
             table: table.into(),
+            failures: None,
         }
+    }
+
+    /// Count the reads this store makes on its own behalf and goes on
+    /// without (the trip's first failure) in `DependencyErrors`, as
+    /// `window.read`: the calls a [`lifeboat_core::watched::Watched`]
+    /// wrapper cannot see.
+    pub fn counting_failures(mut self, failures: FailureCounter) -> Self {
+        self.failures = Some(failures);
+        self
     }
 
     pub fn table(&self) -> &str {
@@ -496,5 +514,47 @@ impl BreakerStore for DynamoBreakerStore {
             }
             Err(e) => Err(self.unavailable("UpdateItem", &e)),
         }
+    }
+
+    async fn remember_answered(
+        &self,
+        operator: &OperatorId,
+        question: &ProbeSpec,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut item: HashMap<String, AttributeValue> = serde_dynamo::to_item(question)
+            .map_err(|e| StoreError::Corrupt(format!("question of {operator}: {e}")))?;
+        item.insert("operator".to_owned(), s(operator.as_str()));
+        item.insert("item".to_owned(), s(ANSWERED_ITEM));
+        item.insert("answered_at".to_owned(), s(at.to_rfc3339()));
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| self.unavailable("PutItem", &e))?;
+        Ok(())
+    }
+
+    async fn answered(&self, operator: &OperatorId) -> Result<Option<ProbeSpec>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("operator", s(operator.as_str()))
+            .key("item", s(ANSWERED_ITEM))
+            .send()
+            .await
+            .map_err(|e| self.unavailable("GetItem", &e))?;
+        let Some(mut item) = output.item else {
+            return Ok(None);
+        };
+        for key in ["operator", "item", "answered_at"] {
+            item.remove(key);
+        }
+        serde_dynamo::from_item(item)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("answered question of {operator}: {e}")))
     }
 }

@@ -9,7 +9,7 @@
 //! let env = Env::from_process();
 //! let clients = Clients::load().await;
 //! let requests = clients.request_store(&env)?;
-//! let breakers = clients.breaker_store(&env)?;
+//! let window = clients.window_store(&env)?;
 //! # Ok(()) }
 //! ```
 //!
@@ -22,6 +22,8 @@ use std::ffi::OsString;
 use std::sync::{Arc, OnceLock};
 
 use aws_config::{BehaviorVersion, SdkConfig};
+use lifeboat_core::ports::{SecretStore, SecretsAt};
+use lifeboat_core::watched::FailureCounter;
 
 use crate::{
     DynamoBreakerStore, DynamoCacheStore, DynamoCartStore, DynamoRequestStore,
@@ -35,6 +37,9 @@ pub const REQUESTS_TABLE: &str = "REQUESTS_TABLE";
 pub const REQUESTS_TABLE_PREFIX: &str = "REQUESTS_TABLE_PREFIX";
 /// The Breaker table's name (breakers and failure-window buckets).
 pub const BREAKER_TABLE: &str = "BREAKER_TABLE";
+/// The SSM path holding one SecureString per operator: the credential its
+/// API wants (docs/configuration.md, "Operator credentials").
+pub const OPERATOR_CREDENTIALS_PATH: &str = "OPERATOR_CREDENTIALS_PATH";
 /// The Cache table's name (the operators' answers).
 pub const CACHE_TABLE: &str = "CACHE_TABLE";
 /// The Carts table's name.
@@ -219,6 +224,7 @@ struct Lazy {
     eventbridge: OnceLock<aws_sdk_eventbridge::Client>,
     lambda: OnceLock<aws_sdk_lambda::Client>,
     sqs: OnceLock<aws_sdk_sqs::Client>,
+    ssm: OnceLock<aws_sdk_ssm::Client>,
 }
 
 impl Clients {
@@ -239,6 +245,7 @@ impl Clients {
             eventbridge: OnceLock::new(),
             lambda: OnceLock::new(),
             sqs: OnceLock::new(),
+            ssm: OnceLock::new(),
         }))
     }
 
@@ -266,6 +273,29 @@ impl Clients {
             .get_or_init(|| aws_sdk_sqs::Client::new(&self.0.config))
     }
 
+    pub fn ssm(&self) -> &aws_sdk_ssm::Client {
+        self.0
+            .ssm
+            .get_or_init(|| aws_sdk_ssm::Client::new(&self.0.config))
+    }
+
+    /// The secrets kept in SSM Parameter Store (operator credentials).
+    pub fn secret_store(&self) -> crate::secrets::SsmSecretStore {
+        crate::secrets::SsmSecretStore::new(self.ssm().clone())
+    }
+
+    /// Where the operators' credentials are kept, if anywhere: the SSM path
+    /// named by `OPERATOR_CREDENTIALS_PATH`, and the store to read it from.
+    pub fn operator_credentials<'a>(
+        &self,
+        env: &'a Env,
+    ) -> Result<Option<SecretsAt<'a>>, ConfigError> {
+        Ok(env.optional(OPERATOR_CREDENTIALS_PATH)?.map(|path| {
+            let store: Arc<dyn SecretStore> = Arc::new(self.secret_store());
+            (path, store)
+        }))
+    }
+
     /// The Requests tables: one per operator, `{REQUESTS_TABLE_PREFIX}{operator}`,
     /// when that variable is set, else the one named by `REQUESTS_TABLE`.
     pub fn request_store(&self, env: &Env) -> Result<DynamoRequestStore, ConfigError> {
@@ -275,12 +305,17 @@ impl Clients {
         ))
     }
 
-    /// The breakers in the table named by `BREAKER_TABLE`.
-    pub fn breaker_store(&self, env: &Env) -> Result<DynamoBreakerStore, ConfigError> {
-        Ok(DynamoBreakerStore::new(
-            self.dynamodb().clone(),
-            env.breaker_table()?,
-        ))
+    /// The breakers in the table named by `BREAKER_TABLE`, the reads it
+    /// makes on its own behalf counted in `failures`.
+    pub fn breaker_store(
+        &self,
+        env: &Env,
+        failures: FailureCounter,
+    ) -> Result<DynamoBreakerStore, ConfigError> {
+        Ok(
+            DynamoBreakerStore::new(self.dynamodb().clone(), env.breaker_table()?)
+                .counting_failures(failures),
+        )
     }
 
     /// The failure-window buckets in the table named by `BREAKER_TABLE`.

@@ -11,6 +11,7 @@
 //! | [`Redelivery`](lifeboat_core::sale::Redelivery) | [`SqsRedelivery`] | SQS `ChangeMessageVisibility`, off-sale queue |
 //! | [`EventPublisher`](lifeboat_core::ports::EventPublisher) | [`EventBridgePublisher`] | EventBridge `PutEvents` |
 //! | [`StreamRouter`](lifeboat_core::ports::StreamRouter) | [`LambdaStreamRouter`] | Lambda event source mappings |
+//! | [`SecretStore`](lifeboat_core::ports::SecretStore) | [`secrets::SsmSecretStore`] | SSM `GetParametersByPath`, operator credentials |
 //!
 //! Every adapter has the semantics of its in-memory twin in
 //! [`lifeboat_core::memory`]: conditions that the memory adapters check under a
@@ -34,6 +35,7 @@ pub mod logs;
 pub mod requests;
 pub mod router;
 pub mod sale;
+pub mod secrets;
 pub mod sqs;
 pub mod tls;
 pub mod window;

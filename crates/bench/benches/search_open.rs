@@ -41,6 +41,7 @@ use lifeboat_core::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryCacheStore, MemoryRequestStore};
 use lifeboat_core::metrics::{MetricSet, MetricsSink};
 use lifeboat_core::ports::{BreakerStore, StoreError, TrialTally};
+use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Clock, ManualClock, Operation, OperatorId};
 use lifeboat_lookup::Lookup;
@@ -141,6 +142,19 @@ impl<S: BreakerStore> BreakerStore for Counting<S> {
 
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
         self.inner.mark_announced(operator, version).await
+    }
+
+    async fn remember_answered(
+        &self,
+        operator: &OperatorId,
+        question: &ProbeSpec,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.inner.remember_answered(operator, question, at).await
+    }
+
+    async fn answered(&self, operator: &OperatorId) -> Result<Option<ProbeSpec>, StoreError> {
+        self.inner.answered(operator).await
     }
 }
 

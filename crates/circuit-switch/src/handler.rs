@@ -51,7 +51,7 @@ use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names}
 use lifeboat_core::ports::{
     BreakerStore, BreakerTimers, EventPublisher, OperatorApi, Repoint, RouterError, StoreError,
 };
-use lifeboat_core::probe::{BreakerTimer, next_wake};
+use lifeboat_core::probe::{BreakerTimer, ProbeSpec, next_wake};
 use lifeboat_core::request::Health;
 use lifeboat_core::settings::Settings;
 use lifeboat_core::watched::watch;
@@ -258,7 +258,14 @@ impl CircuitSwitch {
         let metrics: Arc<dyn MetricsSink> = Arc::new(StdoutMetrics::from_env());
         let clock: Arc<dyn Clock> = Arc::new(lifeboat_core::SystemClock);
         Ok(Self {
-            breakers: watch(Arc::new(clients.breaker_store(env)?), &metrics, &clock),
+            breakers: watch(
+                Arc::new(clients.breaker_store(
+                    env,
+                    lifeboat_core::watched::FailureCounter::new(metrics.clone(), clock.clone()),
+                )?),
+                &metrics,
+                &clock,
+            ),
             events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
             lanes: lanes.watched(&metrics, &clock),
             settings: Settings::from_json(
@@ -279,9 +286,13 @@ impl CircuitSwitch {
             clock,
             metrics,
             prober: match env.optional(lifeboat_operator::OPERATOR_ENDPOINTS)? {
-                Some(endpoints) => Some(Arc::new(lifeboat_operator::HttpOperatorApi::parse(
-                    endpoints,
-                )?)),
+                Some(endpoints) => Some(Arc::new(
+                    lifeboat_operator::HttpOperatorApi::configured(
+                        endpoints,
+                        clients.operator_credentials(env)?,
+                    )
+                    .await?,
+                )),
                 None => None,
             },
         })
@@ -316,12 +327,23 @@ impl CircuitSwitch {
                     if let Some(record) = &read
                         && self.timer_owns(record)
                     {
+                        // A probe chain whose timer was lost (a failed
+                        // SendMessage, an invocation that died between its
+                        // claim and its timer) is taken over here, not left
+                        // until the open period ends.
+                        let reason = if self.probe_overdue(record) {
+                            tracing::warn!(operator = %operator, state = %record.state, version = record.version, "probe timer overdue: setting it again");
+                            self.arm(record).await;
+                            "open: its probe timer was overdue and is set again"
+                        } else {
+                            "open: its probe timer ends the period"
+                        };
                         report.decisions.push(OperatorDecision {
                             operator: operator.clone(),
                             from: record.state,
                             to: record.state,
                             version: record.version,
-                            reason: "open: its probe timer ends the period".to_owned(),
+                            reason: reason.to_owned(),
                             changed: false,
                         });
                         continue;

@@ -4,8 +4,9 @@
 use super::*;
 use chrono::TimeDelta;
 use lifeboat_core::ManualClock;
+use lifeboat_core::Operation;
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryTimers};
-use lifeboat_core::ports::StreamRouter;
+use lifeboat_core::ports::{BreakerStore, StreamRouter};
 use serde_json::json;
 
 struct World {
@@ -423,16 +424,24 @@ async fn inputs_for_operators_not_served_are_refused() {
 }
 
 /// The switch with timers and the simulated operator as its prober, the
-/// operator refusing every call from `start()` for `outage`.
+/// operator refusing every call from `start()` for `outage`, probed with the
+/// probe its settings name.
 fn probing_world(outage: Duration) -> (World, Arc<CircuitSwitch>, Arc<MemoryTimers>) {
-    let w = world();
-    let timers = Arc::new(MemoryTimers::new());
     let mut settings = Settings::default();
     settings.default.probe = Some(
         serde_json::from_value(json!({"operation": "search",
             "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
         .unwrap(),
     );
+    world_probed_with(outage, settings)
+}
+
+fn world_probed_with(
+    outage: Duration,
+    settings: Settings,
+) -> (World, Arc<CircuitSwitch>, Arc<MemoryTimers>) {
+    let w = world();
+    let timers = Arc::new(MemoryTimers::new());
     let operator = lifeboat_operator::SimulatedOperator::new(
         nordic(),
         lifeboat_operator::SimConfig {
@@ -466,6 +475,46 @@ async fn probes_close_the_breaker_within_seconds_of_the_operator_coming_back() {
     // Down for 95 s: the open period (30 s, then doubling) would keep the
     // breaker open well past that; one probe per 10 s finds it back.
     let (w, switch, timers) = probing_world(Duration::from_secs(95));
+    recovers_within_ten_seconds(w, switch, timers).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_no_probe_configured_the_last_answered_question_is_the_probe() {
+    // The template's defaults: no probe in OPERATOR_SETTINGS. The real
+    // consumer kept the last search the operator answered; the switch asks
+    // it again, as often as a configured probe.
+    let (w, switch, timers) = world_probed_with(Duration::from_secs(95), Settings::default());
+    let params = [
+        ("from", "HEL"),
+        ("to", "TLL"),
+        ("date", "2027-01-10"),
+        ("passengers", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let question =
+        lifeboat_core::probe::ProbeSpec::remembered(Operation::Search, &params, start()).unwrap();
+    w.breakers
+        .remember_answered(&nordic(), &question, start())
+        .await
+        .unwrap();
+    recovers_within_ten_seconds(w, switch, timers).await;
+}
+
+#[tokio::test]
+async fn with_no_probe_and_nothing_answered_the_open_period_runs_out() {
+    let (w, switch, timers) = world_probed_with(Duration::from_secs(95), Settings::default());
+    switch.handle(&trip(0)).await.unwrap();
+    let open = state(&w).await;
+    assert_eq!(timers.next_due(), open.open_until, "no probe timers");
+}
+
+async fn recovers_within_ten_seconds(
+    w: World,
+    switch: Arc<CircuitSwitch>,
+    timers: Arc<MemoryTimers>,
+) {
     switch.handle(&trip(0)).await.unwrap();
     assert_eq!(state(&w).await.state, BreakerState::Open);
     let mut probes = Vec::new();
@@ -536,6 +585,36 @@ async fn a_duplicated_timer_probes_once_and_leaves_one_timer() {
         switch.arm(&state(&w).await).await;
         due = timers.next_due().unwrap();
     }
+    assert_eq!(state(&w).await.state, BreakerState::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_tick_takes_over_a_lost_probe_timer() {
+    // Down for ten minutes, its open period long; the probe timer is lost.
+    let (w, switch, timers) = probing_world(Duration::from_secs(600));
+    switch.handle(&trip(0)).await.unwrap();
+    let first = timers.next_due().unwrap();
+    assert_eq!(timers.take_due(first).len(), 1, "the timer, lost");
+    // One gap on: not overdue yet, the tick leaves it to its timer.
+    w.clock.set(start() + TimeDelta::seconds(15));
+    let report = switch.handle(&tick()).await.unwrap();
+    assert_eq!(timers.next_due(), None, "{:?}", report.decisions);
+    // Two gaps and more: the tick sets the timer again, a gap on.
+    w.clock.set(start() + TimeDelta::seconds(25));
+    let report = switch.handle(&tick()).await.unwrap();
+    assert!(
+        report.decisions[0].reason.contains("overdue"),
+        "{:?}",
+        report.decisions
+    );
+    let due = timers.next_due().expect("the tick set the timer again");
+    assert!(due <= w.clock.now() + TimeDelta::seconds(10), "{due}");
+    // The chain goes on from there: the timer probes and sets the next.
+    w.clock.set(due);
+    let batch = timers.take_due(due);
+    let probed = switch.handle(&timer_batch(&batch)).await.unwrap();
+    assert_eq!(probed.probe_calls, 1);
+    assert!(timers.next_due().is_some(), "the next probe's timer");
     assert_eq!(state(&w).await.state, BreakerState::Open);
 }
 

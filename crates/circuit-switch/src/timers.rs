@@ -176,6 +176,23 @@ impl CircuitSwitch {
         overdue.is_some_and(|overdue| self.clock.now() < overdue)
     }
 
+    /// Whether the probe of `record` (open, probed on timers) is overdue by
+    /// two gaps: no probe claimed for two gaps since the last one (or since
+    /// it opened), so its timer was lost. A second timer set then collapses
+    /// into one chain: the loser of a probe claim sets no timer.
+    pub(crate) fn probe_overdue(&self, record: &BreakerRecord) -> bool {
+        let gap = self
+            .settings
+            .for_operator(&record.operator)
+            .breaker
+            .probe_every;
+        let last = record.probed_at.unwrap_or(record.since);
+        chrono::TimeDelta::from_std(gap.saturating_mul(2))
+            .ok()
+            .and_then(|two_gaps| last.checked_add_signed(two_gaps))
+            .is_some_and(|overdue| self.clock.now() > overdue)
+    }
+
     /// Claim the probe of `record`'s open period at `now`, so a duplicated
     /// timer probes once. `false`: another invocation probed within the last
     /// half gap (this timer is its duplicate, and sets no timer of its own).
@@ -209,12 +226,35 @@ impl CircuitSwitch {
         }
     }
 
-    /// Whether `operator` is probed: a prober, and a probe in its settings.
+    /// Whether `operator` may be probed: a prober that knows it, and probes
+    /// not turned off (`probe_every` 0). What it is probed with is
+    /// [`CircuitSwitch::probe_spec`]'s answer, which may still be none.
     pub(crate) fn probes(&self, operator: &OperatorId) -> bool {
         let settings = self.settings.for_operator(operator);
         self.prober.as_ref().is_some_and(|p| p.knows(operator))
-            && settings.probe.is_some()
             && !settings.breaker.probe_every.is_zero()
+    }
+
+    /// The call `operator` is probed with: the probe in its settings, else
+    /// the question it last answered, kept by the real consumer
+    /// ([`lifeboat_core::probe::ProbeSpec::remembered`]), so that a stack
+    /// deployed with empty `OperatorSettings` probes every operator too.
+    /// `None`: not probed, or nothing answered yet (or not readable now);
+    /// the open period then ends on its timer.
+    pub(crate) async fn probe_spec(&self, operator: &OperatorId) -> Option<ProbeSpec> {
+        if !self.probes(operator) {
+            return None;
+        }
+        if let Some(spec) = &self.settings.for_operator(operator).probe {
+            return Some(spec.clone());
+        }
+        match self.breakers.answered(operator).await {
+            Ok(answered) => answered,
+            Err(e) => {
+                tracing::warn!(operator = %operator, error = %e, "answered question unreadable: not probed this time");
+                None
+            }
+        }
     }
 
     /// One probe call, with what it says of the operator's health.
@@ -224,8 +264,11 @@ impl CircuitSwitch {
         report: &mut SwitchReport,
     ) -> (Health, String) {
         let settings = self.settings.for_operator(operator);
-        let (Some(prober), Some(spec)) = (&self.prober, &settings.probe) else {
-            return (Health::Neutral, "no probe configured".to_owned());
+        let (Some(prober), Some(spec)) = (&self.prober, self.probe_spec(operator).await) else {
+            return (
+                Health::Neutral,
+                "no probe: none configured and no answered question kept".to_owned(),
+            );
         };
         let budget = settings.budgets.for_operation(spec.operation);
         let call = spec.call(operator, self.clock.now(), budget);
@@ -244,12 +287,9 @@ impl CircuitSwitch {
             return;
         };
         let cfg = self.settings.for_operator(&record.operator).breaker;
-        let Some(due) = next_wake(
-            record,
-            &cfg,
-            self.probes(&record.operator),
-            self.clock.now(),
-        ) else {
+        let probing =
+            record.state == BreakerState::Open && self.probe_spec(&record.operator).await.is_some();
+        let Some(due) = next_wake(record, &cfg, probing, self.clock.now()) else {
             return;
         };
         let timer = BreakerTimer {

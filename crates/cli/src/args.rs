@@ -8,9 +8,11 @@ use lifeboat_cli::demo::Script;
 use lifeboat_cli::ops::detection::{self, Since};
 use lifeboat_core::OperatorId;
 #[cfg(feature = "harness")]
+use lifeboat_core::settings::Settings;
+#[cfg(feature = "harness")]
 use lifeboat_operator::OutageMode;
 #[cfg(feature = "harness")]
-use lifeboat_sim::LaneLayout;
+use lifeboat_sim::{LaneLayout, World};
 
 #[derive(Parser)]
 #[command(
@@ -199,6 +201,25 @@ pub(crate) struct DemoArgs {
     /// to this file.
     #[arg(long)]
     pub(crate) plot: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) world: WorldArgs,
+}
+
+/// The world a simulation runs in and the settings it deploys.
+#[cfg(feature = "harness")]
+#[derive(Args)]
+pub(crate) struct WorldArgs {
+    /// The world around the functions: `aws` charges AWS's latencies and
+    /// limits and runs the template's one-minute tick (docs/aws-model.md);
+    /// `ideal` takes no time and limits nothing, for comparison.
+    #[arg(long = "aws", default_value = "aws", value_parser = parse_world)]
+    pub(crate) world: World,
+    /// The gateway's OPERATOR_SETTINGS (the template's OperatorSettings
+    /// JSON). Empty, the default: the template's default, which probes no
+    /// operator and checks no hang. `advised`: every operator probed with
+    /// a search and hang-checked with a ping, as the README advises.
+    #[arg(long, default_value = "", value_parser = parse_settings)]
+    pub(crate) operator_settings: Settings,
 }
 
 #[cfg(feature = "harness")]
@@ -220,6 +241,8 @@ pub(crate) struct ChaosArgs {
     /// Seed of every random choice and every fault.
     #[arg(long)]
     pub(crate) seed: Option<u64>,
+    #[command(flatten)]
+    pub(crate) world: WorldArgs,
 }
 
 #[cfg(feature = "harness")]
@@ -244,6 +267,8 @@ pub(crate) struct FleetArgs {
     /// Seed of every random choice.
     #[arg(long)]
     pub(crate) seed: Option<u64>,
+    #[command(flatten)]
+    pub(crate) world: WorldArgs,
 }
 
 fn non_blank(s: &str) -> Result<String, String> {
@@ -270,6 +295,19 @@ fn parse_rate(text: &str) -> Result<f64, String> {
             "{text:?}: give searches per second above 0, at most 200"
         )),
     }
+}
+
+#[cfg(feature = "harness")]
+fn parse_world(text: &str) -> Result<World, String> {
+    text.parse::<World>().map_err(|e| e.to_string())
+}
+
+#[cfg(feature = "harness")]
+fn parse_settings(text: &str) -> Result<Settings, String> {
+    if text.trim() == "advised" {
+        return Ok(lifeboat_sim::aws::advised_settings());
+    }
+    Settings::from_json(text).map_err(|e| e.to_string())
 }
 
 #[cfg(feature = "harness")]

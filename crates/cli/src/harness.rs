@@ -9,6 +9,8 @@ use lifeboat_cli::chaos::{self, ChaosScript};
 use lifeboat_cli::demo::{self, Script};
 use lifeboat_cli::fleet::{self, FleetScript};
 
+use lifeboat_sim::World;
+
 use crate::args::{ChaosArgs, DemoArgs, FleetArgs};
 
 /// `lifeboat demo`.
@@ -21,9 +23,12 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
         absorb_rise_percent,
         carts_minutes,
         plot,
+        world,
     } = args;
     let defaults = Script::default();
     let script = Script {
+        world: world.world,
+        settings: world.operator_settings,
         mode,
         absorb_rise_percent,
         outage: std::time::Duration::from_secs(outage_s),
@@ -42,9 +47,11 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
         eprintln!("lifeboat demo: no picture: {e}");
     }
     if carts_minutes {
-        return print_demo_with_carts_minutes(json, report, wall);
+        return print_demo_with_carts_minutes(json, script.world, report, wall);
     }
-    print_report("demo", json, report, |r| r.render(wall.elapsed()))
+    print_report("demo", json, script.world, report, |r| {
+        r.render(wall.elapsed())
+    })
 }
 
 /// `lifeboat chaos`.
@@ -55,16 +62,25 @@ pub(crate) fn chaos(args: ChaosArgs) -> ExitCode {
         operators,
         off_sale_hold_s,
         seed,
+        world,
     } = args;
     let defaults = ChaosScript::default();
     let script = ChaosScript {
+        world: world.world,
+        settings: world.operator_settings,
         seed: seed.unwrap_or(defaults.seed),
         records,
         operators: usize::try_from(operators).unwrap_or(defaults.operators),
         off_sale_hold: std::time::Duration::from_secs(off_sale_hold_s),
         ..defaults
     };
-    print_report("chaos", json, chaos::run_paused(&script), |r| r.render())
+    print_report(
+        "chaos",
+        json,
+        script.world,
+        chaos::run_paused(&script),
+        |r| r.render(),
+    )
 }
 
 /// `lifeboat fleet`.
@@ -76,9 +92,12 @@ pub(crate) fn fleet(args: FleetArgs) -> ExitCode {
         searches_per_s,
         lanes,
         seed,
+        world,
     } = args;
     let defaults = FleetScript::default();
     let script = FleetScript {
+        world: world.world,
+        settings: world.operator_settings,
         seed: seed.unwrap_or(defaults.seed),
         operators: usize::try_from(operators).unwrap_or(defaults.operators),
         duration: std::time::Duration::from_secs_f64(hours * 3600.0),
@@ -86,13 +105,20 @@ pub(crate) fn fleet(args: FleetArgs) -> ExitCode {
         lanes,
         ..defaults
     };
-    print_report("fleet", json, fleet::run_paused(&script), |r| r.render())
+    print_report(
+        "fleet",
+        json,
+        script.world,
+        fleet::run_paused(&script),
+        |r| r.render(),
+    )
 }
 
 /// Print the demo's report with its carts minute by minute: after the
 /// summary, or in the JSON object under `carts_minutes`.
 fn print_demo_with_carts_minutes(
     json: bool,
+    world: World,
     report: std::io::Result<demo::Report>,
     wall: Instant,
 ) -> ExitCode {
@@ -108,12 +134,14 @@ fn print_demo_with_carts_minutes(
         return ExitCode::FAILURE;
     }
     if !json {
+        println!("{}", world_line(world));
         print!("{}", report.render(wall.elapsed()));
         print!("\n{}", report.carts_minutes.render());
         return ExitCode::SUCCESS;
     }
     let text = serde_json::to_value(&report).and_then(|mut value| {
         if let Some(object) = value.as_object_mut() {
+            object.insert("world".to_owned(), serde_json::to_value(world)?);
             object.insert(
                 "carts_minutes".to_owned(),
                 serde_json::to_value(&report.carts_minutes.rows)?,
@@ -135,6 +163,7 @@ fn print_demo_with_carts_minutes(
 fn print_report<T: serde::Serialize>(
     command: &str,
     json: bool,
+    world: World,
     report: std::io::Result<T>,
     render: impl FnOnce(&T) -> String,
 ) -> ExitCode {
@@ -146,7 +175,12 @@ fn print_report<T: serde::Serialize>(
         }
     };
     if json {
-        match serde_json::to_string_pretty(&report) {
+        // Which world the figures were measured in, first in the object.
+        let text = serde_json::to_string_pretty(&InWorld {
+            world,
+            report: &report,
+        });
+        match text {
             Ok(text) => println!("{text}"),
             Err(e) => {
                 eprintln!("lifeboat {command}: report not written: {e}");
@@ -154,7 +188,30 @@ fn print_report<T: serde::Serialize>(
             }
         }
     } else {
+        println!("{}", world_line(world));
         print!("{}", render(&report));
     }
     ExitCode::SUCCESS
+}
+
+/// A report with the world it was measured in.
+#[derive(serde::Serialize)]
+struct InWorld<'a, T> {
+    world: World,
+    #[serde(flatten)]
+    report: &'a T,
+}
+
+/// The line that opens a report for a terminal: which world it ran in.
+fn world_line(world: World) -> String {
+    match world {
+        World::Aws => {
+            "world: aws (AWS's latencies and limits, the template's tick; docs/aws-model.md)"
+                .to_owned()
+        }
+        World::Ideal => {
+            "world: ideal (stores that take no time, a 5 s tick, no limits; compare with --aws aws)"
+                .to_owned()
+        }
+    }
 }

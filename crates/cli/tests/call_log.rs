@@ -127,6 +127,7 @@ async fn the_documented_query_exports_what_the_consumer_logs() {
         settings: Settings::default(),
         concurrency: 4,
         call_log_share: 1.0,
+        remembered: real_consumer::Remembered::default(),
     };
     let now = clock.now();
     let mut records = Vec::new();

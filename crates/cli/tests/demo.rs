@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use lifeboat_cli::demo::{self, Phase, Report, Script};
+use lifeboat_core::memory::OutcomeCondition;
 use lifeboat_operator::OutageMode;
 
 fn check(report: &Report) {
@@ -80,6 +81,52 @@ async fn the_default_day_keeps_its_promises() {
         assert!(json.get(key).is_some(), "{key}");
     }
     assert!(json["search"]["outage"]["by_source"]["last_good"].is_u64());
+    for key in [
+        "duplicate_outcomes",
+        "refused_second_outcomes",
+        "closes_replaced",
+    ] {
+        assert!(json["requests"][key].is_u64(), "requests.{key}");
+    }
+}
+
+/// The Requests store's outcome condition broken on purpose: the counts the
+/// report reads from the store move with it.
+#[tokio::test(start_paused = true)]
+async fn a_broken_outcome_condition_shows_in_the_request_counts() {
+    let script = Script {
+        healthy: Duration::from_secs(180),
+        outage: Duration::from_secs(120),
+        recovery: Duration::from_secs(180),
+        ..Script::default()
+    };
+    let honest = demo::run(&script).await.requests;
+    assert_eq!(honest.duplicate_outcomes, 0, "{honest:?}");
+    assert!(honest.closes_replaced > 0, "{honest:?}");
+    assert!(honest.refused_second_outcomes > 0, "{honest:?}");
+
+    // No condition: the writes it would have refused land as duplicates.
+    let unconditional = demo::run(&Script {
+        outcome_condition: OutcomeCondition::Unconditional,
+        ..script.clone()
+    })
+    .await
+    .requests;
+    assert!(unconditional.duplicate_outcomes > 0, "{unconditional:?}");
+    assert_eq!(
+        unconditional.refused_second_outcomes, 0,
+        "{unconditional:?}"
+    );
+
+    // The first outcome only: no close is ever replaced.
+    let first_only = demo::run(&Script {
+        outcome_condition: OutcomeCondition::FirstOnly,
+        ..script
+    })
+    .await
+    .requests;
+    assert_eq!(first_only.closes_replaced, 0, "{first_only:?}");
+    assert_eq!(first_only.duplicate_outcomes, 0, "{first_only:?}");
 }
 
 #[tokio::test(start_paused = true)]

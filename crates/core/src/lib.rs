@@ -11,6 +11,7 @@ pub mod cart;
 pub mod clock;
 pub mod cloudwatch;
 pub mod events;
+pub mod hang;
 pub mod invocation;
 pub mod lane;
 pub mod memory;
@@ -29,3 +30,15 @@ pub mod window;
 pub use breaker::{BreakerConfig, BreakerRecord, BreakerState, ConsumerTarget};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use operator::{Operation, OperatorId};
+
+/// Whether `host` (a URL's host, IPv6 in brackets or not) is this machine:
+/// `localhost` or a loopback address, the only place lifeboat sends
+/// anything over plain http.
+pub fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}

@@ -26,8 +26,8 @@ use crate::ports::{
     BreakerStore, BreakerTimers, EventPublisher, OutcomeWrite, PublishError, Repoint, RequestStore,
     RouterError, StoreError, StoredRequest, StreamRouter, TimerError, TrialTally, WindowStore,
 };
-use crate::probe::BreakerTimer;
-use crate::request::{Outcome, RequestRecord};
+use crate::probe::{BreakerTimer, ProbeSpec};
+use crate::request::{CLOSED_BY_ASKER, Outcome, RequestRecord};
 use crate::window::{Bucket, CallCounts};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -41,9 +41,32 @@ struct Requests {
     items: HashMap<String, StoredRequest>,
     /// Insertion order: the in-memory stream.
     log: Vec<String>,
+    condition: OutcomeCondition,
     outcome_writes: u64,
     refused_outcome_writes: u64,
     closes_replaced: u64,
+    duplicate_outcomes: u64,
+}
+
+/// The condition the Requests table's outcome write carries.
+///
+/// The product's is [`OutcomeCondition::OneOutcome`], as the DynamoDB
+/// adapter writes it; the other two are that condition broken on purpose,
+/// so that a test can show the counts of [`RequestCounts`] move when the
+/// condition is wrong (the demo, fleet and chaos run on any of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutcomeCondition {
+    /// A request takes its first outcome, and a consumer's outcome in
+    /// place of its asker's close ([`Outcome::replaces`]); every other
+    /// outcome write is refused.
+    #[default]
+    OneOutcome,
+    /// Broken: the first outcome only (`attribute_not_exists(outcome)`
+    /// alone), so a consumer's answer never replaces its asker's close.
+    FirstOnly,
+    /// Broken: no condition at all, the last write wins (a PutItem without
+    /// its ConditionExpression).
+    Unconditional,
 }
 
 /// The Requests table in memory, with its insert stream.
@@ -52,22 +75,43 @@ pub struct MemoryRequestStore {
     inner: Mutex<Requests>,
 }
 
-/// Counts kept by [`MemoryRequestStore`], for the demo's summary.
+/// What [`MemoryRequestStore`] recorded of the outcome writes it was
+/// asked for, each classed by what it found and what it did, not by the
+/// condition's verdict (so a broken condition shows in these counts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RequestCounts {
     pub total: usize,
     pub with_outcome: usize,
+    /// Outcome writes that landed on a request without an outcome.
     pub outcome_writes: u64,
-    /// Second outcomes that were refused (the request already had one).
+    /// Outcome writes refused because the request already had one.
     pub refused_outcome_writes: u64,
-    /// Asker's closes replaced by a consumer's later outcome (not counted
-    /// in `outcome_writes`).
+    /// Outcome writes by a consumer that landed on its asker's close (the
+    /// search's expired close, written when its budget ran out): the
+    /// request's stored outcome changed after its customer was answered.
+    /// Not counted in `outcome_writes`.
     pub closes_replaced: u64,
+    /// Every other outcome write that landed on a request that already had
+    /// an outcome: a consumer's over a consumer's, anything over an answer,
+    /// a close over a close. The product's condition refuses them all.
+    pub duplicate_outcomes: u64,
 }
 
 impl MemoryRequestStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A store whose outcome writes carry `condition`.
+    pub fn with_condition(condition: OutcomeCondition) -> Self {
+        let store = Self::new();
+        store.set_condition(condition);
+        store
+    }
+
+    /// From now on, outcome writes carry `condition`.
+    pub fn set_condition(&self, condition: OutcomeCondition) {
+        lock(&self.inner).condition = condition;
     }
 
     /// Up to `max` requests at or after stream position `from` that `keep`
@@ -103,6 +147,16 @@ impl MemoryRequestStore {
             outcome_writes: inner.outcome_writes,
             refused_outcome_writes: inner.refused_outcome_writes,
             closes_replaced: inner.closes_replaced,
+            duplicate_outcomes: inner.duplicate_outcomes,
+        }
+    }
+
+    /// Visit every request in stream order, without copying the table (a
+    /// day's requests are too many to clone for a report).
+    pub fn for_each(&self, mut visit: impl FnMut(&StoredRequest)) {
+        let inner = lock(&self.inner);
+        for stored in inner.log.iter().filter_map(|id| inner.items.get(id)) {
+            visit(stored);
         }
     }
 
@@ -156,30 +210,34 @@ impl RequestStore for MemoryRequestStore {
         outcome: &Outcome,
     ) -> Result<OutcomeWrite, StoreError> {
         let mut inner = lock(&self.inner);
-        let stored = inner
+        let condition = inner.condition;
+        let Some(stored) = inner
             .items
             .get_mut(request_id)
-            .filter(|s| &s.request.operator == operator);
-        let result = match stored {
-            None => return Err(StoreError::Conflict(format!("no request {request_id}"))),
-            Some(stored) => match &stored.outcome {
-                Some(existing) if !outcome.replaces(existing) => OutcomeWrite::AlreadyPresent,
-                Some(_) => {
-                    stored.outcome = Some(outcome.clone());
-                    inner.closes_replaced += 1;
-                    return Ok(OutcomeWrite::Written);
-                }
-                None => {
-                    stored.outcome = Some(outcome.clone());
-                    OutcomeWrite::Written
-                }
-            },
+            .filter(|s| &s.request.operator == operator)
+        else {
+            return Err(StoreError::Conflict(format!("no request {request_id}")));
         };
-        match result {
-            OutcomeWrite::Written => inner.outcome_writes += 1,
-            OutcomeWrite::AlreadyPresent => inner.refused_outcome_writes += 1,
+        let allowed = match (&stored.outcome, condition) {
+            (None, _) | (Some(_), OutcomeCondition::Unconditional) => true,
+            (Some(existing), OutcomeCondition::OneOutcome) => outcome.replaces(existing),
+            (Some(_), OutcomeCondition::FirstOnly) => false,
+        };
+        if !allowed {
+            inner.refused_outcome_writes += 1;
+            return Ok(OutcomeWrite::AlreadyPresent);
         }
-        Ok(result)
+        // Classed by what was there and who writes, not by the condition.
+        let found = stored.outcome.replace(outcome.clone());
+        let counter = match found {
+            None => &mut inner.outcome_writes,
+            Some(existing) if existing.by == CLOSED_BY_ASKER && outcome.by != CLOSED_BY_ASKER => {
+                &mut inner.closes_replaced
+            }
+            Some(_) => &mut inner.duplicate_outcomes,
+        };
+        *counter += 1;
+        Ok(OutcomeWrite::Written)
     }
 }
 
@@ -187,6 +245,7 @@ impl RequestStore for MemoryRequestStore {
 #[derive(Debug, Default)]
 pub struct MemoryBreakerStore {
     records: Mutex<BTreeMap<OperatorId, BreakerRecord>>,
+    answered: Mutex<BTreeMap<OperatorId, ProbeSpec>>,
 }
 
 impl MemoryBreakerStore {
@@ -302,6 +361,20 @@ impl BreakerStore for MemoryBreakerStore {
             r.announced_version = r.announced_version.max(version);
         }
         Ok(())
+    }
+
+    async fn remember_answered(
+        &self,
+        operator: &OperatorId,
+        question: &ProbeSpec,
+        _at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        lock(&self.answered).insert(operator.clone(), question.clone());
+        Ok(())
+    }
+
+    async fn answered(&self, operator: &OperatorId) -> Result<Option<ProbeSpec>, StoreError> {
+        Ok(lock(&self.answered).get(operator).cloned())
     }
 }
 
@@ -523,6 +596,45 @@ mod tests {
         );
     }
 
+    /// An asker's close, a consumer's answer after it, a second consumer's
+    /// outcome, and a close after all that, on a store with `condition`.
+    async fn writes_after_a_close(condition: OutcomeCondition) -> RequestCounts {
+        let store = MemoryRequestStore::with_condition(condition);
+        store.put_request(&request("a")).await.unwrap();
+        let op = request("a").operator;
+        let close = Outcome::failed(FailureReason::Timeout, "expired", t(), CLOSED_BY_ASKER);
+        let answer = Outcome::failed(FailureReason::Timeout, "t", t(), "real-consumer");
+        let again = Outcome::failed(FailureReason::BreakerOpen, "b", t(), "fallback-consumer");
+        for outcome in [&close, &answer, &again, &close] {
+            store.write_outcome(&op, "a", outcome).await.unwrap();
+        }
+        store.counts()
+    }
+
+    #[tokio::test]
+    async fn outcome_writes_are_counted_by_what_they_found() {
+        let counts = writes_after_a_close(OutcomeCondition::OneOutcome).await;
+        assert_eq!(counts.outcome_writes, 1, "{counts:?}");
+        assert_eq!(counts.closes_replaced, 1, "{counts:?}");
+        assert_eq!(counts.refused_outcome_writes, 2, "{counts:?}");
+        assert_eq!(counts.duplicate_outcomes, 0, "{counts:?}");
+    }
+
+    #[tokio::test]
+    async fn a_broken_outcome_condition_shows_in_the_counts() {
+        // No condition: the second consumer's outcome and the late close
+        // land over the answer.
+        let counts = writes_after_a_close(OutcomeCondition::Unconditional).await;
+        assert_eq!(counts.closes_replaced, 1, "{counts:?}");
+        assert_eq!(counts.duplicate_outcomes, 2, "{counts:?}");
+        assert_eq!(counts.refused_outcome_writes, 0, "{counts:?}");
+        // The first outcome only: the close is never replaced.
+        let counts = writes_after_a_close(OutcomeCondition::FirstOnly).await;
+        assert_eq!(counts.closes_replaced, 0, "{counts:?}");
+        assert_eq!(counts.duplicate_outcomes, 0, "{counts:?}");
+        assert_eq!(counts.refused_outcome_writes, 3, "{counts:?}");
+    }
+
     #[tokio::test]
     async fn breaker_writes_are_conditional_on_version() {
         let store = MemoryBreakerStore::new();
@@ -612,5 +724,36 @@ impl CartStore for MemoryCartStore {
         }
         carts.insert(cart.cart_id.clone(), cart.clone());
         Ok(())
+    }
+}
+
+/// Secrets in memory, by full name (`/path/name`), as an SSM path holds them.
+#[derive(Debug, Default)]
+pub struct MemorySecretStore {
+    secrets: Mutex<BTreeMap<String, String>>,
+}
+
+impl MemorySecretStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keep (or replace, as a rotation does) the secret `name`.
+    pub fn put(&self, name: &str, value: &str) {
+        lock(&self.secrets).insert(name.to_owned(), value.to_owned());
+    }
+}
+
+#[async_trait]
+impl crate::ports::SecretStore for MemorySecretStore {
+    async fn secrets_under(&self, path: &str) -> Result<BTreeMap<String, String>, StoreError> {
+        let prefix = format!("{}/", path.trim_end_matches('/'));
+        Ok(lock(&self.secrets)
+            .iter()
+            .filter_map(|(name, value)| {
+                let last = name.strip_prefix(&prefix)?;
+                (!last.is_empty() && !last.contains('/')).then(|| (last.to_owned(), value.clone()))
+            })
+            .collect())
     }
 }

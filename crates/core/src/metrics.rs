@@ -24,10 +24,12 @@
 //! level written is the one Lambda filters at (INFO at least), so a metric
 //! line always passes; [`LogLevel::lets_through`] is Lambda's rule, for tests.
 
-use std::sync::{Mutex, MutexGuard};
-
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
+
+mod memory;
+
+pub use memory::MemoryMetrics;
 
 /// The namespace of every lifeboat metric.
 pub const NAMESPACE: &str = "Lifeboat";
@@ -308,52 +310,6 @@ impl MetricsSink for StdoutMetrics {
             // A closed stdout loses the metric, never the invocation.
             let _ = writeln!(out, "{}", self.line(set, at));
         }
-    }
-}
-
-/// Lines kept in memory: the demo and tests read them back.
-#[derive(Debug, Default)]
-pub struct MemoryMetrics {
-    lines: Mutex<Vec<Value>>,
-}
-
-impl MemoryMetrics {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub fn lines(&self) -> Vec<Value> {
-        self.lock().clone()
-    }
-
-    /// The sum of metric `name` over every line whose dimensions include all
-    /// of `dimensions`.
-    pub fn sum(&self, name: &str, dimensions: &[(&str, &str)]) -> f64 {
-        self.lock()
-            .iter()
-            .filter(|l| {
-                dimensions
-                    .iter()
-                    .all(|(k, v)| l.get(*k).and_then(Value::as_str) == Some(*v))
-            })
-            .filter_map(|l| l.get(name))
-            .map(|v| match v {
-                Value::Array(values) => values.iter().filter_map(Value::as_f64).sum(),
-                other => other.as_f64().unwrap_or(0.0),
-            })
-            .sum()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Vec<Value>> {
-        // Lines are pushed whole: a poisoned lock still holds good data.
-        self.lines.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl MetricsSink for MemoryMetrics {
-    fn emit(&self, sets: &[MetricSet], at: DateTime<Utc>) {
-        let mut lines = self.lock();
-        lines.extend(sets.iter().filter(|s| !s.is_empty()).map(|s| s.to_emf(at)));
     }
 }
 

@@ -2,13 +2,15 @@
 //! and the operator. One small trait per capability; `lifeboat-aws` implements
 //! them on AWS, [`crate::memory`] in memory (the demo runs on those).
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::breaker::{BreakerRecord, ConsumerTarget};
 use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
-use crate::probe::BreakerTimer;
+use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::request::{CallResult, OperatorCall, Outcome, RequestRecord};
 use crate::window::{Bucket, CallCounts};
 
@@ -134,6 +136,20 @@ pub trait BreakerStore: Send + Sync {
     /// Note that the state change to `version` was published, if the breaker
     /// is still at `version`.
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError>;
+
+    /// Keep `question`, which `operator` answered at `at`, as the question
+    /// its open breaker is probed with when its settings name no probe
+    /// ([`ProbeSpec::remembered`]). Beside the breaker, never in it: the
+    /// breaker's versioned writes and this one never meet.
+    async fn remember_answered(
+        &self,
+        operator: &OperatorId,
+        question: &ProbeSpec,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The question last kept by [`BreakerStore::remember_answered`], if any.
+    async fn answered(&self, operator: &OperatorId) -> Result<Option<ProbeSpec>, StoreError>;
 }
 
 /// The failure window's buckets, shared by every consumer instance.
@@ -230,6 +246,18 @@ pub trait StreamRouter: Send + Sync {
     /// Point the stream at `target`, keeping its position. Idempotent.
     async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError>;
 }
+
+/// Where the secrets lifeboat sends to operators are kept (SSM SecureString
+/// parameters on AWS), read by path so that one call serves many operators.
+#[async_trait]
+pub trait SecretStore: Send + Sync {
+    /// Every secret directly under `path` (not below it), by the last segment
+    /// of its name, decrypted. An empty map: nothing kept there.
+    async fn secrets_under(&self, path: &str) -> Result<BTreeMap<String, String>, StoreError>;
+}
+
+/// A path of a [`SecretStore`], and the store: where a set of secrets is kept.
+pub type SecretsAt<'a> = (&'a str, std::sync::Arc<dyn SecretStore>);
 
 /// The operator's API. Implementations bound every call by `call.budget` and
 /// classify what happened; they never fail in any other way.

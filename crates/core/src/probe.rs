@@ -55,6 +55,38 @@ impl ProbeSpec {
     }
 }
 
+impl ProbeSpec {
+    /// The question an operator just answered, kept to probe it with when
+    /// its settings name no probe: only a search (a read every operator
+    /// answers, that changes nothing), its parameters as asked, except a
+    /// parameter that is a date (`YYYY-MM-DD`), written `today+N` so that a
+    /// probe days later still asks N days ahead instead of about the past.
+    /// `None` for any other operation, or a date already past at `now`.
+    pub fn remembered(
+        operation: Operation,
+        params: &BTreeMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> Option<Self> {
+        if operation != Operation::Search {
+            return None;
+        }
+        let today = now.date_naive();
+        let mut kept = BTreeMap::new();
+        for (name, value) in params {
+            let value = match chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d") {
+                Ok(date) if date < today => return None,
+                Ok(date) => format!("today+{}", (date - today).num_days()),
+                Err(_) => value.clone(),
+            };
+            kept.insert(name.clone(), value);
+        }
+        Some(Self {
+            operation,
+            params: kept,
+        })
+    }
+}
+
 /// `today+N` → the date N days after `now`; anything else unchanged.
 fn resolve(value: &str, now: DateTime<Utc>) -> String {
     let days = value
@@ -129,6 +161,40 @@ mod tests {
         r.version = 1;
         r.open_until = Some(t(until));
         r
+    }
+
+    #[test]
+    fn an_answered_search_is_remembered_days_ahead_not_on_its_date() {
+        let params: BTreeMap<String, String> = [
+            ("from", "HEL"),
+            ("to", "TLL"),
+            ("date", "2026-12-11"),
+            ("passengers", "2"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let asked = DateTime::parse_from_rfc3339("2026-12-04T18:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let spec = ProbeSpec::remembered(Operation::Search, &params, asked).unwrap();
+        assert_eq!(spec.params["date"], "today+7");
+        assert_eq!(spec.params["from"], "HEL");
+        // Probed two days later, it still asks a week ahead.
+        let later = asked + TimeDelta::days(2);
+        let budget = crate::budget::Budgets::default().search;
+        let call = spec.call(&OperatorId::new("nordic").unwrap(), later, budget);
+        assert_eq!(call.params["date"], "2026-12-13");
+        assert_eq!(call.operation, Operation::Search);
+        // Never a price (it may hold seats) or a ping; never a past date.
+        assert_eq!(
+            ProbeSpec::remembered(Operation::Price, &params, asked),
+            None
+        );
+        assert_eq!(
+            ProbeSpec::remembered(Operation::Search, &params, asked + TimeDelta::days(8)),
+            None
+        );
     }
 
     #[test]

@@ -103,15 +103,19 @@ impl IdCase {
 /// {"hang_check": {"operation": "ping", "timeout": 1000}}
 /// ```
 ///
-/// After a batch in which a call to a closed operator timed out and the
-/// window did not trip, the real consumer makes this call once, bounded by
-/// `timeout`. No answer in time, no connection or a 5xx asks for a trip at
-/// once; any other answer (a 4xx, a 429, an unreadable body) says the API is
-/// there and leaves it to the window's rules. An
-/// operator that answers one operation slowly but the check quickly is not
-/// hanging, so a slow outage or a brownout is still the window's to judge.
-/// At one search a second this opens a hang within about the search budget
-/// plus the check's timeout plus the gap to the first call (docs/breaker.md).
+/// While a call to a closed operator is late (its budget less `timeout`
+/// gone, 2 s of a 3 s search), the real consumer sends this call, then
+/// another every half `timeout` while none has answered, each allowed until
+/// `timeout` after the call's budget ([`crate::hang`]). If the call times
+/// out and every one of them (at least two) went unanswered (no answer in
+/// time, no connection, a 5xx), a trip is asked for at once; any answer by
+/// then, however slow (a 4xx, a 429, an unreadable body too), says the API is
+/// there and leaves the call to the window's rules. An operator that
+/// answers one operation slowly but the check quickly is not hanging, so a
+/// slow outage or a brownout is still the window's to judge, and one slow
+/// ping of an operator that hesitates is not a hang. A hang opens within
+/// about the search budget plus `timeout` plus the gap to the first call
+/// (docs/breaker.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HangCheck {

@@ -23,7 +23,7 @@ use crate::ports::{
     BreakerStore, BreakerTimers, EventPublisher, OutcomeWrite, PublishError, Repoint, RequestStore,
     RouterError, StoreError, StoredRequest, StreamRouter, TimerError, TrialTally, WindowStore,
 };
-use crate::probe::BreakerTimer;
+use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::request::{Outcome, RequestRecord};
 use crate::sale::{SaleRecord, SaleStatusStore};
 use crate::window::{Bucket, CallCounts};
@@ -31,23 +31,30 @@ use crate::window::{Bucket, CallCounts};
 /// The metric counting failed dependency calls.
 pub const METRIC: &str = crate::metrics::names::DEPENDENCY_ERRORS;
 
-/// A port whose failures are counted.
-pub struct Watched<T: ?Sized> {
-    inner: Arc<T>,
+/// Where failed dependency calls are counted: what [`Watched`] counts with,
+/// and what an adapter holds for a call it makes on its own behalf and does
+/// not fail on (a best-effort read inside a write), so that one goes unseen
+/// neither.
+#[derive(Clone)]
+pub struct FailureCounter {
     metrics: Arc<dyn MetricsSink>,
     clock: Arc<dyn Clock>,
 }
 
-impl<T: ?Sized> Watched<T> {
-    pub fn new(inner: Arc<T>, metrics: Arc<dyn MetricsSink>, clock: Arc<dyn Clock>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            metrics,
-            clock,
-        })
+impl std::fmt::Debug for FailureCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FailureCounter").finish_non_exhaustive()
+    }
+}
+
+impl FailureCounter {
+    pub fn new(metrics: Arc<dyn MetricsSink>, clock: Arc<dyn Clock>) -> Self {
+        Self { metrics, clock }
     }
 
-    fn count(&self, dependency: &'static str, failed: u64) {
+    /// `failed` calls to `dependency`, in `DependencyErrors` with and
+    /// without the `Dependency` dimension.
+    pub fn count(&self, dependency: &'static str, failed: u64) {
         if failed == 0 {
             return;
         }
@@ -60,6 +67,25 @@ impl<T: ?Sized> Watched<T> {
             ],
             self.clock.now(),
         );
+    }
+}
+
+/// A port whose failures are counted.
+pub struct Watched<T: ?Sized> {
+    inner: Arc<T>,
+    failures: FailureCounter,
+}
+
+impl<T: ?Sized> Watched<T> {
+    pub fn new(inner: Arc<T>, metrics: Arc<dyn MetricsSink>, clock: Arc<dyn Clock>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            failures: FailureCounter::new(metrics, clock),
+        })
+    }
+
+    fn count(&self, dependency: &'static str, failed: u64) {
+        self.failures.count(dependency, failed);
     }
 
     fn store<R>(
@@ -184,6 +210,20 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Watched<T> {
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
         let marked = self.inner.mark_announced(operator, version).await;
         self.store("breaker.write", marked)
+    }
+
+    async fn remember_answered(
+        &self,
+        operator: &OperatorId,
+        question: &ProbeSpec,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let kept = self.inner.remember_answered(operator, question, at).await;
+        self.store("breaker.write", kept)
+    }
+
+    async fn answered(&self, operator: &OperatorId) -> Result<Option<ProbeSpec>, StoreError> {
+        self.store("breaker.read", self.inner.answered(operator).await)
     }
 }
 

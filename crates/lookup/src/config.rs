@@ -70,7 +70,14 @@ pub fn lookup(env: &Env, clients: &Clients) -> Result<Lookup, StartupError> {
         requests: watch(Arc::new(clients.request_store(env)?), &metrics, &clock),
         cache: watch(Arc::new(clients.cache_store(env)?), &metrics, &clock),
         breakers: BreakerCache::new(
-            watch(Arc::new(clients.breaker_store(env)?), &metrics, &clock),
+            watch(
+                Arc::new(clients.breaker_store(
+                    env,
+                    lifeboat_core::watched::FailureCounter::new(metrics.clone(), clock.clone()),
+                )?),
+                &metrics,
+                &clock,
+            ),
             clock.clone(),
             breaker_cache,
         ),

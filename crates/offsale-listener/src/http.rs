@@ -68,14 +68,7 @@ impl HttpSwitchConfig {
             template: url_template.clone(),
             reason: e.to_string(),
         })?;
-        let loopback = url.host_str().is_some_and(|host| {
-            host.eq_ignore_ascii_case("localhost")
-                || host
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback())
-        });
+        let loopback = url.host_str().is_some_and(lifeboat_core::is_loopback_host);
         let secure = url.scheme() == "https" || (url.scheme() == "http" && loopback);
         if !secure || url.cannot_be_a_base() {
             return Err(HttpSwitchError::BadScheme(url_template));

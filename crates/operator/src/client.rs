@@ -16,17 +16,19 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::io;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lifeboat_core::budget::Budget;
 use lifeboat_core::operator::InvalidOperatorId;
-use lifeboat_core::ports::OperatorApi;
+use lifeboat_core::ports::{OperatorApi, SecretsAt};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall};
 use lifeboat_core::{Operation, OperatorId};
 use reqwest::Url;
 use reqwest::header::{ACCEPT, HeaderName, HeaderValue};
 
+use crate::credentials::{Credential, CredentialError, Credentials};
 use crate::payload;
 
 /// The header carrying the request id to the operator.
@@ -51,13 +53,25 @@ pub enum OperatorUrlsError {
     /// The URL is not `http` or `https`.
     #[error("operator url entry {entry:?}: url must start with http:// or https://")]
     BadScheme { entry: String },
+    /// `http://` to a host that is not this machine: prices could be read
+    /// and changed on the way, and then confirmed to customers.
+    #[error(
+        "operator url entry {entry:?}: operator APIs are called over https (http only on loopback)"
+    )]
+    Insecure { entry: String },
+    /// `user:password@` in the URL: it would travel in the stack's parameters
+    /// and the functions' environment.
+    #[error(
+        "operator url entry {entry:?}: no credentials in the url; keep them under OPERATOR_CREDENTIALS_PATH"
+    )]
+    CredentialsInUrl { entry: String },
     /// The same operator appears twice.
     #[error("operator url entry {entry:?}: operator {operator} is already listed")]
     Duplicate { entry: String, operator: OperatorId },
 }
 
 /// Where each operator's API lives: operator id → base URL.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct OperatorUrls {
     urls: BTreeMap<OperatorId, Url>,
 }
@@ -127,24 +141,58 @@ impl OperatorUrls {
         operator: OperatorId,
         url: &str,
     ) -> Result<(), OperatorUrlsError> {
+        let entry = redacted(entry);
         let mut url = Url::parse(url).map_err(|e| OperatorUrlsError::BadUrl {
-            entry: entry.to_owned(),
+            entry: entry.clone(),
             reason: e.to_string(),
         })?;
         if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
-            return Err(OperatorUrlsError::BadScheme {
-                entry: entry.to_owned(),
-            });
+            return Err(OperatorUrlsError::BadScheme { entry });
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(OperatorUrlsError::CredentialsInUrl { entry });
+        }
+        if url.scheme() == "http" && !url.host_str().is_some_and(lifeboat_core::is_loopback_host) {
+            return Err(OperatorUrlsError::Insecure { entry });
         }
         url.set_fragment(None);
         if self.urls.contains_key(&operator) {
-            return Err(OperatorUrlsError::Duplicate {
-                entry: entry.to_owned(),
-                operator,
-            });
+            return Err(OperatorUrlsError::Duplicate { entry, operator });
         }
         self.urls.insert(operator, url);
         Ok(())
+    }
+}
+
+/// `entry` as errors and logs may show it: whatever sits between `://` and
+/// an `@` (credentials) and everything after a `?` (keys are sent that way
+/// too) replaced by `***`.
+fn redacted(entry: &str) -> String {
+    let mut shown = entry.to_owned();
+    if let Some(query) = shown.find('?') {
+        shown.replace_range(query + 1.., "***");
+    }
+    if let Some(scheme_end) = shown.find("://").map(|i| i + 3)
+        && let Some(at) = shown[scheme_end..].find('@')
+    {
+        shown.replace_range(scheme_end..scheme_end + at, "***");
+    }
+    shown
+}
+
+/// Each operator and its base URL, the URL's query (which may carry a key)
+/// left out.
+impl fmt::Debug for OperatorUrls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.urls.iter().map(|(operator, url)| {
+                let mut shown = url.clone();
+                if shown.query().is_some() {
+                    shown.set_query(Some("***"));
+                }
+                (operator.to_string(), shown.to_string())
+            }))
+            .finish()
     }
 }
 
@@ -164,15 +212,19 @@ pub enum HttpApiError {
     /// The HTTP client could not be set up (TLS backend, …).
     #[error("cannot build the http client: {0}")]
     Client(#[source] reqwest::Error),
+    /// The operators' credentials could not be read or used.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
 }
 
-/// The operator API client: one reqwest client, shared by every call, and
-/// the base URL of each operator.
+/// The operator API client: one reqwest client, shared by every call, the
+/// base URL of each operator and, where it wants one, its credential.
 #[derive(Debug, Clone)]
 pub struct HttpOperatorApi {
     urls: OperatorUrls,
     client: reqwest::Client,
     max_body_bytes: usize,
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl HttpOperatorApi {
@@ -196,6 +248,23 @@ impl HttpOperatorApi {
         Self::new(OperatorUrls::parse(spec)?)
     }
 
+    /// A function's client: the operators of `endpoints` (`operator=url,…`),
+    /// and, when `credentials` names a path of a secret store, each
+    /// operator's credential kept there (read now, and again every
+    /// [`DEFAULT_REFRESH`](crate::DEFAULT_REFRESH)).
+    pub async fn configured(
+        endpoints: &str,
+        credentials: Option<SecretsAt<'_>>,
+    ) -> Result<Self, HttpApiError> {
+        let api = Self::parse(endpoints)?;
+        Ok(match credentials {
+            Some((path, store)) => api.with_credentials(Arc::new(
+                Credentials::load(store, path, crate::DEFAULT_REFRESH).await?,
+            )),
+            None => api,
+        })
+    }
+
     /// A client for the operators in `map` (operator → base URL).
     pub fn from_map(map: HashMap<OperatorId, String>) -> Result<Self, HttpApiError> {
         Self::new(OperatorUrls::from_map(map)?)
@@ -208,7 +277,14 @@ impl HttpOperatorApi {
             urls,
             client,
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
+            credentials: None,
         }
+    }
+
+    /// Send each operator's credential (if it has one) with every call.
+    pub fn with_credentials(mut self, credentials: Arc<Credentials>) -> Self {
+        self.credentials = Some(credentials);
+        self
     }
 
     /// Refuse answers larger than `bytes` as bad payloads.
@@ -253,17 +329,19 @@ impl HttpOperatorApi {
         &self,
         url: Url,
         request_id: HeaderValue,
+        credential: Option<Credential>,
         budget: &Budget,
     ) -> Result<(u16, Vec<u8>), Failure> {
-        let mut response = self
+        let mut request = self
             .client
             .get(url)
             .header(HeaderName::from_static(REQUEST_ID_HEADER), request_id)
             .header(ACCEPT, HeaderValue::from_static("application/json"))
-            .timeout(budget.timeout)
-            .send()
-            .await
-            .map_err(Failure::Transport)?;
+            .timeout(budget.timeout);
+        if let Some(credential) = credential {
+            request = request.header(credential.header, credential.value);
+        }
+        let mut response = request.send().await.map_err(Failure::Transport)?;
         let status = response.status().as_u16();
         if !response.status().is_success() {
             return Ok((status, Vec::new()));
@@ -393,8 +471,15 @@ impl OperatorApi for HttpOperatorApi {
         let url = Self::endpoint(base, call.operation, &call.params);
         let budget = call.budget;
         let started = tokio::time::Instant::now();
-        let result =
-            tokio::time::timeout(budget.timeout, self.exchange(url, request_id, &budget)).await;
+        let credential = match &self.credentials {
+            Some(credentials) => credentials.for_operator(&call.operator).await,
+            None => None,
+        };
+        let result = tokio::time::timeout(
+            budget.timeout,
+            self.exchange(url, request_id, credential, &budget),
+        )
+        .await;
         let elapsed = started.elapsed();
         let result = match result {
             Err(_) => payload::timed_out(elapsed, &budget),
@@ -503,7 +588,7 @@ mod tests {
             r#"operator url entry "nordic=ftp://a.example": url must start with http:// or https://"#
         );
         let err =
-            OperatorUrls::parse("nordic=http://a.example,nordic=http://b.example").unwrap_err();
+            OperatorUrls::parse("nordic=https://a.example,nordic=https://b.example").unwrap_err();
         assert!(matches!(err, OperatorUrlsError::Duplicate { .. }));
 
         let map = HashMap::from([(nordic(), "https://api.nordic.example".to_owned())]);
@@ -515,6 +600,74 @@ mod tests {
                 .to_string()
                 .contains("nordic=nope")
         );
+    }
+
+    #[test]
+    fn operators_are_called_over_https_with_no_secret_in_the_url_or_its_errors() {
+        for local in [
+            "nordic=http://127.0.0.1:8080",
+            "nordic=http://localhost:8080",
+            "nordic=http://[::1]:8080",
+        ] {
+            assert!(OperatorUrls::parse(local).is_ok(), "{local}");
+        }
+        let err = OperatorUrls::parse("nordic=http://api.nordic.example").unwrap_err();
+        assert!(matches!(err, OperatorUrlsError::Insecure { .. }), "{err}");
+        let err = OperatorUrls::parse("nordic=https://me:s3cret@api.nordic.example").unwrap_err();
+        assert!(
+            matches!(err, OperatorUrlsError::CredentialsInUrl { .. }),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+        let err = OperatorUrls::parse("nordic=ftp://me:s3cret@h.example/?key=k3y").unwrap_err();
+        let text = err.to_string();
+        assert!(!text.contains("s3cret") && !text.contains("k3y"), "{text}");
+        let keyed = OperatorUrls::parse("nordic=https://h.example/api?key=k3y").unwrap();
+        let shown = format!(
+            "{keyed:?} {:?}",
+            HttpOperatorApi::new(keyed.clone()).unwrap()
+        );
+        assert!(!shown.contains("k3y"), "{shown}");
+        assert!(shown.contains("https://h.example/api?***"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn each_operator_gets_its_own_credential_and_a_rotation_is_followed() {
+        use lifeboat_core::memory::MemorySecretStore;
+        let server = server().await;
+        server.require_header("x-api-key", "one");
+        let store = Arc::new(MemorySecretStore::new());
+        store.put(
+            "/lifeboat/operators/nordic",
+            r#"{"header": "x-api-key", "value": "one"}"#,
+        );
+        // Read again at every call: the rotation below is seen at once.
+        let credentials =
+            crate::Credentials::load(store.clone(), "/lifeboat/operators", Duration::ZERO)
+                .await
+                .unwrap();
+        let bare = api(&server.base_url());
+        let keyed = bare.clone().with_credentials(Arc::new(credentials));
+        let refused = bare.call(&call(Operation::Search, 2_000)).await;
+        assert_eq!(
+            refused.class,
+            CallClass::ClientError { status: 401 },
+            "{}",
+            refused.detail
+        );
+        let answered = keyed.call(&call(Operation::Search, 2_000)).await;
+        assert_eq!(answered.class, CallClass::Ok, "{}", answered.detail);
+        // The operator rotates its key; lifeboat follows once it is kept.
+        server.require_header("x-api-key", "two");
+        let stale = keyed.call(&call(Operation::Search, 2_000)).await;
+        assert_eq!(stale.class, CallClass::ClientError { status: 401 });
+        store.put(
+            "/lifeboat/operators/nordic",
+            r#"{"header": "x-api-key", "value": "two"}"#,
+        );
+        let rotated = keyed.call(&call(Operation::Search, 2_000)).await;
+        assert_eq!(rotated.class, CallClass::Ok, "{}", rotated.detail);
+        assert!(!format!("{keyed:?}").contains("two\""));
     }
 
     #[test]

@@ -12,6 +12,8 @@
 
 mod answers;
 mod client;
+mod credentials;
+mod hesitation;
 mod latency;
 mod payload;
 mod server;
@@ -22,6 +24,8 @@ pub use client::{
     HttpApiError, HttpOperatorApi, OPERATOR_ENDPOINTS, OperatorUrls, OperatorUrlsError,
     REQUEST_ID_HEADER,
 };
+pub use credentials::{Credential, CredentialError, Credentials, DEFAULT_REFRESH};
+pub use hesitation::Hesitation;
 pub use latency::{LatencyModel, SimRng};
 pub use payload::{PayloadError, check_payload};
 pub use server::SimServer;

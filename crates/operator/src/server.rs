@@ -59,6 +59,7 @@ pub struct SimServer {
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
     open_calls: Arc<AtomicUsize>,
+    required: RequiredHeader,
 }
 
 impl SimServer {
@@ -88,10 +89,12 @@ impl SimServer {
         let addr = listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
         let open_calls = Arc::new(AtomicUsize::new(0));
+        let required = RequiredHeader::default();
         let serving = Serving {
             sim: sim.clone(),
             stopped,
             open_calls: Arc::clone(&open_calls),
+            required: Arc::clone(&required),
         };
         let task = tokio::spawn(serve(listener, serving));
         tracing::debug!(%addr, operator = %sim.operator(), "simulated operator listening");
@@ -101,7 +104,16 @@ impl SimServer {
             stop,
             task: Some(task),
             open_calls,
+            required,
         })
+    }
+
+    /// From now on answer `401` to every `/search`, `/price` and `/ping`
+    /// without header `name` set to `value` (a second call replaces the
+    /// first: a key rotated by the operator).
+    pub fn require_header(&self, name: &str, value: &str) {
+        *self.required.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((name.to_owned(), value.to_owned()));
     }
 
     /// The address the server listens on.
@@ -150,7 +162,12 @@ struct Serving {
     sim: SimulatedOperator,
     stopped: watch::Receiver<bool>,
     open_calls: Arc<AtomicUsize>,
+    required: RequiredHeader,
 }
+
+/// The header every operation call must carry, as a real operator's API
+/// key; `None`: anyone may call.
+type RequiredHeader = Arc<std::sync::Mutex<Option<(String, String)>>>;
 
 /// Counts one open call for as long as it lives.
 struct OpenCall(Arc<AtomicUsize>);
@@ -230,6 +247,23 @@ async fn operation(
     operation: Operation,
     req: &Request<Incoming>,
 ) -> Result<Answer, CloseConnection> {
+    let required = serving
+        .required
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if let Some((name, value)) = required
+        && req
+            .headers()
+            .get(name.as_str())
+            .and_then(|v| v.to_str().ok())
+            != Some(value.as_str())
+    {
+        return Ok(error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong credential",
+        ));
+    }
     let _open = OpenCall::new(&serving.open_calls);
     let (sim, stopped) = (&serving.sim, serving.stopped.clone());
     let params = query_params(req.uri());

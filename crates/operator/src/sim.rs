@@ -11,12 +11,15 @@
 //!
 //! | mode | in-process | over HTTP |
 //! | --- | --- | --- |
-//! | none (healthy) | drawn latency, then the answer (1 % background 500s) | same, `200` JSON |
+//! | none (healthy) | drawn latency and [`Hesitation`], then the answer (1 % background 500s) | same, `200` JSON |
 //! | `hang` | never answers: `timeout` once the budget is spent | holds the connection without a response |
 //! | `refuse` | `connect` at once | closes the connection without a response |
 //! | `server_error` | quick `503` | quick `503` |
 //! | `slow` | answers after `slow_factor` × the call's budget | same, with the configured `budgets` |
 //! | `garbage` | drawn latency, then a `200` HTML page: `bad_payload` | same |
+//!
+//! A ping answers in 30 ms, plus the operator's [`Hesitation`] (its load
+//! tail and slow moments), whenever the API itself is up.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -32,6 +35,7 @@ use lifeboat_core::{Clock, Operation, OperatorId};
 use serde::{Deserialize, Serialize};
 
 use crate::answers::{self, PriceDrift};
+use crate::hesitation::{Hesitation, Load};
 use crate::latency::{LatencyModel, SimRng};
 use crate::payload;
 
@@ -139,6 +143,10 @@ pub struct SimConfig {
     /// The budgets `slow` mode is measured against when the caller's budget
     /// is not known, that is over HTTP. Default: lifeboat's default budgets.
     pub budgets: Budgets,
+    /// How a healthy operator hesitates: a latency tail that grows with its
+    /// load and occasional slow moments, the ping included. On by default;
+    /// `{"enabled": false}` (or [`Hesitation::off`]) turns it off.
+    pub hesitation: Hesitation,
 }
 
 impl Default for SimConfig {
@@ -153,6 +161,7 @@ impl Default for SimConfig {
             brownout_factor: 0.95,
             oversized_bytes: 1 << 20,
             budgets: Budgets::default(),
+            hesitation: Hesitation::default(),
         }
     }
 }
@@ -215,6 +224,8 @@ struct State {
     forced: Option<Option<OutageMode>>,
     stats: SimStats,
     last_request_id: Option<String>,
+    /// The calls received lately, for the hesitation's load tail.
+    load: Load,
 }
 
 /// Quick failures (a `503`, a `400`) take this long, times the model's scale.
@@ -252,6 +263,7 @@ impl SimulatedOperator {
             forced: None,
             stats: SimStats::default(),
             last_request_id: None,
+            load: Load::default(),
         };
         Self {
             inner: Arc::new(Inner {
@@ -323,12 +335,19 @@ impl SimulatedOperator {
         let mode = state.mode_at(now, &config.outages);
         state.count(operation, mode);
         state.last_request_id = request_id.map(str::to_owned);
+        let hesitation = &config.hesitation;
+        let load = state.load.arrive(now, hesitation.load_window);
         if let Some(plan) = api_failure(mode, quick) {
             return plan;
         }
+        let moment = hesitation.moment_at(config.seed, now);
+        let hesitate = |state: &mut State, delay: Duration| {
+            let (factor, wait) = hesitation.draw(load, moment, &mut state.rng);
+            times(delay, factor) + config.latency.scale(wait)
+        };
         if operation == Operation::Ping {
             return Plan {
-                delay: quick,
+                delay: hesitate(&mut state, quick),
                 reply: Reply::Answer {
                     status: 200,
                     content_type: "application/json",
@@ -388,7 +407,8 @@ impl SimulatedOperator {
                 }
             }
             None => {
-                let delay = config.latency.sample(&mut state.rng);
+                let drawn = config.latency.sample(&mut state.rng);
+                let delay = hesitate(&mut state, drawn);
                 if config.latency.draws_error(&mut state.rng) {
                     state.stats.background_errors += 1;
                     return Plan {
@@ -927,5 +947,134 @@ mod tests {
         assert!(config.outages[0].covers(t0()));
         assert_eq!(config.slow_factor, 2.0);
         assert_eq!(config.budgets, Budgets::default());
+    }
+}
+
+#[cfg(test)]
+mod hesitation_tests {
+    use std::time::Duration;
+
+    use lifeboat_core::ManualClock;
+
+    use super::*;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2025-06-01T08:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    /// `calls_per_s` searches a second for `hours`, each followed at once by
+    /// a ping when it would time out (as the hang check asks one): the
+    /// searches' times, and the pings' times.
+    fn day(config: SimConfig, calls_per_s: f64, hours: u64) -> (Vec<Duration>, Vec<Duration>) {
+        let clock = ManualClock::new(t0());
+        let sim = SimulatedOperator::new(
+            OperatorId::new("nordic").unwrap(),
+            config,
+            Arc::new(clock.clone()),
+        );
+        let params: BTreeMap<String, String> =
+            [("from", "HEL"), ("to", "TLL"), ("date", "2025-06-02")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+        let budget = Budget::with_timeout(Duration::from_secs(3));
+        let step = Duration::from_secs_f64(1.0 / calls_per_s);
+        let (mut searches, mut pings) = (Vec::new(), Vec::new());
+        let mut at = Duration::ZERO;
+        while at < Duration::from_secs(hours * 3_600) {
+            let plan = sim.plan(Operation::Search, &params, &budget, None);
+            searches.push(plan.delay);
+            if plan.delay >= budget.timeout {
+                clock.advance(budget.timeout);
+                let ping = sim.plan(Operation::Ping, &params, &budget, None);
+                pings.push(ping.delay);
+                clock.advance(step.saturating_sub(budget.timeout));
+            } else {
+                clock.advance(step);
+            }
+            at += step.max(budget.timeout);
+        }
+        (searches, pings)
+    }
+
+    fn share(times: &[Duration], from_ms: u64, to_ms: u64) -> f64 {
+        let hits = times
+            .iter()
+            .filter(|d| (from_ms..to_ms).contains(&(d.as_millis() as u64)))
+            .count();
+        hits as f64 / times.len() as f64
+    }
+
+    fn over_a_second(pings: &[Duration]) -> usize {
+        pings
+            .iter()
+            .filter(|d| **d >= Duration::from_secs(1))
+            .count()
+    }
+
+    #[test]
+    fn a_hesitating_operator_keeps_the_healthy_figures() {
+        let (mut searches, pings) = day(SimConfig::default(), 1.3, 12);
+        searches.sort();
+        let median = searches[searches.len() / 2];
+        assert!(
+            (Duration::from_millis(1_300)..Duration::from_millis(1_700)).contains(&median),
+            "median {median:?}"
+        );
+        let fast = share(&searches, 550, 2_050);
+        let second = share(&searches, 1_850, 2_750);
+        let timeouts = share(&searches, 3_000, u64::MAX);
+        assert!((0.60..0.68).contains(&fast), "fast share {fast}");
+        assert!((0.28..0.35).contains(&second), "second cluster {second}");
+        assert!((0.045..0.065).contains(&timeouts), "timeouts {timeouts}");
+        // Right after a timed-out search, a ping now and then takes more
+        // than a second (under 3 % of them), and some take more than two.
+        let slow = over_a_second(&pings);
+        assert!(
+            slow > 0 && (slow as f64) < 0.03 * pings.len() as f64,
+            "{slow} of {} pings over a second",
+            pings.len()
+        );
+        assert!(pings.iter().all(|d| *d < Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn without_hesitation_pings_answer_at_once() {
+        let config = SimConfig {
+            hesitation: Hesitation::off(),
+            ..SimConfig::default()
+        };
+        let (mut searches, pings) = day(config, 1.3, 12);
+        assert!(!pings.is_empty());
+        assert!(pings.iter().all(|d| *d == Duration::from_millis(30)));
+        searches.sort();
+        let timeouts = share(&searches, 3_000, u64::MAX);
+        assert!((0.035..0.05).contains(&timeouts), "timeouts {timeouts}");
+    }
+
+    #[test]
+    fn the_load_tail_grows_with_the_load() {
+        // Slow moments off: only the load's tail.
+        let tail_only = SimConfig {
+            hesitation: Hesitation {
+                moment_every: Duration::ZERO,
+                ..Hesitation::default()
+            },
+            ..SimConfig::default()
+        };
+        let (_, quiet) = day(tail_only.clone(), 0.2, 48);
+        let (_, busy) = day(tail_only, 3.0, 12);
+        let queued = |pings: &[Duration]| {
+            pings
+                .iter()
+                .filter(|d| **d > Duration::from_millis(30))
+                .count() as f64
+                / pings.len() as f64
+        };
+        let (q, b) = (queued(&quiet), queued(&busy));
+        assert!(q < 0.03, "quiet: {q} of pings queued");
+        assert!((0.08..0.25).contains(&b), "busy: {b} of pings queued");
     }
 }

@@ -45,12 +45,15 @@ use lifeboat_core::{BreakerRecord, Clock, Operation, OperatorId};
 use lifeboat_stream::{batch_response, publish_all, read_batch};
 use serde_json::Value;
 
+mod answered;
 mod health;
 mod metrics;
 mod process;
 #[cfg(test)]
 mod tests;
+mod train;
 
+pub use answered::{REMEMBER_EVERY, Remembered};
 use metrics::BatchMetrics;
 
 /// The name this function writes into the outcomes it produces.
@@ -120,6 +123,8 @@ pub struct RealConsumer {
     /// (`CALL_LOG_SHARE`), the input of `lifeboat advise-timeouts`; every
     /// call is logged at DEBUG.
     pub call_log_share: f64,
+    /// When this instance last kept each operator's answered question.
+    pub remembered: Remembered,
 }
 
 /// The default `CALL_LOG_SHARE`: one call in a hundred, chosen by request
@@ -176,6 +181,10 @@ struct Processed {
     failed_fast: bool,
     trial: Option<bool>,
     event: Option<LifeboatEvent>,
+    /// The hang check's pings of a call that timed out.
+    hang_train: Option<train::Train>,
+    /// The question, when the operator answered a search (to probe with).
+    answered: Option<lifeboat_core::probe::ProbeSpec>,
 }
 
 impl RealConsumer {
@@ -183,7 +192,7 @@ impl RealConsumer {
     /// `REQUESTS_TABLE`, `BREAKER_TABLE`, `EVENT_BUS_NAME`,
     /// `OPERATOR_ENDPOINTS` (`nordic=https://…,baltic=https://…`), and the
     /// optional `CALL_CONCURRENCY` and `OPERATOR_SETTINGS`.
-    pub fn from_env(
+    pub async fn from_env(
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
@@ -210,16 +219,30 @@ impl RealConsumer {
         let clock: Arc<dyn Clock> = Arc::new(lifeboat_core::SystemClock);
         Ok(Self {
             requests: watch(Arc::new(clients.request_store(env)?), &metrics, &clock),
-            breakers: watch(Arc::new(clients.breaker_store(env)?), &metrics, &clock),
+            breakers: watch(
+                Arc::new(clients.breaker_store(
+                    env,
+                    lifeboat_core::watched::FailureCounter::new(metrics.clone(), clock.clone()),
+                )?),
+                &metrics,
+                &clock,
+            ),
             window: watch(Arc::new(clients.window_store(env)?), &metrics, &clock),
             events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
             cache: watch(Arc::new(clients.cache_store(env)?), &metrics, &clock),
             metrics,
-            operator: Arc::new(lifeboat_operator::HttpOperatorApi::parse(endpoints)?),
+            operator: Arc::new(
+                lifeboat_operator::HttpOperatorApi::configured(
+                    endpoints,
+                    clients.operator_credentials(env)?,
+                )
+                .await?,
+            ),
             clock,
             settings,
             concurrency,
             call_log_share,
+            remembered: Remembered::default(),
         })
     }
 
@@ -243,10 +266,12 @@ impl RealConsumer {
         let views = self
             .read_breakers(requests.iter().map(|(_, r)| &r.operator))
             .await;
+        let slots = train::Slots::default();
         let processed: Vec<Processed> = futures::stream::iter(requests)
             .map(|(sequence, request)| {
                 let view = views.get(&request.operator).cloned().flatten();
-                async move { self.process(sequence, request, view).await }
+                let slots = &slots;
+                async move { self.process(sequence, request, view, slots).await }
             })
             .buffer_unordered(self.concurrency.max(1))
             .collect()
@@ -256,7 +281,15 @@ impl RealConsumer {
         let mut metrics = BatchMetrics::default();
         let mut counts: BTreeMap<OperatorId, CallCounts> = BTreeMap::new();
         let mut trials: BTreeMap<OperatorId, Vec<bool>> = BTreeMap::new();
-        for p in processed {
+        let mut trains: BTreeMap<OperatorId, Vec<train::Train>> = BTreeMap::new();
+        let mut answered = HashMap::new();
+        for mut p in processed {
+            if let Some(question) = p.answered.take() {
+                answered.insert(p.operator.clone(), question);
+            }
+            if let Some(train) = p.hang_train.take() {
+                trains.entry(p.operator.clone()).or_default().push(train);
+            }
             metrics.record(&p);
             match p.written {
                 Ok(Some(true)) => report.outcomes_written += 1,
@@ -281,8 +314,9 @@ impl RealConsumer {
 
         for (operator, counts) in &counts {
             let view = views.get(operator).cloned().flatten();
+            let trains = trains.remove(operator).unwrap_or_default();
             if let Some(event) = self
-                .update_window(operator, counts, started, view.as_ref())
+                .update_window(operator, counts, started, view.as_ref(), trains)
                 .await
             {
                 report.trips_requested += 1;
@@ -300,6 +334,7 @@ impl RealConsumer {
             }
         }
 
+        self.remember_answered(answered).await;
         report.events_not_published = publish_all(self.events.as_ref(), &events).await;
         report.response = batch_response(failed);
         self.metrics.emit(&metrics.sets(), self.clock.now());

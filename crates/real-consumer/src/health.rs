@@ -6,11 +6,12 @@
 use chrono::{DateTime, Utc};
 use lifeboat_core::breaker::TripReason;
 use lifeboat_core::events::{LifeboatEvent, SCHEMA_VERSION, TrialsPassed, TripRequested};
-use lifeboat_core::request::CallClass;
+use lifeboat_core::hang::HangVerdict;
 use lifeboat_core::window::{CallCounts, WindowVerdict};
 use lifeboat_core::{BreakerRecord, BreakerState, OperatorId};
 
 use super::RealConsumer;
+use super::train::Train;
 
 impl RealConsumer {
     /// Add the batch's counts to the window; ask for a trip if it says so.
@@ -20,6 +21,7 @@ impl RealConsumer {
         counts: &CallCounts,
         started: DateTime<Utc>,
         view: Option<&BreakerRecord>,
+        trains: Vec<Train>,
     ) -> Option<LifeboatEvent> {
         let cfg = self.settings.for_operator(operator).window;
         let now = self.clock.now();
@@ -50,7 +52,7 @@ impl RealConsumer {
             };
         let verdict = match cfg.evaluate(&buckets, now) {
             Some(verdict) => verdict,
-            None => self.check_hang(operator, counts).await?,
+            None => self.check_hang(operator, counts, trains).await?,
         };
         tracing::warn!(operator = %operator, state = %record.state, version = record.version, verdict = %verdict, "failure window asks for a trip");
         Some(LifeboatEvent::TripRequested(TripRequested {
@@ -62,34 +64,33 @@ impl RealConsumer {
         }))
     }
 
-    /// After a batch with a timed-out call that the window let pass, ask the
-    /// operator's hang check (if its settings have one): no answer in time,
-    /// or a failure, confirms a hang (lifeboat_core::settings::HangCheck).
+    /// After a batch in which calls timed out and the window let them pass,
+    /// the hang check's verdict on them (lifeboat_core::hang): a hang only
+    /// if the pings sent while each of them was late all went unanswered.
+    /// No pings (no `hang_check` in the operator's settings): the window's.
     async fn check_hang(
         &self,
         operator: &OperatorId,
         counts: &CallCounts,
+        trains: Vec<Train>,
     ) -> Option<WindowVerdict> {
-        let settings = self.settings.for_operator(operator);
-        let check = settings
-            .hang_check
-            .as_ref()
-            .filter(|_| counts.timeouts > 0)?;
-        let result = self
-            .operator
-            .call(&check.call(operator, self.clock.now()))
-            .await;
-        // Only "nothing answers" confirms a hang: no answer in time, no
-        // connection, a 5xx. A 4xx (a gateway without the route, a rate
-        // limit) or an unreadable body says the API is there.
-        let hung = matches!(
-            result.class,
-            CallClass::Timeout | CallClass::Connect | CallClass::ServerError { .. }
-        );
-        tracing::info!(operator = %operator, timeouts = counts.timeouts, duration_ms = u64::try_from(result.elapsed.as_millis()).unwrap_or(u64::MAX), class = ?result.class, "hang check");
-        hung.then(|| WindowVerdict::HangConfirmed {
+        let check_timeout = trains.first()?.check_timeout;
+        let mut pings = 0;
+        for train in trains {
+            match train.verdict().await {
+                HangVerdict::Hung { pings: n } => pings += n,
+                // The operator answered one of them: not a hang. The other
+                // trains stop as they are dropped.
+                HangVerdict::Answered | HangVerdict::Pending => {
+                    tracing::info!(operator = %operator, timeouts = counts.timeouts, "hang check answered");
+                    return None;
+                }
+            }
+        }
+        tracing::info!(operator = %operator, timeouts = counts.timeouts, pings, "hang check unanswered");
+        Some(WindowVerdict::HangConfirmed {
             timeouts: counts.timeouts,
-            check_ms: u64::try_from(check.timeout.as_millis()).unwrap_or(u64::MAX),
+            check_ms: u64::try_from(check_timeout.as_millis()).unwrap_or(u64::MAX),
         })
     }
 

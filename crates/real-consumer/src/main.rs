@@ -9,7 +9,7 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     lifeboat_aws::logs::init();
     let env = Env::from_process();
-    let function = RealConsumer::from_env(&env, &Clients::load_in_function().await)?;
+    let function = RealConsumer::from_env(&env, &Clients::load_in_function().await).await?;
     let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         function

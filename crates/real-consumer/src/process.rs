@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use lifeboat_core::cache::{CacheKey, CachedAnswer};
 use lifeboat_core::ports::StoreError;
+use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::request::{
     CallClass, CallResult, FailureReason, Health, MAX_ANSWER_BYTES, OperatorCall, Outcome,
     OutcomeKind, RequestRecord,
@@ -13,6 +14,7 @@ use lifeboat_core::request::{
 use lifeboat_core::{BreakerRecord, BreakerState};
 use lifeboat_stream::failure_event;
 
+use super::train::{Slots, Train};
 use super::{BreakerView, CallSeen, NAME, Processed, RealConsumer, sampled};
 
 impl Processed {
@@ -27,6 +29,8 @@ impl Processed {
             failed_fast: false,
             trial: None,
             event: None,
+            hang_train: None,
+            answered: None,
         }
     }
 
@@ -40,6 +44,10 @@ impl Processed {
         view_open: bool,
     ) {
         self.called = Some(health);
+        if matches!(health, Health::Success | Health::SlowSuccess) {
+            self.answered =
+                ProbeSpec::remembered(request.operation, &request.params, request.created_at);
+        }
         self.call = Some(CallSeen {
             operation: request.operation,
             class: result.class.name(),
@@ -66,6 +74,7 @@ impl RealConsumer {
         sequence: Option<String>,
         request: RequestRecord,
         view: BreakerView,
+        slots: &Slots,
     ) -> Processed {
         let mut done = Processed::new(sequence, &request);
         if let Some(written) = self.answered_already(&request).await {
@@ -84,7 +93,20 @@ impl RealConsumer {
             }
         }
         let view_open = view.as_ref().is_some_and(|r| r.state.is_open());
-        let (result, health) = self.call_operator(&request).await;
+        // The hang check watches calls to a closed operator only (only those
+        // can ask for a trip), one call per operator and batch.
+        let watched = view
+            .as_ref()
+            .filter(|r| r.state == BreakerState::Closed)
+            .filter(|_| {
+                self.settings
+                    .for_operator(&request.operator)
+                    .hang_check
+                    .is_some()
+            })
+            .is_some_and(|_| slots.claim(&request.operator));
+        let (result, health, train) = self.call_operator(&request, watched).await;
+        done.hang_train = train;
         done.record_call(&request, &result, health, view_open);
         let (outcome, refused) = self.outcome_of(result, health);
         self.cache_answer(&request, &outcome, refused).await;
@@ -169,8 +191,14 @@ impl RealConsumer {
     }
 
     /// Call the operator and log the call; the result (cut to what an
-    /// outcome can hold) and what it says of the operator's health.
-    async fn call_operator(&self, request: &RequestRecord) -> (CallResult, Health) {
+    /// outcome can hold), what it says of the operator's health, and, for a
+    /// `watched` call that timed out, the hang check's pings sent while it was late
+    /// (lifeboat_core::hang), for the batch to judge.
+    async fn call_operator(
+        &self,
+        request: &RequestRecord,
+        watched: bool,
+    ) -> (CallResult, Health, Option<Train>) {
         // The call gets the operation's whole budget even when the request's
         // own deadline is nearer: a timeout then always means the operator
         // did not answer in its budget (an honest signal for the failure
@@ -189,7 +217,28 @@ impl RealConsumer {
             params: request.params.clone(),
             budget,
         };
+        let train = self
+            .settings
+            .for_operator(&request.operator)
+            .hang_check
+            .clone()
+            .filter(|_| watched)
+            .map(|check| {
+                Train::start(
+                    super::train::Watched {
+                        api: self.operator.clone(),
+                        breakers: self.breakers.clone(),
+                        clock: self.clock.clone(),
+                        operator: request.operator.clone(),
+                    },
+                    check,
+                    budget.timeout,
+                )
+            });
         let result = self.operator.call(&call).await.within(MAX_ANSWER_BYTES);
+        // Only a timeout is judged; any other end of the call stops the
+        // pings (dropping the train).
+        let train = train.filter(|_| result.class == CallClass::Timeout);
         let health = result.class.health(
             &self
                 .settings
@@ -214,7 +263,7 @@ impl RealConsumer {
                 class = result.class.name(), request_id = %request.request_id, "operator call"
             );
         }
-        (result, health)
+        (result, health, train)
     }
 
     /// The outcome of a call, and the status of a refusal (a neutral 4xx

@@ -59,6 +59,7 @@ fn world() -> World {
         settings: Settings::default(),
         concurrency: DEFAULT_CONCURRENCY,
         call_log_share: DEFAULT_CALL_LOG_SHARE,
+        remembered: Remembered::default(),
     };
     World {
         consumer,
@@ -206,6 +207,42 @@ async fn healthy_requests_are_answered_once() {
     let again = w.consumer.handle(&payload).await.unwrap();
     assert_eq!((again.calls, again.already_answered), (0, 20));
     assert_eq!(w.sim.stats().total, 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answered_search_is_kept_to_probe_with_once_a_minute() {
+    let w = world();
+    let nordic = OperatorId::new("nordic").unwrap();
+    // Refused: nothing answered, nothing kept.
+    w.sim.set_mode(Some(OutageMode::Refuse));
+    let payload = batch(&w, "nordic", 3, 10).await;
+    w.consumer.handle(&payload).await.unwrap();
+    assert_eq!(w.breakers.answered(&nordic).await.unwrap(), None);
+    // Answered: the question is kept as asked.
+    w.sim.set_mode(None);
+    tokio::time::advance(std::time::Duration::from_secs(1)).await;
+    let payload = batch(&w, "nordic", 3, 10).await;
+    w.consumer.handle(&payload).await.unwrap();
+    let kept = w.breakers.answered(&nordic).await.unwrap().unwrap();
+    assert_eq!(kept.operation, lifeboat_core::Operation::Search);
+    assert_eq!(kept.params["from"], "HEL");
+    // Not again within the minute (a store call saved per batch).
+    let other = lifeboat_core::probe::ProbeSpec {
+        operation: lifeboat_core::Operation::Search,
+        params: [("from".to_owned(), "XXX".to_owned())].into(),
+    };
+    w.breakers
+        .remember_answered(&nordic, &other, w.clock.now())
+        .await
+        .unwrap();
+    tokio::time::advance(std::time::Duration::from_secs(1)).await;
+    let payload = batch(&w, "nordic", 3, 10).await;
+    w.consumer.handle(&payload).await.unwrap();
+    assert_eq!(w.breakers.answered(&nordic).await.unwrap(), Some(other));
+    tokio::time::advance(REMEMBER_EVERY).await;
+    let payload = batch(&w, "nordic", 3, 10).await;
+    w.consumer.handle(&payload).await.unwrap();
+    assert_eq!(w.breakers.answered(&nordic).await.unwrap(), Some(kept));
 }
 
 #[tokio::test(start_paused = true)]
@@ -372,9 +409,136 @@ async fn one_timeout_confirmed_by_the_hang_check_trips_at_once() {
             }
         }
     );
-    // The search's 3 s, then the check's 1 s.
+    // The search's 3 s, then the check's 1 s: its pings went out from 2 s
+    // into the call, every half second, none answered.
     assert_eq!(trip.at - started, TimeDelta::seconds(4));
-    assert_eq!(w.sim.stats().by_operation.ping, 1);
+    assert_eq!(w.sim.stats().by_operation.ping, 4);
+}
+
+/// An operator whose searches hang and whose pings answer after the delays
+/// of `pings`, in turn (the last one for the rest): one that hesitates.
+struct Hesitant {
+    sim: SimulatedOperator,
+    pings: std::sync::Mutex<std::collections::VecDeque<std::time::Duration>>,
+    sent: std::sync::Mutex<Vec<DateTime<Utc>>>,
+    clock: Arc<TokioClock>,
+}
+
+// The trait's `async fn`, written out (async_trait's shape) to keep the
+// crate's dependencies as they are.
+impl OperatorApi for Hesitant {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        self.sim.knows(operator)
+    }
+
+    fn call<'a, 'b, 'f>(
+        &'a self,
+        call: &'b lifeboat_core::request::OperatorCall,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = lifeboat_core::request::CallResult> + Send + 'f>,
+    >
+    where
+        'a: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        Box::pin(self.answer(call))
+    }
+}
+
+impl Hesitant {
+    async fn answer(
+        &self,
+        call: &lifeboat_core::request::OperatorCall,
+    ) -> lifeboat_core::request::CallResult {
+        if call.operation != lifeboat_core::Operation::Ping {
+            return self.sim.call(call).await;
+        }
+        self.sent.lock().unwrap().push(self.clock.now());
+        let delay = {
+            let mut pings = self.pings.lock().unwrap();
+            if pings.len() > 1 {
+                pings.pop_front().unwrap()
+            } else {
+                pings[0]
+            }
+        };
+        let timeout = call.budget.timeout;
+        tokio::time::sleep(delay.min(timeout)).await;
+        lifeboat_core::request::CallResult {
+            class: if delay < timeout {
+                lifeboat_core::request::CallClass::Ok
+            } else {
+                lifeboat_core::request::CallClass::Timeout
+            },
+            elapsed: delay.min(timeout),
+            body: Some("{\"ok\":true}".into()),
+            detail: String::new(),
+        }
+    }
+}
+
+/// nordic, hanging, behind pings that answer after `pings` in turn; a
+/// ping hang check.
+fn hesitant_world(pings: &[u64]) -> (World, Arc<Hesitant>) {
+    let mut w = world();
+    with_hang_check(&mut w);
+    w.sim.set_mode(Some(OutageMode::Hang));
+    let api = Arc::new(Hesitant {
+        sim: w.sim.clone(),
+        pings: std::sync::Mutex::new(
+            pings
+                .iter()
+                .map(|ms| std::time::Duration::from_millis(*ms))
+                .collect(),
+        ),
+        sent: std::sync::Mutex::new(Vec::new()),
+        clock: w.clock.clone(),
+    });
+    w.consumer.operator = api.clone();
+    (w, api)
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_slow_ping_after_a_timeout_is_not_a_hang() {
+    // The search times out at 3 s. The one ping the old check sent then
+    // would have taken 1.2 s, over its 1 s: a trip. The ping sent at 2 s,
+    // while the search was late, answers at 3.5 s: the operator is there.
+    let (w, api) = hesitant_world(&[1_500, 1_200]);
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    let started = w.clock.now();
+    let report = w
+        .consumer
+        .handle(&batch(&w, "nordic", 1, 10).await)
+        .await
+        .unwrap();
+    assert_eq!(report.calls, 1);
+    assert_eq!(report.trips_requested, 0);
+    let sent: Vec<i64> = api
+        .sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|at| (*at - started).num_milliseconds())
+        .collect();
+    // 2 s, 2.5 s and 3 s; the answer at 3.5 s stops the fourth.
+    assert_eq!(sent, vec![2_000, 2_500, 3_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pings_that_never_answer_confirm_the_hang_in_time() {
+    // The same operator with pings slower than any of their timeouts.
+    let (w, api) = hesitant_world(&[5_000]);
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    let started = w.clock.now();
+    assert_eq!(trips(&w, 1).await, 1);
+    let trip = w.bus.events().into_iter().find_map(|e| match e {
+        LifeboatEvent::TripRequested(t) => Some(t),
+        _ => None,
+    });
+    // Budget + the check's timeout, within budget + 2 s.
+    assert_eq!(trip.unwrap().at - started, TimeDelta::seconds(4));
+    assert_eq!(api.sent.lock().unwrap().len(), 4);
 }
 
 #[tokio::test(start_paused = true)]
@@ -382,12 +546,13 @@ async fn a_slow_operator_that_answers_the_hang_check_is_left_to_the_window() {
     let mut w = world();
     with_hang_check(&mut w);
     put_breaker(&w, BreakerState::Closed, 2).await;
-    // Answers after the budget, but pings are answered at once.
+    // Answers after the budget, but the ping sent 2 s into the call is
+    // answered at once: no more pings.
     w.sim.set_mode(Some(OutageMode::Slow));
     assert_eq!(trips(&w, 1).await, 0);
     assert_eq!(w.sim.stats().by_operation.ping, 1);
-    // Without a timeout there is nothing to check.
-    w.sim.set_mode(None);
+    // A call answered before 2 s sends none.
+    w.sim.set_mode(Some(OutageMode::ServerError));
     assert_eq!(trips(&w, 1).await, 0);
     assert_eq!(w.sim.stats().by_operation.ping, 1);
 }
@@ -464,4 +629,26 @@ async fn half_open_calls_at_most_k_and_reports_the_round() {
         .await
         .unwrap();
     assert_eq!(second.calls, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_pings_stop_once_the_breaker_has_opened() {
+    // A batch already running when the switch opened the breaker (a trip
+    // the batch before asked for): one ping, then the train reads the
+    // breaker, finds it open and sends no more; no second trip is asked.
+    let (w, api) = hesitant_world(&[5_000]);
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    let breakers = w.breakers.clone();
+    let opener = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(2_200)).await;
+        let nordic = OperatorId::new("nordic").unwrap();
+        let mut record = breakers.load(&nordic).await.unwrap().unwrap();
+        record.state = BreakerState::Open;
+        record.version = 3;
+        breakers.save(&record, Some(2)).await.unwrap();
+    });
+    assert_eq!(trips(&w, 2).await, 0);
+    opener.await.unwrap();
+    // One watched call per operator and batch: one train, one ping.
+    assert_eq!(api.sent.lock().unwrap().len(), 1);
 }

@@ -26,7 +26,7 @@ use lifeboat_core::ports::{
     RequestStore, RouterError, StoreError, StoredRequest, StreamRouter, TimerError, TrialTally,
     WindowStore,
 };
-use lifeboat_core::probe::BreakerTimer;
+use lifeboat_core::probe::{BreakerTimer, ProbeSpec};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall, Outcome, RequestRecord};
 use lifeboat_core::sale::{SaleRecord, SaleStatusStore};
 use lifeboat_core::watched::{Watched, watch};
@@ -350,6 +350,21 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Faulty<T> {
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
         self.gate(FaultClass::BreakerWrite).await?;
         self.inner.mark_announced(operator, version).await
+    }
+
+    async fn remember_answered(
+        &self,
+        operator: &OperatorId,
+        question: &ProbeSpec,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.gate(FaultClass::BreakerWrite).await?;
+        self.inner.remember_answered(operator, question, at).await
+    }
+
+    async fn answered(&self, operator: &OperatorId) -> Result<Option<ProbeSpec>, StoreError> {
+        self.gate(FaultClass::BreakerRead).await?;
+        self.inner.answered(operator).await
     }
 }
 

@@ -15,20 +15,36 @@ use real_consumer::RealConsumer;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
+use chrono::{DateTime, Utc};
+use lifeboat_core::Clock;
+
+use crate::aws::AwsRuntime;
+use crate::charged::{ChargedMapping, ControlPlane, MappingLag};
 use crate::fault::{FaultClass, FaultPlan, Faulty, invocation};
+use crate::lambda::{Pools, invoke_overhead};
 use crate::meter::{InvocationKind, Ledger, metered};
 use crate::suite::{LaneLayout, MemorySuiteConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The switch's view of the gateway's lanes.
 /// The switch's view of the gateway's lanes: each mapping's updates fail
-/// as `faults` says.
+/// as `faults` says, and in the AWS world every call goes through Lambda's
+/// control plane (`plane`) and an update reaches the pollers later.
 pub(crate) fn switch_lanes(
     layout: LaneLayout,
     lanes: &[SimLane],
     faults: &Arc<FaultPlan>,
+    plane: Option<&Arc<ControlPlane>>,
+    clock: &Arc<dyn Clock>,
 ) -> Lanes {
-    let router = |l: &SimLane| -> Arc<dyn StreamRouter> { Faulty::new(l.router.clone(), faults) };
+    let router = |l: &SimLane| -> Arc<dyn StreamRouter> {
+        match (plane, &l.lag) {
+            (Some(plane), Some(lag)) => Faulty::new(
+                ChargedMapping::new(l.router.clone(), plane.clone(), lag.clone(), clock.clone()),
+                faults,
+            ),
+            _ => Faulty::new(l.router.clone(), faults),
+        }
+    };
     match layout {
         LaneLayout::Shared => lanes
             .first()
@@ -54,10 +70,17 @@ pub(crate) struct SimLane {
     pub(crate) in_flight: JoinSet<Vec<Delivery>>,
     /// The records of each batch in flight, delivered again if its task dies.
     in_flight_batches: HashMap<tokio::task::Id, Vec<Delivery>>,
+    /// In the AWS world: the function the pollers invoke while a mapping
+    /// update takes effect, records read from the stream that have not
+    /// reached it yet, and when the pollers read the stream next.
+    pub(crate) lag: Option<Arc<MappingLag>>,
+    unseen: Vec<Delivery>,
+    next_poll: Option<tokio::time::Instant>,
 }
 
 impl SimLane {
-    pub(crate) fn new(name: &str, operators: Vec<OperatorId>) -> Self {
+    /// A lane; `charged`: in the AWS world.
+    pub(crate) fn new(name: &str, operators: Vec<OperatorId>, charged: bool) -> Self {
         Self {
             name: name.to_owned(),
             operators,
@@ -66,7 +89,59 @@ impl SimLane {
             redeliver: Vec::new(),
             in_flight: JoinSet::new(),
             in_flight_batches: HashMap::new(),
+            lag: charged.then(|| Arc::new(MappingLag::default())),
+            unseen: Vec::new(),
+            next_poll: None,
         }
+    }
+
+    /// Records of the stream the pollers see now, up to `room`: in the AWS
+    /// world a poll at most every `poll`, of records written at least a
+    /// propagation delay ago (the rest wait, in order, for a later poll).
+    fn read(
+        &mut self,
+        requests: &MemoryRequestStore,
+        room: usize,
+        poll: std::time::Duration,
+        aws: Option<(&AwsRuntime, DateTime<Utc>)>,
+    ) -> Vec<Delivery> {
+        let operators = &self.operators;
+        let read = |position: usize, room: usize| {
+            let (records, next) =
+                requests.read_stream_where(position, room, |r| operators.contains(&r.operator));
+            let read: Vec<Delivery> = records
+                .into_iter()
+                .map(|(position, record)| Delivery {
+                    position,
+                    record,
+                    attempts: 0,
+                })
+                .collect();
+            (read, next)
+        };
+        let Some((aws, now)) = aws else {
+            let (records, next) = read(self.position, room);
+            self.position = next;
+            return records;
+        };
+        let tokio_now = tokio::time::Instant::now();
+        if self.next_poll.is_some_and(|at| tokio_now < at) {
+            return Vec::new();
+        }
+        self.next_poll = Some(tokio_now + poll);
+        let cutoff = now
+            - chrono::TimeDelta::from_std(aws.draw(aws.model.stream_propagation))
+                .unwrap_or_default();
+        let (records, next) = read(self.position, room.saturating_sub(self.unseen.len()));
+        self.position = next;
+        self.unseen.extend(records);
+        let visible = self
+            .unseen
+            .iter()
+            .take(room)
+            .take_while(|d| d.record.created_at <= cutoff)
+            .count();
+        self.unseen.drain(..visible).collect()
     }
 
     pub(crate) fn settle(
@@ -101,12 +176,14 @@ impl SimLane {
     /// at, if fewer than `parallelization` batches are in flight. Records
     /// reported as failed come back before new ones, with their own sequence
     /// numbers.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn deliver(
         &mut self,
         config: &MemorySuiteConfig,
         (faults, lambda_errors): (&Arc<FaultPlan>, &Arc<AtomicU64>),
         requests: &MemoryRequestStore,
         (real, fallback): (&Arc<RealConsumer>, &Arc<FallbackConsumer>),
+        (aws, pools, clock): (&Option<Arc<AwsRuntime>>, &Pools, &Arc<dyn Clock>),
         ledger: &Arc<Ledger>,
         discarded: &mut Vec<RequestRecord>,
     ) -> bool {
@@ -116,21 +193,34 @@ impl SimLane {
         if self.in_flight.len() >= config.parallelization.max(1) {
             return false;
         }
+        let now = clock.now();
+        let target = match &self.lag {
+            Some(lag) => lag.serving(now),
+            None => self.router.current().await.unwrap_or(ConsumerTarget::Real),
+        };
+        // Within the function's reserved concurrency, or the poller is
+        // throttled and tries again at its next poll.
+        let environment = match aws {
+            Some(_) => {
+                let pool = match target {
+                    ConsumerTarget::Real => &pools.real,
+                    ConsumerTarget::Fallback => &pools.fallback,
+                };
+                match pool.try_start() {
+                    Some(environment) => Some(environment),
+                    None => return false,
+                }
+            }
+            None => None,
+        };
         let mut batch: Vec<Delivery> = std::mem::take(&mut self.redeliver);
         if batch.len() > config.batch_size {
             self.redeliver = batch.split_off(config.batch_size);
         }
         let room = config.batch_size.saturating_sub(batch.len());
         if room > 0 {
-            let operators = &self.operators;
-            let (records, next) = requests
-                .read_stream_where(self.position, room, |r| operators.contains(&r.operator));
-            self.position = next;
-            batch.extend(records.into_iter().map(|(position, record)| Delivery {
-                position,
-                record,
-                attempts: 0,
-            }));
+            let charged = aws.as_deref().map(|aws| (aws, now));
+            batch.extend(self.read(requests, room, config.poll, charged));
         }
         if batch.is_empty() {
             return false;
@@ -138,7 +228,7 @@ impl SimLane {
         let payload = json!({
             "Records": batch.iter().map(|d| stream_record(&d.record, d.position)).collect::<Vec<_>>()
         });
-        let target = self.router.current().await.unwrap_or(ConsumerTarget::Real);
+        let aws = aws.clone();
         let (real, fallback, ledger) = (real.clone(), fallback.clone(), ledger.clone());
         let records = batch.clone();
         // A consumer killed after k of its calls (store and operator).
@@ -149,6 +239,9 @@ impl SimLane {
         let (timeout, errors) = (config.function_timeout, lambda_errors.clone());
         let handle = self.in_flight.spawn(async move {
             let size = batch.len() as u64;
+            if let (Some(aws), Some(environment)) = (&aws, &environment) {
+                invoke_overhead(aws, environment).await;
+            }
             let run = invocation(dies_after, async {
                 match target {
                     ConsumerTarget::Real => {
@@ -174,6 +267,7 @@ impl SimLane {
                     Err("the invocation timed out".to_owned())
                 }
             };
+            drop(environment);
             match failures {
                 Ok(failures) => failed_from(batch, &failures),
                 Err(e) => {

@@ -9,13 +9,23 @@
 //! Passed` to the switch, and the schedule's tick. Under
 //! `tokio::time::pause()` a day passes in well under a second. [`offsale`]
 //! plays the rule and the SQS mapping around the off-sale listener.
+//!
+//! In the AWS world ([`aws`], the default of the simulations) every store
+//! call, stream read, invocation, control-plane call, event and timer waits
+//! what AWS charges ([`charged`], [`lambda`]); the ideal world charges none.
 
+pub mod aws;
+pub mod charged;
 pub mod clock;
+mod config;
 pub mod fault;
+pub mod lambda;
 mod lane;
 pub mod meter;
 pub mod offsale;
 pub mod suite;
 
+pub use aws::World;
 pub use clock::TokioClock;
+pub use lambda::{AwsCounts, HttpFunction, LambdaCounts};
 pub use suite::{LaneLayout, MemorySuite, MemorySuiteConfig, Transition};

@@ -8,6 +8,7 @@
 //! breaker save is one transaction of two items, and `load_many` one
 //! `BatchGetItem` per 100 operators (see docs/capacity.md).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -17,6 +18,7 @@ use lifeboat_core::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
 use lifeboat_core::ports::{
     BreakerStore, OutcomeWrite, RequestStore, StoreError, StoredRequest, TrialTally, WindowStore,
 };
+use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::request::{Outcome, RequestRecord};
 use lifeboat_core::window::{Bucket, CallCounts};
 use lifeboat_core::{BreakerRecord, OperatorId};
@@ -91,28 +93,42 @@ pub enum InvocationKind {
     SearchOther,
 }
 
-/// Every invocation's store calls.
+/// Every invocation's store calls, folded as they are noted: per kind, the
+/// invocations, the records they handled and their calls summed, and the
+/// most items one invocation read (what the reports print), not one entry
+/// per invocation.
 #[derive(Debug, Default)]
 pub struct Ledger {
-    entries: Mutex<Vec<(InvocationKind, u64, StoreCalls)>>,
+    folded: Mutex<Folded>,
+}
+
+#[derive(Debug, Default)]
+struct Folded {
+    by_kind: BTreeMap<InvocationKind, (u64, u64, StoreCalls)>,
+    max_items_read: u64,
 }
 
 impl Ledger {
     /// Note an invocation that handled `records` records (1 for anything
     /// but a batch).
     pub fn note(&self, kind: InvocationKind, records: u64, calls: StoreCalls) {
-        lock(&self.entries).push((kind, records, calls));
+        let mut folded = lock(&self.folded);
+        folded.max_items_read = folded.max_items_read.max(calls.items_read);
+        let (invocations, handled, sum) = folded.by_kind.entry(kind).or_default();
+        *invocations += 1;
+        *handled += records;
+        sum.add(&calls);
     }
 
     /// Invocations of `kind`, the records they handled and their calls.
     pub fn total(&self, kinds: &[InvocationKind]) -> (u64, u64, StoreCalls) {
-        let entries = lock(&self.entries);
+        let folded = lock(&self.folded);
         let mut sum = StoreCalls::default();
         let (mut invocations, mut records) = (0, 0);
-        for (kind, n, calls) in entries.iter() {
+        for (kind, (n, handled, calls)) in &folded.by_kind {
             if kinds.contains(kind) {
-                invocations += 1;
-                records += n;
+                invocations += n;
+                records += handled;
                 sum.add(calls);
             }
         }
@@ -121,11 +137,7 @@ impl Ledger {
 
     /// The most items any one invocation read.
     pub fn max_items_read(&self) -> u64 {
-        lock(&self.entries)
-            .iter()
-            .map(|(_, _, calls)| calls.items_read)
-            .max()
-            .unwrap_or(0)
+        lock(&self.folded).max_items_read
     }
 }
 
@@ -230,6 +242,21 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Metered<T> {
         note_write();
         self.0.mark_announced(operator, version).await
     }
+
+    async fn remember_answered(
+        &self,
+        operator: &OperatorId,
+        question: &ProbeSpec,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        note_write();
+        self.0.remember_answered(operator, question, at).await
+    }
+
+    async fn answered(&self, operator: &OperatorId) -> Result<Option<ProbeSpec>, StoreError> {
+        note_read(1);
+        self.0.answered(operator).await
+    }
 }
 
 #[async_trait]
@@ -304,5 +331,42 @@ mod tests {
         ledger.note(InvocationKind::RealBatch, 50, calls);
         assert_eq!(ledger.total(&[InvocationKind::RealBatch]).1, 50);
         assert_eq!(ledger.max_items_read(), 2);
+    }
+
+    #[test]
+    fn the_folded_ledger_gives_the_totals_of_every_entry() {
+        use InvocationKind::*;
+        let calls = |reads, writes, items_read| StoreCalls {
+            reads,
+            writes,
+            items_read,
+        };
+        let entries = [
+            (SearchHit, 1, calls(2, 0, 1)),
+            (RealBatch, 7, calls(4, 9, 12)),
+            (SearchHit, 1, calls(3, 1, 2)),
+            (Tick, 1, calls(1, 0, 50)),
+            (RealBatch, 3, calls(4, 5, 6)),
+        ];
+        let ledger = Ledger::default();
+        for (kind, records, c) in entries {
+            ledger.note(kind, records, c);
+        }
+        for kinds in [&[SearchHit][..], &[RealBatch, Tick], &[SearchMiss], &[]] {
+            let mut sum = StoreCalls::default();
+            let (mut invocations, mut records) = (0, 0);
+            for (_, n, c) in entries.iter().filter(|(k, ..)| kinds.contains(k)) {
+                invocations += 1;
+                records += n;
+                sum.add(c);
+            }
+            assert_eq!(
+                ledger.total(kinds),
+                (invocations, records, sum),
+                "{kinds:?}"
+            );
+        }
+        assert_eq!(ledger.max_items_read(), 50);
+        assert_eq!(Ledger::default().max_items_read(), 0);
     }
 }

@@ -4,6 +4,9 @@
 //! queue's messages to the listener in batches ([`sqs_event`], [`deliver`]).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use chrono::{DateTime, TimeDelta, Utc};
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
@@ -11,6 +14,57 @@ use lifeboat_core::events::{BREAKER_STATE_CHANGED, BreakerStateChanged, SOURCE};
 use lifeboat_core::sale::{MemoryQueue, ReceivedMessage};
 use offsale_listener::{ListenerError, ListenerReport, OffsaleListener};
 use serde_json::Value;
+
+use crate::aws::AwsRuntime;
+
+/// Rule messages on their way to the off-sale queue: EventBridge's
+/// delivery to the rule's SQS target, then the pick-up by Lambda's SQS
+/// poller (at once in the ideal world).
+#[derive(Debug, Default)]
+pub struct InTransit {
+    aws: Option<Arc<AwsRuntime>>,
+    pending: Mutex<Vec<(DateTime<Utc>, String)>>,
+}
+
+impl InTransit {
+    /// Messages charged as `aws` says (`None`: the ideal world).
+    pub fn new(aws: Option<Arc<AwsRuntime>>) -> Self {
+        Self {
+            aws,
+            pending: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Vec<(DateTime<Utc>, String)>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Send `body` to `queue` as the rule does at `now`.
+    pub fn send(&self, queue: &MemoryQueue, body: String, now: DateTime<Utc>) {
+        match &self.aws {
+            Some(aws) => {
+                let delay =
+                    aws.draw(aws.model.eventbridge_delivery) + aws.draw(aws.model.sqs_receive);
+                let at = now + TimeDelta::from_std(delay).unwrap_or_default();
+                self.pending().push((at, body));
+            }
+            None => {
+                queue.send(body);
+            }
+        }
+    }
+
+    /// Put the messages that have arrived by `now` on `queue`, in the order
+    /// they arrive.
+    pub fn arrive(&self, queue: &MemoryQueue, now: DateTime<Utc>) {
+        let mut pending = self.pending();
+        pending.sort_by_key(|(at, _)| *at);
+        let arrived = pending.iter().take_while(|(at, _)| *at <= now).count();
+        for (_, body) in pending.drain(..arrived) {
+            queue.send(body);
+        }
+    }
+}
 
 /// The account the rule's events come from.
 const ACCOUNT: &str = "123456789012";

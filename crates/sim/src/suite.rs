@@ -9,23 +9,26 @@ use chrono::{DateTime, Utc};
 use circuit_switch::input::AlarmMap;
 use circuit_switch::{CircuitSwitch, SHARED_LANE, SwitchReport};
 use fallback_consumer::FallbackConsumer;
+use lifeboat_core::cache::CacheStore;
 use lifeboat_core::events::{LifeboatEvent, SOURCE};
 use lifeboat_core::memory::{
     MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter,
     MemoryTimers, MemoryWindowStore,
 };
 use lifeboat_core::metrics::MemoryMetrics;
-use lifeboat_core::ports::BreakerTimers;
-use lifeboat_core::ports::{OperatorApi, StreamRouter};
+use lifeboat_core::ports::{BreakerStore, BreakerTimers, OperatorApi, RequestStore, StreamRouter};
 use lifeboat_core::probe::BreakerTimer;
 
+use crate::aws::{AwsRuntime, World};
+use crate::charged::{Charged, ChargedTimers, ControlPlane};
+pub use crate::config::{LaneLayout, MemorySuiteConfig};
 use crate::fault::{FaultClass, FaultPlan, FaultyOperators, invocation, port};
+use crate::lambda::{AwsCounts, HttpFunction, Pools, invoke_overhead};
 pub use crate::lane::stream_record;
 use crate::lane::{SimLane, switch_lanes};
 use crate::meter::{InvocationKind, Ledger, Metered, metered};
 use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::request::{CallResult, OperatorCall, RequestRecord};
-use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
 use real_consumer::RealConsumer;
 use serde_json::{Value, json};
@@ -34,62 +37,6 @@ use tokio::task::JoinSet;
 /// When a timer the switch failed comes back (the timer queue's visibility
 /// timeout).
 const TIMER_VISIBILITY: Duration = Duration::from_secs(30);
-
-/// How the in-memory AWS behaves.
-#[derive(Debug, Clone)]
-pub struct MemorySuiteConfig {
-    pub settings: Settings,
-    /// Records per stream batch (the mapping's BatchSize).
-    pub batch_size: usize,
-    /// Operator calls in flight per batch.
-    pub concurrency: usize,
-    /// Batches of the stream in flight at once (the mapping's
-    /// ParallelizationFactor; the template sets 4).
-    pub parallelization: usize,
-    /// How often the stream is polled when it has nothing.
-    pub poll: Duration,
-    /// The schedule's period.
-    pub tick_every: Duration,
-    /// Deliveries of a failing record before it is given up on (the
-    /// mapping's MaximumRetryAttempts; the template sets 3).
-    pub max_retries: u32,
-    pub operators: Vec<OperatorId>,
-    /// How the operators' requests are laid out in streams.
-    pub lanes: LaneLayout,
-    /// Faults injected into the functions' dependencies (none by default).
-    pub faults: Option<Arc<FaultPlan>>,
-    /// How long an invocation may run before Lambda stops it (the
-    /// template's 15 s for the consumers and the switch).
-    pub function_timeout: Duration,
-}
-
-/// How requests flow from the Requests table(s) to the consumers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum LaneLayout {
-    /// One stream and mapping for every operator.
-    Shared,
-    /// A stream and mapping per operator, as the template deploys them.
-    #[default]
-    PerOperator,
-}
-
-impl Default for MemorySuiteConfig {
-    fn default() -> Self {
-        Self {
-            settings: Settings::default(),
-            batch_size: 50,
-            concurrency: real_consumer::DEFAULT_CONCURRENCY,
-            parallelization: 4,
-            poll: Duration::from_millis(100),
-            tick_every: Duration::from_secs(5),
-            max_retries: 3,
-            operators: Vec::new(),
-            lanes: LaneLayout::default(),
-            faults: None,
-            function_timeout: Duration::from_secs(15),
-        }
-    }
-}
 
 /// A breaker transition seen by the suite.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,7 +67,9 @@ pub struct MemorySuite {
     pub window: Arc<MemoryWindowStore>,
     pub bus: Arc<MemoryEventBus>,
     pub cache: Arc<MemoryCacheStore>,
-    /// Every metric line the functions emitted.
+    /// The functions' metrics, folded into a sum per metric and dimension
+    /// set as they are emitted (what the reports read), not kept line by
+    /// line: a long day's lines would fill the memory.
     pub metrics: Arc<MemoryMetrics>,
     /// The streams, each with its mapping and the batches in flight.
     lanes: Vec<SimLane>,
@@ -151,8 +100,15 @@ pub struct MemorySuite {
     pub switch_errors: Arc<AtomicU64>,
     /// Bus events held back to arrive after the next ones.
     held_events: Vec<Value>,
+    /// Bus events on their way to the switch (EventBridge's delivery), with
+    /// when they arrive.
+    in_transit: Vec<(DateTime<Utc>, Value)>,
     bus_position: usize,
     next_tick: DateTime<Utc>,
+    /// The AWS world's runtime (`None`: the ideal world).
+    aws: Option<Arc<AwsRuntime>>,
+    pools: Pools,
+    control_plane: Option<Arc<ControlPlane>>,
 }
 
 impl MemorySuite {
@@ -168,18 +124,27 @@ impl MemorySuite {
         let mut config = config;
         let mut seen = std::collections::HashSet::new();
         config.operators.retain(|o| seen.insert(o.clone()));
+        let charged = config.aws.is_some();
         let lanes: Vec<SimLane> = match config.lanes {
-            LaneLayout::Shared => vec![SimLane::new(SHARED_LANE, config.operators.clone())],
+            LaneLayout::Shared => {
+                vec![SimLane::new(SHARED_LANE, config.operators.clone(), charged)]
+            }
             LaneLayout::PerOperator => config
                 .operators
                 .iter()
-                .map(|o| SimLane::new(o.as_str(), vec![o.clone()]))
+                .map(|o| SimLane::new(o.as_str(), vec![o.clone()], charged))
                 .collect(),
         };
         let timers = Arc::new(MemoryTimers::new());
         let probes = Arc::new(AtomicU64::new(0));
         let cache = Arc::new(MemoryCacheStore::new());
-        let metrics = Arc::new(MemoryMetrics::new());
+        let aws = config
+            .aws
+            .clone()
+            .map(|model| AwsRuntime::new(model, config.aws_seed));
+        let pools = Pools::new(aws.is_some());
+        let control_plane = aws.as_ref().map(ControlPlane::new);
+        let metrics = Arc::new(MemoryMetrics::folded());
         let faults = config
             .faults
             .clone()
@@ -188,9 +153,21 @@ impl MemorySuite {
         // also injected (Faulty) and each call metered per invocation.
         let sink: Arc<dyn MetricsSink> = metrics.clone();
         let ledger = Arc::new(Ledger::default());
-        let metered_requests = port(Metered::new(requests.clone()), &faults, &sink, &clock);
-        let metered_breakers = port(Metered::new(breakers.clone()), &faults, &sink, &clock);
-        let events = port(bus.clone(), &faults, &sink, &clock);
+        // Under them, each call charged what AWS charges (nothing in the
+        // ideal world).
+        let metered_requests = port(
+            Metered::new(Charged::new(requests.clone(), &aws)),
+            &faults,
+            &sink,
+            &clock,
+        );
+        let metered_breakers = port(
+            Metered::new(Charged::new(breakers.clone(), &aws)),
+            &faults,
+            &sink,
+            &clock,
+        );
+        let events = port(Charged::new(bus.clone(), &aws), &faults, &sink, &clock);
         let operator: Arc<dyn OperatorApi> = Arc::new(FaultyOperators {
             inner: operator,
             plan: faults.clone(),
@@ -198,15 +175,26 @@ impl MemorySuite {
         let real = RealConsumer {
             requests: metered_requests.clone(),
             breakers: metered_breakers.clone(),
-            window: port(Metered::new(window.clone()), &faults, &sink, &clock),
+            window: port(
+                Metered::new(Charged::new(window.clone(), &aws)),
+                &faults,
+                &sink,
+                &clock,
+            ),
             events: events.clone(),
-            cache: port(Metered::new(cache.clone()), &faults, &sink, &clock),
+            cache: port(
+                Metered::new(Charged::new(cache.clone(), &aws)),
+                &faults,
+                &sink,
+                &clock,
+            ),
             metrics: metrics.clone(),
             operator: operator.clone(),
             clock: clock.clone(),
             settings: config.settings.clone(),
             concurrency: config.concurrency,
             call_log_share: real_consumer::DEFAULT_CALL_LOG_SHARE,
+            remembered: real_consumer::Remembered::default(),
         };
         let fallback = FallbackConsumer {
             requests: metered_requests,
@@ -217,14 +205,26 @@ impl MemorySuite {
         let switch = CircuitSwitch {
             breakers: metered_breakers,
             events,
-            lanes: switch_lanes(config.lanes, &lanes, &faults).watched(&sink, &clock),
+            lanes: switch_lanes(
+                config.lanes,
+                &lanes,
+                &faults,
+                control_plane.as_ref(),
+                &clock,
+            )
+            .watched(&sink, &clock),
             clock: clock.clone(),
             settings: config.settings.clone(),
             alarms: AlarmMap::default(),
             operators: config.operators.clone(),
             repoint_backoff: Duration::from_millis(100),
             metrics: metrics.clone(),
-            timers: Some(port(timers.clone(), &faults, &sink, &clock)),
+            timers: Some(port(
+                ChargedTimers::new(timers.clone(), &aws, clock.clone()),
+                &faults,
+                &sink,
+                &clock,
+            )),
             prober: Some(Arc::new(CountedProber {
                 inner: operator,
                 calls: probes.clone(),
@@ -255,8 +255,63 @@ impl MemorySuite {
             consumer_errors: Arc::new(AtomicU64::new(0)),
             switch_errors: Arc::new(AtomicU64::new(0)),
             held_events: Vec::new(),
+            in_transit: Vec::new(),
             bus_position: 0,
             next_tick,
+            aws,
+            pools,
+            control_plane,
+        }
+    }
+
+    /// The world this suite runs in.
+    pub fn world(&self) -> World {
+        self.config.world()
+    }
+
+    /// The AWS world's runtime (`None`: the ideal world).
+    pub fn aws(&self) -> Option<Arc<AwsRuntime>> {
+        self.aws.clone()
+    }
+
+    /// The Requests tables as a search or cart function reaches them (each
+    /// call charged as the world charges it).
+    pub fn requests_port(&self) -> Arc<dyn RequestStore> {
+        Charged::new(self.requests.clone(), &self.aws)
+    }
+
+    /// The cache table, likewise.
+    pub fn cache_port(&self) -> Arc<dyn CacheStore> {
+        Charged::new(self.cache.clone(), &self.aws)
+    }
+
+    /// The Breaker table, likewise.
+    pub fn breakers_port(&self) -> Arc<dyn BreakerStore> {
+        Charged::new(self.breakers.clone(), &self.aws)
+    }
+
+    /// Any other table a function reaches (carts, sale status), likewise.
+    pub fn charged<T: ?Sized>(&self, table: Arc<T>) -> Arc<Charged<T>> {
+        Charged::new(table, &self.aws)
+    }
+
+    /// Search and cart invocations through the HTTP API.
+    pub fn http_function(&self) -> HttpFunction {
+        HttpFunction {
+            aws: self.aws.clone(),
+            pool: self.pools.http.clone(),
+        }
+    }
+
+    /// What the AWS world charged so far beside store calls.
+    pub fn aws_counts(&self) -> AwsCounts {
+        AwsCounts {
+            lambda: self.pools.counts(),
+            control_plane: self
+                .control_plane
+                .as_ref()
+                .map(|p| p.calls())
+                .unwrap_or_default(),
         }
     }
 
@@ -363,7 +418,23 @@ impl MemorySuite {
                 payloads.push(payload);
             }
         }
+        let now = self.clock.now();
         for payload in payloads.into_iter().chain(held) {
+            match &self.aws {
+                // EventBridge takes its time to invoke the rule's target.
+                Some(aws) => {
+                    let delivery = aws.draw(aws.model.eventbridge_delivery);
+                    let at = now + chrono::TimeDelta::from_std(delivery).unwrap_or_default();
+                    self.in_transit.push((at, payload));
+                }
+                None => self.invoke_switch(payload, Vec::new(), InvocationKind::Switch),
+            }
+        }
+        let (arrived, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.in_transit)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.in_transit = still;
+        for (_, payload) in arrived {
             self.invoke_switch(payload, Vec::new(), InvocationKind::Switch);
         }
     }
@@ -377,7 +448,18 @@ impl MemorySuite {
         let ledger = self.ledger.clone();
         let dies_after = self.faults.death(FaultClass::SwitchTimeout, 6);
         let (timeout, errors) = (self.config.function_timeout, self.switch_errors.clone());
+        let (aws, pool) = (self.aws.clone(), self.pools.switch.clone());
         self.switch_calls.spawn(async move {
+            // Within the switch's reserved concurrency: a throttled event
+            // or timer invoke is retried by its service until it runs.
+            let _environment = match &aws {
+                Some(aws) => {
+                    let environment = pool.start().await;
+                    invoke_overhead(aws, &environment).await;
+                    Some(environment)
+                }
+                None => None,
+            };
             let run = invocation(dies_after, metered(switch.handle(&payload)));
             match tokio::time::timeout(timeout, run).await {
                 Ok((report, calls)) => {
@@ -499,6 +581,7 @@ impl MemorySuite {
                     (&self.faults, &self.consumer_errors),
                     &self.requests,
                     (&self.real, &self.fallback),
+                    (&self.aws, &self.pools, &self.clock),
                     &self.ledger,
                     &mut self.discarded,
                 )

@@ -203,8 +203,8 @@ pub(super) fn change_from_item(
 
 impl DynamoBreakerStore {
     /// [`first_failure`] from the failure window's buckets before `at`. A
-    /// failed read is logged and gives `None`: the transition must not wait
-    /// on it.
+    /// failed read is logged, counted (when the store counts failures) and
+    /// gives `None`: the transition must not wait on it.
     pub(super) async fn first_failure_before(
         &self,
         operator: &OperatorId,
@@ -215,6 +215,9 @@ impl DynamoBreakerStore {
             Ok(buckets) => first_failure(&buckets, at),
             Err(e) => {
                 tracing::warn!(operator = %operator, error = %e, "failure window not read: the state change is recorded without its first failure");
+                if let Some(failures) = &self.failures {
+                    failures.count("window.read", 1);
+                }
                 None
             }
         }

@@ -16,6 +16,9 @@ use crate::item::ItemError;
 /// The sort key of the breaker record.
 pub const BREAKER_ITEM: &str = "breaker";
 
+/// The sort key of the question the operator last answered.
+pub const ANSWERED_ITEM: &str = "answered";
+
 /// The breaker item, as written and read. Every counter is required on read:
 /// `save` writes them all, and an item without one is corrupt, not zero.
 #[derive(Serialize, Deserialize)]

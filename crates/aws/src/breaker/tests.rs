@@ -1,6 +1,7 @@
 use super::*;
 use chrono::TimeDelta;
 use lifeboat_core::window::Bucket;
+use std::sync::Arc;
 
 use super::change::{ChangeItem, change_from_item};
 
@@ -158,4 +159,45 @@ fn a_cancelled_transaction_is_a_lost_race_only_for_its_condition_or_a_conflict()
         .build();
     assert!(lost_race(&bare));
     assert!(!lost_race(&TransactionCanceledException::builder().build()));
+}
+
+/// A trip whose read of the failure window fails is still saved, without
+/// its first failure, and the failed read counts in `DependencyErrors` as
+/// `window.read`: no failed call goes unseen because the write went on.
+#[tokio::test]
+async fn a_trips_failed_window_read_is_counted_and_the_trip_saved() {
+    use aws_sdk_dynamodb::Client;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use lifeboat_core::clock::ManualClock;
+    use lifeboat_core::metrics::MemoryMetrics;
+
+    let query = mock!(Client::query).then_error(|| {
+        aws_sdk_dynamodb::operation::query::QueryError::ProvisionedThroughputExceededException(
+            aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException::builder()
+                .message("throttled")
+                .build(),
+        )
+    });
+    let saved = mock!(Client::transact_write_items).then_output(|| {
+        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput::builder()
+            .build()
+    });
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&query, &saved]);
+    let metrics = Arc::new(MemoryMetrics::new());
+    let clock = Arc::new(ManualClock::new(at(0)));
+    let store = DynamoBreakerStore::new(client, "Breaker")
+        .counting_failures(FailureCounter::new(metrics.clone(), clock));
+
+    let mut trip = record();
+    trip.previous = Some(BreakerState::Closed);
+    store.save(&trip, Some(3)).await.unwrap();
+
+    assert_eq!(query.num_calls(), 1);
+    assert_eq!(saved.num_calls(), 1);
+    let window_reads = metrics.sum(
+        lifeboat_core::watched::METRIC,
+        &[("Dependency", "window.read")],
+    );
+    assert_eq!(window_reads, 1.0);
+    assert_eq!(metrics.sum(lifeboat_core::watched::METRIC, &[]), 2.0);
 }

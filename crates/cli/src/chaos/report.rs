@@ -64,6 +64,28 @@ pub struct Converged {
     pub breaker: Option<f64>,
     pub stream_target: Option<f64>,
     pub sale_status: Option<f64>,
+    /// Which operator each part waited on longest, and from when it was
+    /// counted (the faults' stop, or the operator's own last outage change
+    /// if later): where a slow convergence comes from.
+    pub slowest: BTreeMap<String, Slowest>,
+}
+
+/// The operator a part of [`Converged`] waited on longest.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Slowest {
+    pub operator: String,
+    pub took_s: f64,
+    /// Seconds into the campaign the wait was counted from.
+    pub from_s: f64,
+}
+
+/// [`ChaosReport`]'s request counts, named as demo's and fleet's.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ChaosRequests {
+    pub total: usize,
+    pub with_outcome: usize,
+    pub duplicate_outcomes: u64,
+    pub closes_replaced: u64,
 }
 
 /// The egress fault: every operator unreachable from lifeboat.
@@ -94,16 +116,28 @@ pub struct ChaosReport {
     /// none: its customer got a 503 or the last good answer).
     pub records: usize,
     pub with_outcome: usize,
-    /// Outcomes written over an existing one.
+    /// Outcome writes that landed on a request that already had an
+    /// outcome, other than a consumer's over its asker's close: counted by
+    /// the store from what each write found, so a broken outcome condition
+    /// shows here (the product's refuses them: 0).
     pub duplicate_outcomes: u64,
     /// Records the stream mapping gave up on after its retries.
     pub records_given_up: usize,
     /// Requests their search closed as expired whose consumer's outcome
-    /// came later and took the close's place.
+    /// came later and took the close's place: the stored outcome changed
+    /// after the customer was answered.
     pub closes_replaced: u64,
+    /// The same request counts under the names demo and fleet give them
+    /// (`requests.total`, `requests.closes_replaced`, ...), for scripts
+    /// that read all three.
+    pub requests: ChaosRequests,
     /// Dependency faults and invocation deaths injected.
     pub faults_injected: u64,
-    /// Of those, shown by a metric.
+    /// What the metrics show of them, not capped at `faults_injected`: the
+    /// `DependencyErrors{Dependency=…}` values of the metric lines the
+    /// functions emitted, for every dependency a fault class strikes, plus
+    /// Lambda's `Errors` of the consumers and the switch (a killed
+    /// invocation writes no line; Lambda counts it).
     pub faults_seen: u64,
     pub by_fault: BTreeMap<String, FaultFigures>,
     /// Deliveries disturbed (redelivered, duplicated, reordered): not
@@ -116,6 +150,10 @@ pub struct ChaosReport {
     pub faults_stop_s: f64,
     pub virtual_s: f64,
     pub wall_s: f64,
+    /// What the AWS world charged beside store calls: cold starts,
+    /// throttles and peak environments per function, and Lambda
+    /// control-plane calls (all zero in the ideal world).
+    pub aws: lifeboat_sim::AwsCounts,
 }
 
 /// Whether operator `index` is really down `at`.
@@ -136,11 +174,9 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
     let (mut injected, mut seen) = (0, 0);
     for (class, dependency) in FaultClass::DEPENDENCIES {
         let n = i.injected.get(&class).copied().unwrap_or(0);
-        let shown =
-            i.metrics
-                .sum(names::DEPENDENCY_ERRORS, &[("Dependency", dependency)]) as u64;
+        let shown = dependency_errors(i.metrics, dependency);
         injected += n;
-        seen += shown.min(n);
+        seen += shown;
         by_fault.insert(
             format!("{class:?}"),
             FaultFigures {
@@ -164,7 +200,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
     ] {
         let n = i.injected.get(&class).copied().unwrap_or(0);
         injected += n;
-        seen += errors.min(n);
+        seen += errors;
         by_fault.insert(
             format!("{class:?}"),
             FaultFigures {
@@ -177,6 +213,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
 
     // Convergence, per operator and part.
     let mut converged = [Some(0.0f64); 3];
+    let mut slowest: BTreeMap<String, Slowest> = BTreeMap::new();
     let mut not_converged = Vec::new();
     let last_at = i.samples.0.last().map(|(at, _)| *at).unwrap_or_default();
     for index in 0..script.operators {
@@ -189,6 +226,10 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
             .unwrap_or_default();
         let origin = changes.max(stop);
         let mut last_bad: [Option<Duration>; 3] = [None; 3];
+        // A part disagrees when it did at two samples in a row: a
+        // transition in flight (the breaker saved, its mapping update a
+        // control-plane call later) is not a disagreement.
+        let mut was_bad = [false; 3];
         for (at, seen) in i.samples.0.iter().filter(|(at, _)| *at >= origin) {
             let Some(s) = seen.iter().find(|s| s.index == index) else {
                 continue;
@@ -200,9 +241,10 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
                 s.on_sale != is_down,
             ];
             for (part, ok) in ok.iter().enumerate() {
-                if !ok {
+                if !ok && was_bad[part] {
                     last_bad[part] = Some(*at);
                 }
+                was_bad[part] = !ok;
             }
         }
         for (part, bad) in last_bad.iter().enumerate() {
@@ -218,6 +260,17 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
                 Some(at) => {
                     let took = (*at + Duration::from_secs(1) - origin).as_secs_f64();
                     converged[part] = converged[part].map(|c| c.max(took));
+                    let name = ["breaker", "stream_target", "sale_status"][part].to_owned();
+                    if slowest.get(&name).is_none_or(|s| s.took_s < took) {
+                        slowest.insert(
+                            name,
+                            Slowest {
+                                operator: format!("op{:02}", index + 1),
+                                took_s: took,
+                                from_s: origin.as_secs_f64(),
+                            },
+                        );
+                    }
                 }
                 None => {}
             }
@@ -265,12 +318,15 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
         questions: script.records,
         records: i.counts.total,
         with_outcome: i.counts.with_outcome,
-        duplicate_outcomes: i
-            .counts
-            .outcome_writes
-            .saturating_sub(i.counts.with_outcome as u64),
+        duplicate_outcomes: i.counts.duplicate_outcomes,
         records_given_up: i.given_up,
         closes_replaced: i.counts.closes_replaced,
+        requests: ChaosRequests {
+            total: i.counts.total,
+            with_outcome: i.counts.with_outcome,
+            duplicate_outcomes: i.counts.duplicate_outcomes,
+            closes_replaced: i.counts.closes_replaced,
+        },
         faults_injected: injected,
         faults_seen: seen,
         by_fault,
@@ -282,6 +338,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
             breaker: converged[0],
             stream_target: converged[1],
             sale_status: converged[2],
+            slowest,
         },
         not_converged,
         egress: EgressFigures {
@@ -296,7 +353,16 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
         faults_stop_s: stop.as_secs_f64(),
         virtual_s: script.duration().as_secs_f64(),
         wall_s: i.wall.as_secs_f64(),
+        aws: lifeboat_sim::AwsCounts::default(),
     }
+}
+
+/// `DependencyErrors{Dependency=dependency}` summed over the metric lines
+/// the functions emitted.
+fn dependency_errors(metrics: &MemoryMetrics, dependency: &str) -> u64 {
+    let sum = metrics.sum(names::DEPENDENCY_ERRORS, &[("Dependency", dependency)]);
+    // A count: whole and not negative in any line the functions write.
+    sum.max(0.0).round() as u64
 }
 
 fn secs(v: Option<f64>) -> String {
@@ -314,8 +380,12 @@ impl ChaosReport {
         );
         let _ = writeln!(
             out,
-            "  request records {:>8}   with an outcome {:>8}   duplicated outcomes {}   given up by the mapping {}",
-            self.records, self.with_outcome, self.duplicate_outcomes, self.records_given_up
+            "  request records {:>8}   with an outcome {:>8}   duplicated outcomes {}   given up by the mapping {}   closes replaced by a later outcome {}",
+            self.records,
+            self.with_outcome,
+            self.duplicate_outcomes,
+            self.records_given_up,
+            self.closes_replaced
         );
         let _ = writeln!(
             out,
@@ -358,5 +428,170 @@ impl ChaosReport {
             e.off_sale_writes_held
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::DateTime;
+    use lifeboat_core::memory::{MemoryWindowStore, OutcomeCondition};
+    use lifeboat_core::metrics::MetricsSink;
+    use lifeboat_core::ports::WindowStore;
+    use lifeboat_core::window::CallCounts;
+    use lifeboat_core::{Clock, OperatorId};
+    use lifeboat_sim::TokioClock;
+    use lifeboat_sim::fault::{FaultPlan, Faulty, port};
+    use serde_json::Value;
+
+    use super::*;
+
+    /// `n` window adds, every one failed by the plan, through the window
+    /// store as a function holds it: `watched`, its failures written to the
+    /// metric lines as `DependencyErrors{Dependency=window.add}`, or not.
+    async fn failed_adds(n: u64, watched: bool) -> (BTreeMap<FaultClass, u64>, MemoryMetrics) {
+        let plan = Arc::new(FaultPlan::new(3));
+        plan.set_rates(&[(FaultClass::WindowAdd, 1.0)]);
+        let metrics = Arc::new(MemoryMetrics::new());
+        let sink: Arc<dyn MetricsSink> = metrics.clone();
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(DateTime::UNIX_EPOCH));
+        let store = Arc::new(MemoryWindowStore::new());
+        let window: Arc<dyn WindowStore> = if watched {
+            port(store, &plan, &sink, &clock)
+        } else {
+            Faulty::new(store, &plan)
+        };
+        let operator = OperatorId::new("op01").unwrap_or_else(|e| panic!("{e}"));
+        for _ in 0..n {
+            let added = window
+                .add(&operator, DateTime::UNIX_EPOCH, &CallCounts::default())
+                .await;
+            assert!(added.is_err());
+        }
+        (plan.injected(), MemoryMetrics::from(metrics.lines()))
+    }
+
+    fn report(injected: BTreeMap<FaultClass, u64>, metrics: &MemoryMetrics) -> ChaosReport {
+        build(Inputs {
+            script: &ChaosScript::default(),
+            counts: RequestCounts::default(),
+            given_up: 0,
+            injected,
+            metrics,
+            lambda_errors: [0, 0],
+            samples: &Samples::default(),
+            self_fault_events: 0,
+            wall: Duration::ZERO,
+        })
+    }
+
+    /// The lines with `edit` applied to each.
+    fn edited(metrics: &MemoryMetrics, edit: impl FnMut(Value) -> Vec<Value>) -> MemoryMetrics {
+        MemoryMetrics::from(
+            metrics
+                .lines()
+                .into_iter()
+                .flat_map(edit)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// The metric `from` renamed `to`, in the line and in its directive.
+    fn renamed(line: Value, from: &str, to: &str) -> Value {
+        let text = line
+            .to_string()
+            .replace(&format!("\"{from}\""), &format!("\"{to}\""));
+        serde_json::from_str(&text).unwrap_or(line)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn faults_seen_is_what_the_metric_lines_say() {
+        let (injected, metrics) = failed_adds(7, true).await;
+        let honest = report(injected.clone(), &metrics);
+        assert_eq!((honest.faults_injected, honest.faults_seen), (7, 7));
+        assert_eq!(honest.by_fault["WindowAdd"].seen, 7);
+
+        // The metric renamed in the lines: nothing seen.
+        let metric = edited(&metrics, |l| {
+            vec![renamed(l, names::DEPENDENCY_ERRORS, "DependencyFailures")]
+        });
+        let r = report(injected.clone(), &metric);
+        assert_eq!((r.faults_injected, r.faults_seen), (7, 0), "{r:?}");
+        // The dependency renamed: not seen as a window add.
+        let dependency = edited(&metrics, |l| vec![renamed(l, "window.add", "window.put")]);
+        assert_eq!(report(injected.clone(), &dependency).faults_seen, 0);
+        // Lines removed: only the ones left are seen.
+        let mut kept = 0;
+        let fewer = edited(&metrics, |l| {
+            let per_dependency = l.get("Dependency").is_some();
+            kept += u32::from(per_dependency);
+            if per_dependency && kept > 3 {
+                Vec::new()
+            } else {
+                vec![l]
+            }
+        });
+        assert_eq!(report(injected.clone(), &fewer).faults_seen, 3);
+        // Every line written twice: seen twice, above what was injected.
+        let twice = edited(&metrics, |l| vec![l.clone(), l]);
+        assert_eq!(report(injected.clone(), &twice).faults_seen, 14);
+        // A function that does not watch its port writes no line.
+        let (injected, unwatched) = failed_adds(7, false).await;
+        let r = report(injected, &unwatched);
+        assert_eq!((r.faults_injected, r.faults_seen), (7, 0), "{r:?}");
+    }
+
+    /// The Requests store's outcome condition broken on purpose: the
+    /// campaign's counts, read from the store, move with it.
+    #[test]
+    fn a_broken_outcome_condition_shows_in_the_campaigns_counts() {
+        let run = |outcome_condition| {
+            let script = ChaosScript {
+                records: 1_000,
+                outcome_condition,
+                ..ChaosScript::default()
+            };
+            super::super::run_paused(&script).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let honest = run(OutcomeCondition::OneOutcome);
+        assert_eq!(honest.duplicate_outcomes, 0, "{}", honest.render());
+        assert!(honest.closes_replaced > 0, "{}", honest.render());
+        let unconditional = run(OutcomeCondition::Unconditional);
+        assert!(
+            unconditional.duplicate_outcomes > 0,
+            "{}",
+            unconditional.render()
+        );
+        let first_only = run(OutcomeCondition::FirstOnly);
+        assert_eq!(first_only.closes_replaced, 0, "{}", first_only.render());
+        assert_eq!(first_only.duplicate_outcomes, 0, "{}", first_only.render());
+    }
+
+    #[test]
+    fn lambda_errors_are_counted_as_they_are() {
+        let injected: BTreeMap<FaultClass, u64> = [
+            (FaultClass::ConsumerKill, 4),
+            (FaultClass::SwitchTimeout, 2),
+        ]
+        .into();
+        let metrics = MemoryMetrics::new();
+        let seen = |errors: [u64; 2]| {
+            build(Inputs {
+                script: &ChaosScript::default(),
+                counts: RequestCounts::default(),
+                given_up: 0,
+                injected: injected.clone(),
+                metrics: &metrics,
+                lambda_errors: errors,
+                samples: &Samples::default(),
+                self_fault_events: 0,
+                wall: Duration::ZERO,
+            })
+            .faults_seen
+        };
+        assert_eq!(seen([4, 2]), 6);
+        assert_eq!(seen([3, 2]), 5);
+        assert_eq!(seen([9, 2]), 11, "not capped at what was injected");
     }
 }

@@ -21,8 +21,8 @@ use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
 use lifeboat_sim::fault::{FaultClass, FaultPlan, port};
-use lifeboat_sim::offsale::{deliver, rule_message};
-use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
+use lifeboat_sim::offsale::{InTransit, deliver, rule_message};
+use lifeboat_sim::{HttpFunction, MemorySuite, MemorySuiteConfig, TokioClock};
 use offsale_listener::OffsaleListener;
 use search::Search;
 use tokio::task::JoinSet;
@@ -30,7 +30,6 @@ use tokio::task::JoinSet;
 use super::report::{self, Samples};
 use super::{ChaosReport, ChaosScript};
 use crate::demo::customer::ROUTES;
-use crate::demo::suite::demo_settings;
 
 /// How often the loop looks again when nothing was delivered.
 const IDLE: Duration = Duration::from_millis(50);
@@ -71,6 +70,8 @@ pub(super) struct World {
     queue: Arc<MemoryQueue>,
     switch: Arc<MemorySaleSwitch>,
     search: Arc<Search>,
+    /// Rule messages on their way to the queue.
+    in_transit: InTransit,
 }
 
 impl World {
@@ -108,11 +109,13 @@ impl World {
             clock.clone(),
             MemorySuiteConfig {
                 operators: operators.clone(),
-                settings: demo_settings(),
+                settings: script.settings.clone(),
                 faults: Some(plan.clone()),
-                ..MemorySuiteConfig::default()
+                ..MemorySuiteConfig::in_world(script.world, script.seed)
             },
         );
+        gateway.requests.set_condition(script.outcome_condition);
+        let gateway_aws = gateway.aws();
         let sink: Arc<dyn MetricsSink> = gateway.metrics.clone();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let wrap_clock = &dyn_clock;
@@ -120,14 +123,19 @@ impl World {
         let queue = Arc::new(MemoryQueue::new(clock.clone(), Duration::from_secs(90)));
         let listener = OffsaleListener {
             store: port(
-                Arc::new(MemorySaleStatusStore::new()),
+                gateway.charged(Arc::new(MemorySaleStatusStore::new())),
                 &plan,
                 &sink,
                 wrap_clock,
             ),
             switch: switch.clone(),
             redelivery: queue.clone(),
-            events: port(gateway.bus.clone(), &plan, &sink, wrap_clock),
+            events: port(
+                gateway.charged(gateway.bus.clone()),
+                &plan,
+                &sink,
+                wrap_clock,
+            ),
             clock: clock.clone(),
             policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2))
                 .with_off_sale_hold(script.off_sale_hold),
@@ -135,17 +143,17 @@ impl World {
             metrics: gateway.metrics.clone(),
             trust: offsale_listener::trust::Trust {
                 operators: Some(operators.iter().cloned().collect()),
-                breakers: Some(port(gateway.breakers.clone(), &plan, &sink, wrap_clock)),
+                breakers: Some(port(gateway.breakers_port(), &plan, &sink, wrap_clock)),
             },
             self_fault: offsale_listener::selffault::SelfFaultRule::default(),
         };
         let search = Arc::new(Search {
             lookup: Lookup::new(
-                port(gateway.requests.clone(), &plan, &sink, wrap_clock),
-                port(gateway.cache.clone(), &plan, &sink, wrap_clock),
-                port(gateway.breakers.clone(), &plan, &sink, wrap_clock),
+                port(gateway.requests_port(), &plan, &sink, wrap_clock),
+                port(gateway.cache_port(), &plan, &sink, wrap_clock),
+                port(gateway.breakers_port(), &plan, &sink, wrap_clock),
                 clock.clone(),
-                demo_settings(),
+                script.settings.clone(),
             )
             .with_metrics(gateway.metrics.clone()),
             operators: operators.iter().cloned().collect::<BTreeSet<_>>(),
@@ -160,6 +168,7 @@ impl World {
             queue,
             switch,
             search,
+            in_transit: InTransit::new(gateway_aws),
         }
     }
 
@@ -173,6 +182,7 @@ impl World {
             self.script.clone(),
             self.operators.clone(),
             self.search.clone(),
+            self.gateway.http_function(),
         ));
         let phases = self.script.phases();
         let end = self.at(self.script.duration());
@@ -219,7 +229,7 @@ impl World {
         }
         self.gateway.drain().await;
         let bus_events = self.gateway.bus.read_from(0).0;
-        report::build(report::Inputs {
+        let mut report = report::build(report::Inputs {
             script: &self.script,
             counts: self.gateway.requests.counts(),
             given_up: self.gateway.discarded.len(),
@@ -233,7 +243,9 @@ impl World {
                 .filter(|e| matches!(e, LifeboatEvent::SelfFaultSuspected(_)))
                 .count(),
             wall: wall.elapsed(),
-        })
+        });
+        report.aws = self.gateway.aws_counts();
+        report
     }
 
     /// The `Breaker State Changed` rule to the off-sale queue, at least
@@ -241,6 +253,7 @@ impl World {
     /// after it was handled, or after the change that followed it.
     fn forward_state_changes(&self, cursor: usize, held: &mut Vec<String>) -> usize {
         let (events, next) = self.gateway.bus.read_from(cursor);
+        let now = self.clock.now();
         let late = std::mem::take(held);
         for event in events {
             let LifeboatEvent::BreakerStateChanged(change) = event else {
@@ -252,16 +265,17 @@ impl World {
                 continue;
             }
             if self.plan.strike(FaultClass::Duplicate) {
-                self.queue.send(body.clone());
+                self.in_transit.send(&self.queue, body.clone(), now);
             }
             if self.plan.strike(FaultClass::Redelivery) {
                 held.push(body.clone());
             }
-            self.queue.send(body);
+            self.in_transit.send(&self.queue, body, now);
         }
         for body in late {
-            self.queue.send(body);
+            self.in_transit.send(&self.queue, body, now);
         }
+        self.in_transit.arrive(&self.queue, now);
         next
     }
 
@@ -291,7 +305,12 @@ impl World {
 /// Customers asking new questions (never the same one twice, so each asks
 /// the gateway) at the rate that makes `records` questions over the
 /// traffic's length, each to an operator chosen at random.
-async fn customers(script: ChaosScript, operators: Vec<OperatorId>, search: Arc<Search>) {
+async fn customers(
+    script: ChaosScript,
+    operators: Vec<OperatorId>,
+    search: Arc<Search>,
+    http: HttpFunction,
+) {
     let mut rng = SimRng::new(script.seed ^ 0xC057);
     let rate = script.records as f64 / script.traffic_for().as_secs_f64().max(1.0);
     let mut asked: Vec<u64> = vec![0; operators.len()];
@@ -303,12 +322,12 @@ async fn customers(script: ChaosScript, operators: Vec<OperatorId>, search: Arc<
         };
         let question = question(&script, *n);
         *n += 1;
-        let search = search.clone();
+        let (search, http) = (search.clone(), http.clone());
         let operator = operator.clone();
         searches.spawn(async move {
             let [from, to, date, passengers] = &question;
-            let _ = search
-                .handle(&HttpRequest::get(
+            let _ = http
+                .call(search.handle(&HttpRequest::get(
                     "/sailings",
                     &[
                         ("operator", operator.as_str()),
@@ -317,7 +336,7 @@ async fn customers(script: ChaosScript, operators: Vec<OperatorId>, search: Arc<
                         ("date", date),
                         ("passengers", passengers),
                     ],
-                ))
+                )))
                 .await;
         });
         let gap = -(1.0 - rng.next_f64()).ln() / rate.max(0.001);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use cart::CartService;
 use lifeboat_lookup::http::{HttpRequest, Reply};
 use lifeboat_operator::SimRng;
+use lifeboat_sim::HttpFunction;
 use search::Search;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -97,9 +98,21 @@ pub(crate) struct Shop {
     pub observed: Mutex<Observed>,
     pub script: Script,
     pub start: Instant,
+    /// What the HTTP API and Lambda charge each call.
+    pub http: HttpFunction,
 }
 
 impl Shop {
+    /// A search through the HTTP API.
+    pub async fn search(&self, request: &HttpRequest) -> Reply {
+        self.http.call(self.search.handle(request)).await
+    }
+
+    /// A cart step through the HTTP API.
+    pub async fn cart(&self, request: &HttpRequest) -> Reply {
+        self.http.call(self.carts.handle(request)).await
+    }
+
     pub fn observed(&self) -> MutexGuard<'_, Observed> {
         // Entries are pushed whole: a poisoned lock still holds good data.
         self.observed.lock().unwrap_or_else(|e| e.into_inner())
@@ -123,8 +136,7 @@ pub(crate) async fn customer(shop: Arc<Shop>, seed: u64) {
     let phase = Phase::at(&shop.script, started);
     let began = Instant::now();
     let reply = shop
-        .search
-        .handle(&HttpRequest::get(
+        .search(&HttpRequest::get(
             "/sailings",
             &[
                 ("operator", OPERATOR),
@@ -202,8 +214,7 @@ async fn run_cart(
     seen: &mut CartSeen,
 ) {
     let opened = shop
-        .carts
-        .handle(&HttpRequest::with_json("POST", "/carts", new_cart))
+        .cart(&HttpRequest::with_json("POST", "/carts", new_cart))
         .await;
     note(seen, &opened);
     if opened.status != 201 {
@@ -222,8 +233,7 @@ async fn run_cart(
     ];
     for (method, step, body) in steps {
         let reply = shop
-            .carts
-            .handle(&HttpRequest::with_json(
+            .cart(&HttpRequest::with_json(
                 method,
                 &format!("/carts/{id}/{step}"),
                 &body,
@@ -240,8 +250,7 @@ async fn run_cart(
     think(rng, 20, 90).await;
     for _ in 0..6 {
         let reply = shop
-            .carts
-            .handle(&HttpRequest::with_json(
+            .cart(&HttpRequest::with_json(
                 "POST",
                 &format!("/carts/{id}/confirm"),
                 &json!({}),

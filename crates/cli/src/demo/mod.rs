@@ -18,7 +18,11 @@ pub(crate) mod suite;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use lifeboat_core::memory::OutcomeCondition;
+use lifeboat_core::settings::Settings;
 use lifeboat_operator::OutageMode;
+use lifeboat_sim::World;
+use lifeboat_sim::aws::template_settings;
 use serde::Serialize;
 
 pub use report::Report;
@@ -50,6 +54,16 @@ pub struct Script {
     /// The rise at payment (percent of the price shown) the marketplace
     /// absorbs: the cart policy's `absorb_rise_percent`.
     pub absorb_rise_percent: u32,
+    /// The Requests store's outcome condition: the product's, unless a test
+    /// breaks it on purpose to see the report's counts move.
+    #[serde(skip)]
+    pub outcome_condition: OutcomeCondition,
+    /// The world around the functions: AWS's latencies and limits, or none.
+    pub world: World,
+    /// The gateway's `OPERATOR_SETTINGS` (by default the template's: no
+    /// probe, no hang check).
+    #[serde(skip)]
+    pub settings: Settings,
 }
 
 impl Default for Script {
@@ -66,6 +80,9 @@ impl Default for Script {
             mode: OutageMode::Hang,
             cart_share: 0.15,
             absorb_rise_percent: 2,
+            outcome_condition: OutcomeCondition::default(),
+            world: World::default(),
+            settings: template_settings(),
         }
     }
 }

@@ -32,8 +32,14 @@ pub struct Report {
     pub detection_s: Option<f64>,
     /// From the outage's end to the breaker closing again.
     pub recovery_s: Option<f64>,
+    /// Why the breaker opened in the outage.
+    pub open_reason: Option<String>,
     pub requests: Requests,
     pub search: BTreeMap<Phase, SearchFigures>,
+    /// Searches asked while the breaker was open (not half-open), from its
+    /// opening in the outage to its close after it, whatever the phase:
+    /// the answers the open circuit gives.
+    pub search_while_open: SearchFigures,
     pub offsale: Offsale,
     pub carts: Carts,
     pub breaker: Vec<TransitionSeen>,
@@ -44,6 +50,10 @@ pub struct Report {
     pub probe_calls: u64,
     /// Seconds of virtual time the day took.
     pub virtual_s: f64,
+    /// What the AWS world charged beside store calls: cold starts,
+    /// throttles and peak environments per function, and Lambda
+    /// control-plane calls (all zero in the ideal world).
+    pub aws: lifeboat_sim::AwsCounts,
     #[serde(skip)]
     pub timeline: Vec<(f64, String)>,
     /// Carts minute by minute against the breaker, from the Carts table and
@@ -59,11 +69,18 @@ pub struct Requests {
     /// Request records written by search and cart.
     pub total: usize,
     pub with_outcome: usize,
-    /// Outcomes written beyond the first of a request (never: the write is
-    /// conditional).
+    /// Outcome writes that landed on a request that already had an outcome,
+    /// other than a consumer's over its asker's close: the store's own count
+    /// of what each write found, so a store whose outcome condition is
+    /// broken shows here (the product's condition refuses them: 0).
     pub duplicate_outcomes: u64,
     /// Second outcome writes that the store refused.
     pub refused_second_outcomes: u64,
+    /// Requests whose stored outcome changed after their customer was
+    /// answered: the search closed the request as expired when its budget
+    /// ran out, and the consumer's outcome came later and took the close's
+    /// place (the store's count of writes that landed on a close).
+    pub closes_replaced: u64,
     /// Records the stream gave up on after its retries (sent to the
     /// mapping's failure queue).
     pub discarded: usize,
@@ -162,10 +179,11 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
             reason: t.reason.clone(),
         })
         .collect();
-    let opened = breaker
+    let outage_open = breaker
         .iter()
-        .find(|t| t.to == BreakerState::Open && t.at_s >= outage_start)
-        .map(|t| t.at_s);
+        .find(|t| t.to == BreakerState::Open && t.at_s >= outage_start);
+    let opened = outage_open.map(|t| t.at_s);
+    let open_reason = outage_open.map(|t| t.reason.clone());
     let closed = breaker
         .iter()
         .find(|t| t.to == BreakerState::Closed && t.at_s >= outage_end)
@@ -198,23 +216,37 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
             .collect();
         search.insert(phase, search_figures(&seen));
     }
+    let while_open: Vec<&SearchSeen> = match opened {
+        Some(open) => i
+            .observed
+            .searches
+            .iter()
+            .filter(|s| {
+                let at = s.at.as_secs_f64();
+                at >= open
+                    && closed.is_none_or(|c| at < c)
+                    && state_at(&breaker, at) == Some(BreakerState::Open)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let carts = &i.observed.carts;
     let timeline = render::timeline(&i, &breaker, &accepted);
     Report {
         detection_s: opened.map(|t| round1(t - outage_start)),
         recovery_s: closed.map(|t| round1(t - outage_end)),
+        open_reason,
         requests: Requests {
             total: i.requests.total,
             with_outcome: i.requests.with_outcome,
-            duplicate_outcomes: i
-                .requests
-                .outcome_writes
-                .saturating_sub(i.requests.with_outcome as u64),
+            duplicate_outcomes: i.requests.duplicate_outcomes,
             refused_second_outcomes: i.requests.refused_outcome_writes,
+            closes_replaced: i.requests.closes_replaced,
             discarded: i.discarded,
             answered_too_late: i.answered_too_late.clone(),
         },
         search,
+        search_while_open: search_figures(&while_open),
         offsale: Offsale {
             off_at_s: off.map(|t| round1(t - outage_start)),
             on_at_s: last_on.map(|t| round1(t - outage_start)),
@@ -237,10 +269,16 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         operator_calls: i.operator_calls,
         probe_calls: i.probe_calls,
         virtual_s: round1(secs_since(i.start, i.ended)),
+        aws: lifeboat_sim::AwsCounts::default(),
         timeline,
         carts_minutes: CartsMinutesSeen::of(&i),
         script: i.script.clone(),
     }
+}
+
+/// The breaker's state at `at_s`: that of the last transition at or before it.
+fn state_at(breaker: &[TransitionSeen], at_s: f64) -> Option<BreakerState> {
+    breaker.iter().rev().find(|t| t.at_s <= at_s).map(|t| t.to)
 }
 
 fn search_figures(seen: &[&SearchSeen]) -> SearchFigures {

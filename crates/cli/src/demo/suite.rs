@@ -10,17 +10,15 @@ use chrono::TimeDelta;
 use lifeboat_core::cart::{CartPolicy, CartSettings};
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
 use lifeboat_core::memory::MemoryCartStore;
-use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::request::OutcomeKind;
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{
     MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, OnSaleAt, SwitchOutcome, WritePolicy,
 };
-use lifeboat_core::settings::{HangCheck, Settings};
-use lifeboat_core::{Clock, Operation, OperatorId};
+use lifeboat_core::{Clock, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
-use lifeboat_sim::offsale::{deliver, rule_message};
+use lifeboat_sim::offsale::{InTransit, deliver, rule_message};
 use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 use offsale_listener::OffsaleListener;
 use search::Search;
@@ -36,27 +34,6 @@ const IDLE: Duration = Duration::from_millis(50);
 /// How long the stream and queue keep running after the last customer.
 const DRAIN: Duration = Duration::from_secs(20);
 
-/// The gateway's settings in the demo: the defaults, with the switch probing
-/// an open breaker with a search a week ahead and the real consumer
-/// confirming a timeout with a ping.
-pub(crate) fn demo_settings() -> Settings {
-    let mut settings = Settings::default();
-    settings.default.probe = Some(ProbeSpec {
-        operation: Operation::Search,
-        params: [
-            ("from", "HEL"),
-            ("to", "TLL"),
-            ("date", "today+7"),
-            ("passengers", "1"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect(),
-    });
-    settings.default.hang_check = Some(HangCheck::default());
-    settings
-}
-
 /// The off-sale side: the listener, its queue, the status table and the
 /// legacy switch, in memory.
 pub(crate) struct SaleDesk {
@@ -64,6 +41,9 @@ pub(crate) struct SaleDesk {
     pub queue: Arc<MemoryQueue>,
     pub switch: Arc<MemorySaleSwitch>,
     pub store: Arc<MemorySaleStatusStore>,
+    /// Rule messages on their way to the queue.
+    in_transit: InTransit,
+    clock: Arc<TokioClock>,
 }
 
 impl SaleDesk {
@@ -72,18 +52,18 @@ impl SaleDesk {
         let switch = Arc::new(MemorySaleSwitch::new(clock.clone()));
         let queue = Arc::new(MemoryQueue::new(clock.clone(), Duration::from_secs(90)));
         let listener = OffsaleListener {
-            store: store.clone(),
+            store: gateway.charged(store.clone()),
             switch: switch.clone(),
             redelivery: queue.clone(),
-            events: gateway.bus.clone(),
-            clock,
+            events: gateway.charged(gateway.bus.clone()),
+            clock: clock.clone(),
             policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2)),
             on_sale_at: OnSaleAt::default(),
             metrics: gateway.metrics.clone(),
             // As deployed: the served operators, confirmed by the breakers.
             trust: offsale_listener::trust::Trust {
                 operators: Some(gateway.switch.operators.iter().cloned().collect()),
-                breakers: Some(gateway.breakers.clone()),
+                breakers: Some(gateway.breakers_port()),
             },
             self_fault: offsale_listener::selffault::SelfFaultRule::default(),
         };
@@ -92,6 +72,8 @@ impl SaleDesk {
             queue,
             switch,
             store,
+            in_transit: InTransit::new(gateway.aws()),
+            clock,
         }
     }
 
@@ -99,11 +81,14 @@ impl SaleDesk {
     /// `cursor` on to the queue; returns the next cursor.
     pub fn forward_state_changes(&self, gateway: &MemorySuite, cursor: usize) -> usize {
         let (events, next) = gateway.bus.read_from(cursor);
+        let now = self.clock.now();
         for event in events {
             if let LifeboatEvent::BreakerStateChanged(change) = event {
-                self.queue.send(rule_message(&change));
+                self.in_transit
+                    .send(&self.queue, rule_message(&change), now);
             }
         }
+        self.in_transit.arrive(&self.queue, now);
         next
     }
 
@@ -191,17 +176,18 @@ impl Suite {
             clock.clone(),
             MemorySuiteConfig {
                 operators: vec![operator.clone()],
-                settings: demo_settings(),
-                ..MemorySuiteConfig::default()
+                settings: script.settings.clone(),
+                ..MemorySuiteConfig::in_world(script.world, script.seed)
             },
         );
+        gateway.requests.set_condition(script.outcome_condition);
         let lookup = || {
             Lookup::new(
-                gateway.requests.clone(),
-                gateway.cache.clone(),
-                gateway.breakers.clone(),
+                gateway.requests_port(),
+                gateway.cache_port(),
+                gateway.breakers_port(),
                 clock.clone(),
-                Settings::default(),
+                script.settings.clone(),
             )
             .with_metrics(gateway.metrics.clone())
         };
@@ -214,8 +200,8 @@ impl Suite {
                 operators: operators.clone(),
             }),
             carts: Arc::new(CartService {
-                carts: carts.clone(),
-                sale: desk.store.clone(),
+                carts: gateway.charged(carts.clone()),
+                sale: gateway.charged(desk.store.clone()),
                 lookup: lookup(),
                 operators,
                 settings: CartSettings {
@@ -229,6 +215,7 @@ impl Suite {
             observed: Mutex::new(Observed::default()),
             script: script.clone(),
             start: Instant::now(),
+            http: gateway.http_function(),
         });
         Self {
             script: script.clone(),
@@ -261,7 +248,7 @@ impl Suite {
             })
             .await;
         self.switch_failure_armed = armed;
-        report::build(report::Inputs {
+        let mut report = report::build(report::Inputs {
             script: &self.script,
             start: self.script.start,
             ended: self.clock.now(),
@@ -275,12 +262,14 @@ impl Suite {
             events: &self.gateway.bus.events(),
             observed: &self.shop.observed(),
             carts: &self.carts.all(),
-        })
+        });
+        report.aws = self.gateway.aws_counts();
+        report
     }
 
     /// Requests per phase answered within the budget after their deadline.
     fn answered_too_late(&self) -> BTreeMap<Phase, usize> {
-        let settings = demo_settings();
+        let settings = &self.script.settings;
         let mut late = BTreeMap::new();
         for stored in self.gateway.requests.all() {
             let Some(outcome) = &stored.outcome else {

@@ -14,7 +14,7 @@ use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
 use lifeboat_sim::meter::{InvocationKind, Ledger, Metered, metered};
-use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
+use lifeboat_sim::{HttpFunction, MemorySuite, MemorySuiteConfig, TokioClock};
 use search::Search;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::report::{self, FleetReport};
 use super::{FLAP, FleetScript, Incident, IncidentKind};
 use crate::demo::customer::ROUTES;
-use crate::demo::suite::{SaleDesk, demo_settings};
+use crate::demo::suite::SaleDesk;
 
 /// Days ahead customers travel: with 8 routes and 1–4 passengers, 1,920
 /// questions per operator, so busy operators answer many from the cache and
@@ -41,6 +41,8 @@ pub(crate) struct CallSeen {
     pub rank: usize,
     /// Made by the circuit switch's prober, not by a consumer.
     pub probe: bool,
+    /// A consumer's hang-check ping, not a customer's question.
+    pub ping: bool,
 }
 
 /// One search, as its customer saw it.
@@ -88,6 +90,7 @@ impl OperatorApi for Operators {
             at: self.clock.now(),
             rank: *rank,
             probe: self.probe,
+            ping: call.operation == lifeboat_core::Operation::Ping,
         });
         sim.call(call).await
     }
@@ -150,11 +153,12 @@ impl Day {
             clock.clone(),
             MemorySuiteConfig {
                 operators: operators.clone(),
-                settings: demo_settings(),
+                settings: script.settings.clone(),
                 lanes: script.lanes,
-                ..MemorySuiteConfig::default()
+                ..MemorySuiteConfig::in_world(script.world, script.seed)
             },
         );
+        gateway.requests.set_condition(script.outcome_condition);
         // Probes counted apart from the consumers' calls. The switch is not
         // shared yet: nothing has run.
         if let Some(switch) = Arc::get_mut(&mut gateway.switch) {
@@ -163,11 +167,11 @@ impl Day {
         let desk = SaleDesk::new(&gateway, clock.clone());
         let search = Arc::new(Search {
             lookup: Lookup::new(
-                Metered::new(gateway.requests.clone()),
-                Metered::new(gateway.cache.clone()),
-                Metered::new(gateway.breakers.clone()),
+                Metered::new(gateway.requests_port()),
+                Metered::new(gateway.cache_port()),
+                Metered::new(gateway.breakers_port()),
                 clock.clone(),
-                demo_settings(),
+                script.settings.clone(),
             )
             .with_metrics(gateway.metrics.clone()),
             operators: operators.iter().cloned().collect::<BTreeSet<_>>(),
@@ -190,13 +194,13 @@ impl Day {
         let traffic = tokio::spawn(traffic(
             self.script.clone(),
             self.operators.clone(),
-            self.search.clone(),
+            (self.search.clone(), self.gateway.http_function()),
             self.clock.clone(),
             self.searches.clone(),
             self.gateway.ledger.clone(),
         ));
         self.desk.play(&mut self.gateway, traffic, |_| {}).await;
-        report::build(report::Inputs {
+        let mut report = report::build(report::Inputs {
             script: &self.script,
             operators: &self.operators,
             incidents: &self.incidents,
@@ -205,12 +209,14 @@ impl Day {
             sale_writes: &self.desk.switch.writes(),
             calls: &lock(&self.calls),
             searches: &lock(&self.searches),
-            requests: &self.gateway.requests.all(),
+            requests: &self.gateway.requests,
             counts: self.gateway.requests.counts(),
             ledger: &self.gateway.ledger,
-            settings: &demo_settings(),
+            settings: &self.script.settings,
             wall: wall.elapsed(),
-        })
+        });
+        report.aws = self.gateway.aws_counts();
+        report
     }
 }
 
@@ -244,7 +250,7 @@ fn outages_of(incident: &Incident, at: impl Fn(Duration) -> DateTime<Utc>) -> Ve
 async fn traffic(
     script: FleetScript,
     operators: Vec<OperatorId>,
-    search: Arc<Search>,
+    (search, http): (Arc<Search>, HttpFunction),
     clock: Arc<TokioClock>,
     seen: Arc<Mutex<Vec<SearchSeen>>>,
     ledger: Arc<Ledger>,
@@ -277,7 +283,7 @@ async fn traffic(
         ];
         if let Some(operator) = operators.get(rank) {
             customers.spawn(one_search(
-                search.clone(),
+                (search.clone(), http.clone()),
                 clock.clone(),
                 seen.clone(),
                 ledger.clone(),
@@ -299,7 +305,7 @@ async fn traffic(
 }
 
 async fn one_search(
-    search: Arc<Search>,
+    (search, http): (Arc<Search>, HttpFunction),
     clock: Arc<TokioClock>,
     seen: Arc<Mutex<Vec<SearchSeen>>>,
     ledger: Arc<Ledger>,
@@ -309,7 +315,7 @@ async fn one_search(
 ) {
     let at = clock.now();
     let began = Instant::now();
-    let (reply, calls) = metered(search.handle(&HttpRequest::get(
+    let (reply, calls) = metered(http.call(search.handle(&HttpRequest::get(
         "/sailings",
         &[
             ("operator", operator.as_str()),
@@ -318,7 +324,7 @@ async fn one_search(
             ("date", &question[2]),
             ("passengers", &question[3]),
         ],
-    )))
+    ))))
     .await;
     let kind = match reply.body["source"].as_str() {
         Some("fresh") => InvocationKind::SearchHit,

@@ -13,8 +13,12 @@ pub mod report;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use lifeboat_core::memory::OutcomeCondition;
+use lifeboat_core::settings::Settings;
 use lifeboat_operator::OutageMode;
 use lifeboat_sim::LaneLayout;
+use lifeboat_sim::World;
+use lifeboat_sim::aws::template_settings;
 
 pub use report::FleetReport;
 
@@ -34,6 +38,13 @@ pub struct FleetScript {
     /// How requests flow from the Requests table(s) to the consumers.
     pub lanes: LaneLayout,
     pub start: DateTime<Utc>,
+    /// The Requests store's outcome condition: the product's, unless a test
+    /// breaks it on purpose to see the report's counts move.
+    pub outcome_condition: OutcomeCondition,
+    /// The world around the functions: AWS's latencies and limits, or none.
+    pub world: World,
+    /// The gateway's `OPERATOR_SETTINGS` (by default the template's).
+    pub settings: Settings,
 }
 
 impl Default for FleetScript {
@@ -47,6 +58,9 @@ impl Default for FleetScript {
             lanes: LaneLayout::PerOperator,
             // 2026-12-01T06:00:00Z
             start: DateTime::from_timestamp(1_796_104_800, 0).unwrap_or_default(),
+            outcome_condition: OutcomeCondition::default(),
+            world: World::default(),
+            settings: template_settings(),
         }
     }
 }

@@ -6,8 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use lifeboat_core::memory::RequestCounts;
-use lifeboat_core::ports::StoredRequest;
+use lifeboat_core::memory::{MemoryRequestStore, RequestCounts};
 use lifeboat_core::request::OutcomeKind;
 use lifeboat_core::sale::SwitchWrite;
 use lifeboat_core::settings::Settings;
@@ -38,6 +37,10 @@ pub struct FleetReport {
     pub false_trips: usize,
     pub bystanders: Bystanders,
     pub healthy: Healthy,
+    /// What the AWS world charged beside store calls: cold starts,
+    /// throttles and peak environments per function, and Lambda
+    /// control-plane calls (all zero in the ideal world).
+    pub aws: lifeboat_sim::AwsCounts,
     pub requests: Requests,
     pub store_calls: StoreCallsReport,
 }
@@ -126,8 +129,12 @@ pub struct IncidentReport {
     /// End → breaker closed; null if it did not open (0 if it was closed
     /// again when the operator came back).
     pub recovery_s: Option<f64>,
-    /// Consumer calls the operator received while its breaker was open.
+    /// Customers' calls (a consumer's, not a hang-check ping) the operator
+    /// received while its breaker was open.
     pub calls_while_open: u64,
+    /// Hang-check pings the consumers sent it while its breaker was open
+    /// (trains started before the breaker opened).
+    pub pings_while_open: u64,
     pub probe_calls: u64,
     /// Writes to the off-sale switch for the operator during the incident.
     pub sale_writes: usize,
@@ -142,6 +149,11 @@ pub struct Bystanders {
     /// As [`Healthy::answerable`]: the share of these answered live or
     /// fresh is the isolation figure.
     pub answerable: usize,
+    /// `live_or_fresh` as a percentage of all `searches` (the raw share).
+    pub live_or_fresh_pct: f64,
+    /// `live_or_fresh` as a percentage of the `answerable` (the isolation
+    /// figure).
+    pub live_or_fresh_of_answerable_pct: f64,
     /// p95 of the answers the operator gave live (cache hits answer in no
     /// time and would hide the stream's delay).
     pub p95_ms: Option<u64>,
@@ -157,19 +169,35 @@ pub struct Healthy {
     /// Searches answered live or fresh, or whose request the operator
     /// answered within its budget.
     pub answerable: usize,
+    /// `live_or_fresh` as a percentage of all `searches`.
+    pub live_or_fresh_pct: f64,
+    /// `answerable` as a percentage of all `searches`.
+    pub answerable_pct: f64,
+    /// Searches not answered live or fresh, as a percentage of all
+    /// `searches` (the raw share beside the next one).
+    pub not_live_or_fresh_pct: f64,
+    /// Answerable searches not answered live or fresh, as a percentage of
+    /// the `answerable`: what the gateway itself cost.
+    pub answerable_not_live_or_fresh_pct: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Requests {
     pub total: usize,
     pub with_outcome: usize,
-    /// Outcomes written over an existing one (the conditional write
-    /// forbids it).
+    /// Outcome writes that landed on a request that already had an
+    /// outcome, other than a consumer's over its asker's close: counted by
+    /// the store from what each write found, so a broken outcome condition
+    /// shows here (the product's refuses them: 0).
     pub duplicate_outcomes: u64,
     /// Second outcome writes the store refused: each request keeps its
-    /// first (an answer that came after its asker closed the request as
-    /// expired, say; the cache still took the answer).
+    /// first (a second delivery's outcome, or a search's close after the
+    /// consumer's answer, say).
     pub refused_second_outcomes: u64,
+    /// Requests whose stored outcome changed after their customer was
+    /// answered: the search closed the request as expired when its budget
+    /// ran out, and the consumer's outcome came later and took its place.
+    pub closes_replaced: u64,
 }
 
 pub(crate) struct Inputs<'a> {
@@ -181,7 +209,8 @@ pub(crate) struct Inputs<'a> {
     pub sale_writes: &'a [SwitchWrite],
     pub calls: &'a [CallSeen],
     pub searches: &'a [SearchSeen],
-    pub requests: &'a [StoredRequest],
+    /// Read in one pass at the end, never copied.
+    pub requests: &'a MemoryRequestStore,
     pub counts: RequestCounts,
     pub ledger: &'a Ledger,
     pub settings: &'a Settings,
@@ -199,6 +228,11 @@ fn p95(mut values: Vec<u64>) -> Option<u64> {
     values.sort_unstable();
     let index = ((values.len() as f64) * 0.95).ceil() as usize;
     values.get(index.saturating_sub(1)).copied()
+}
+
+/// `part` as a percentage of `whole` (0 of nothing), to two decimals.
+fn pct(part: usize, whole: usize) -> f64 {
+    (10_000.0 * part as f64 / whole.max(1) as f64).round() / 100.0
 }
 
 fn live_or_fresh(search: &SearchSeen) -> bool {
@@ -317,28 +351,53 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         searches_per_s: inputs.script.searches_per_s,
         incidents,
         false_trips,
-        bystanders: Bystanders {
-            searches: bystander.len(),
-            live_or_fresh: bystander.iter().filter(|s| live_or_fresh(s)).count(),
-            answerable: answerable(&bystander),
-            p95_ms: p95(live_ms(&bystander)),
-            baseline_p95_ms: p95(live_ms(&healthy)),
-        },
-        healthy: Healthy {
-            searches: healthy.len(),
-            live_or_fresh: healthy.iter().filter(|s| live_or_fresh(s)).count(),
-            answerable: answerable(&healthy),
-        },
+        bystanders: bystanders(
+            &bystander,
+            answerable(&bystander),
+            p95(live_ms(&bystander)),
+            p95(live_ms(&healthy)),
+        ),
+        healthy: healthy_figures(&healthy, answerable(&healthy)),
         requests: Requests {
             total: inputs.counts.total,
             with_outcome: inputs.counts.with_outcome,
-            duplicate_outcomes: inputs
-                .counts
-                .outcome_writes
-                .saturating_sub(inputs.counts.with_outcome as u64),
+            duplicate_outcomes: inputs.counts.duplicate_outcomes,
             refused_second_outcomes: inputs.counts.refused_outcome_writes,
+            closes_replaced: inputs.counts.closes_replaced,
         },
         store_calls: store_calls(inputs.ledger),
+        aws: lifeboat_sim::AwsCounts::default(),
+    }
+}
+
+fn bystanders(
+    searches: &[&SearchSeen],
+    answerable: usize,
+    p95_ms: Option<u64>,
+    baseline_p95_ms: Option<u64>,
+) -> Bystanders {
+    let fresh = searches.iter().filter(|s| live_or_fresh(s)).count();
+    Bystanders {
+        searches: searches.len(),
+        live_or_fresh: fresh,
+        answerable,
+        live_or_fresh_pct: pct(fresh, searches.len()),
+        live_or_fresh_of_answerable_pct: pct(fresh, answerable),
+        p95_ms,
+        baseline_p95_ms,
+    }
+}
+
+fn healthy_figures(searches: &[&SearchSeen], answerable: usize) -> Healthy {
+    let fresh = searches.iter().filter(|s| live_or_fresh(s)).count();
+    Healthy {
+        searches: searches.len(),
+        live_or_fresh: fresh,
+        answerable,
+        live_or_fresh_pct: pct(fresh, searches.len()),
+        answerable_pct: pct(answerable, searches.len()),
+        not_live_or_fresh_pct: pct(searches.len().saturating_sub(fresh), searches.len()),
+        answerable_not_live_or_fresh_pct: pct(answerable.saturating_sub(fresh), answerable),
     }
 }
 
@@ -348,10 +407,10 @@ fn answered_in_budget(
     inputs: &Inputs<'_>,
 ) -> HashMap<(OperatorId, [String; 4]), Vec<DateTime<Utc>>> {
     let mut answered: HashMap<(OperatorId, [String; 4]), Vec<DateTime<Utc>>> = HashMap::new();
-    for stored in inputs.requests {
+    inputs.requests.for_each(|stored| {
         let request = &stored.request;
         let Some(outcome) = &stored.outcome else {
-            continue;
+            return;
         };
         let budget = inputs
             .settings
@@ -366,7 +425,7 @@ fn answered_in_budget(
             || !in_budget
             || !matches!(outcome.kind, OutcomeKind::Answered { .. })
         {
-            continue;
+            return;
         }
         let param = |k: &str| request.params.get(k).cloned().unwrap_or_default();
         let question = [
@@ -379,7 +438,7 @@ fn answered_in_budget(
             .entry((request.operator.clone(), question))
             .or_default()
             .push(request.created_at);
-    }
+    });
     answered
 }
 
@@ -409,12 +468,19 @@ fn incident_report(
             .map(|t| t.at)
     });
     let until = recovered.unwrap_or(inputs.ended);
-    let calls_while_open = inputs
-        .calls
-        .iter()
-        .filter(|c| c.rank == incident.rank && !c.probe && start <= c.at && c.at <= until)
-        .filter(|c| timeline.state_at(c.at) == BreakerState::Open)
-        .count() as u64;
+    // Calls the operator received while its breaker was open: customers'
+    // (a consumer's question) and hang-check pings apart.
+    let while_open = |ping: bool| {
+        inputs
+            .calls
+            .iter()
+            .filter(|c| c.rank == incident.rank && !c.probe && c.ping == ping)
+            .filter(|c| start <= c.at && c.at <= until)
+            .filter(|c| timeline.state_at(c.at) == BreakerState::Open)
+            .count() as u64
+    };
+    let calls_while_open = while_open(false);
+    let pings_while_open = while_open(true);
     let probe_calls = inputs
         .calls
         .iter()
@@ -443,6 +509,7 @@ fn incident_report(
         detection_s: opened.map(|o| secs(start, o)),
         recovery_s: recovered.map(|r| secs(end, r)),
         calls_while_open,
+        pings_while_open,
         probe_calls,
         sale_writes,
     }
@@ -493,38 +560,34 @@ impl FleetReport {
                 i.sale_writes
             );
         }
-        let share = |part: usize, whole: usize| 100.0 * part as f64 / whole.max(1) as f64;
         let ms = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
         let _ = writeln!(out, "\n  false trips: {}", self.false_trips);
         let _ = writeln!(
             out,
-            "  bystanders: {} searches, {:.2} % live or fresh, {:.2} % of the answerable; live p95 {} (without incidents {})",
+            "  bystanders: {} searches, {:.2} % live or fresh (of all searches), {:.2} % of the answerable; live p95 {} (without incidents {})",
             self.bystanders.searches,
-            share(self.bystanders.live_or_fresh, self.bystanders.searches),
-            share(self.bystanders.live_or_fresh, self.bystanders.answerable),
+            self.bystanders.live_or_fresh_pct,
+            self.bystanders.live_or_fresh_of_answerable_pct,
             ms(self.bystanders.p95_ms),
             ms(self.bystanders.baseline_p95_ms)
         );
         let _ = writeln!(
             out,
-            "  healthy: {} searches, {:.2} % live or fresh, {:.2} % answerable; {:.2} % of the answerable not live or fresh",
+            "  healthy: {} searches, {:.2} % live or fresh, {:.2} % answerable; {:.2} % of the answerable not live or fresh ({:.2} % of all searches)",
             self.healthy.searches,
-            share(self.healthy.live_or_fresh, self.healthy.searches),
-            share(self.healthy.answerable, self.healthy.searches),
-            share(
-                self.healthy
-                    .answerable
-                    .saturating_sub(self.healthy.live_or_fresh),
-                self.healthy.answerable
-            )
+            self.healthy.live_or_fresh_pct,
+            self.healthy.answerable_pct,
+            self.healthy.answerable_not_live_or_fresh_pct,
+            self.healthy.not_live_or_fresh_pct
         );
         let _ = writeln!(
             out,
-            "  requests: {} total, {} with an outcome, {} duplicated, {} second outcome writes refused",
+            "  requests: {} total, {} with an outcome, {} duplicated, {} second outcome writes refused, {} closes replaced by a later outcome",
             self.requests.total,
             self.requests.with_outcome,
             self.requests.duplicate_outcomes,
-            self.requests.refused_second_outcomes
+            self.requests.refused_second_outcomes,
+            self.requests.closes_replaced
         );
         let s = &self.store_calls;
         let _ = writeln!(

@@ -40,9 +40,19 @@ pub struct LocalArgs {
     #[arg(long, requires = "outage")]
     pub exit_after_recovery: bool,
     /// `OPERATOR_SETTINGS` of every function [default: a 20 s recent cache
-    /// and a 15 s first open period; "" for the template's defaults].
+    /// and a 15 s first open period; "" for the template's defaults;
+    /// `advised` for the probe and hang check the README advises, as
+    /// `lifeboat demo --operator-settings advised` gives them].
     #[arg(long)]
     pub settings: Option<String>,
+    /// The schedule's period (the template's rule runs every minute; 1 s
+    /// by default here, so a short run sees the tick's work).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub tick: Duration,
+    /// Print one JSON object with the run's figures at the end instead of
+    /// the summary (the run's lines go to stderr when it ends).
+    #[arg(long)]
+    pub json: bool,
     /// Instances per function under cargo lambda watch.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=32))]
     pub concurrency: u32,
@@ -192,6 +202,42 @@ fn run_moto(port: u16) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// `--settings`: `advised` is the demo's advised settings as JSON; anything
+/// else is passed on as given.
+fn operator_settings(text: &str) -> Result<String, String> {
+    if text.trim() == "advised" {
+        return serde_json::to_string(&lifeboat_sim::aws::advised_settings())
+            .map_err(|e| e.to_string());
+    }
+    Ok(text.to_owned())
+}
+
+/// The run with its lines kept until the end (then written to stderr) and
+/// its figures printed as JSON.
+fn run_json(runtime: &tokio::runtime::Runtime, config: LocalConfig) -> ExitCode {
+    let (progress, lines) = Progress::memory();
+    let done = runtime.block_on(run(config.clone(), &progress));
+    for line in lines.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        eprintln!("{line}");
+    }
+    match done {
+        Ok(report) => match serde_json::to_string_pretty(&super::LocalJson::of(&config, &report)) {
+            Ok(json) => {
+                println!("{json}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("lifeboat local: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("lifeboat local: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Run `lifeboat local …`.
 pub fn main(args: LocalArgs) -> ExitCode {
     let runtime = match runtime() {
@@ -257,8 +303,19 @@ pub fn main(args: LocalArgs) -> ExitCode {
             config.concurrency = args.concurrency;
             config.run_for = args.run_for;
             if let Some(settings) = args.settings {
-                config.operator_settings = settings;
+                config.operator_settings = match operator_settings(&settings) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("lifeboat local: --settings: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
             }
+            if args.tick.is_zero() {
+                eprintln!("lifeboat local: --tick must be above zero");
+                return ExitCode::FAILURE;
+            }
+            config.tick_every = args.tick;
             if let Some(path) = args.state_file {
                 config.state_file = path;
             }
@@ -272,6 +329,9 @@ pub fn main(args: LocalArgs) -> ExitCode {
                 args.operator_port,
                 &config.state_file,
             );
+            if args.json {
+                return run_json(&runtime, config);
+            }
             let progress = Progress::for_terminal();
             match runtime.block_on(run(config, &progress)) {
                 Ok(_) => ExitCode::SUCCESS,
@@ -287,6 +347,14 @@ pub fn main(args: LocalArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advised_settings_are_the_demos() {
+        let json = operator_settings("advised").unwrap();
+        let parsed = lifeboat_core::settings::Settings::from_json(&json).unwrap();
+        assert_eq!(parsed, lifeboat_sim::aws::advised_settings());
+        assert_eq!(operator_settings("").unwrap(), "");
+    }
 
     #[test]
     fn rates_are_searches_per_second() {

@@ -37,6 +37,9 @@ use observe::watch_run;
 use state::LocalState;
 use traffic::{Traffic, TrafficConfig, TrafficCounts};
 
+mod json;
+pub use json::LocalJson;
+
 /// `OPERATOR_SETTINGS` of `lifeboat local` unless given: the template's
 /// defaults with a 20 s recent cache and 15 s first open period, so a
 /// minute's outage shows every state (the template's 5 min cache would
@@ -129,6 +132,8 @@ pub struct Milestones {
     pub closed: Option<Duration>,
     pub mapping_real: Option<Duration>,
     pub on_sale: Option<Duration>,
+    /// Every breaker state seen, and when.
+    pub breaker_seen: Vec<(Duration, lifeboat_core::breaker::BreakerState)>,
 }
 
 /// The template's off-sale hold (`lifeboat local` runs the suite with it).
@@ -207,6 +212,9 @@ pub struct LocalReport {
     pub alarm_transitions: usize,
     /// Log lines the alarm read (0: it saw none of the functions' output).
     pub alarm_lines_read: u64,
+    /// Every search the customers asked: when, from the start of the run,
+    /// and how long its answer took over HTTP.
+    pub search_times: Vec<(Duration, Duration)>,
     /// Ended by Ctrl-C.
     pub interrupted: bool,
 }
@@ -278,7 +286,12 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
         (None, None) => "stopping the customers, the functions, the operator and moto_server",
         _ => "stopping the customers, the operator and what else this run started (what it attached to keeps running)",
     });
-    report.traffic = traffic.stop().await;
+    let (counts, times) = traffic.stop().await;
+    report.traffic = counts;
+    report.search_times = times
+        .into_iter()
+        .map(|t| (t.asked.saturating_duration_since(started), t.took))
+        .collect();
     if let Some(alarm) = gateway.alarm() {
         let stats = alarm.stats();
         report.alarm_transitions = stats.transitions.len();

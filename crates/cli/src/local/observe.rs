@@ -192,6 +192,7 @@ async fn observe(
                     m.open_reason = Some(b.reason.clone());
                 }
                 seen.breaker = Some((b.state, b.version));
+                m.breaker_seen.push((now, b.state));
             }
             if after_outage
                 && b.state == BreakerState::Closed

@@ -4,7 +4,7 @@
 //! judge.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lifeboat_local::suite::{ApiReply, LocalSuite};
 use lifeboat_operator::SimRng;
@@ -94,25 +94,46 @@ impl TrafficCounts {
     }
 }
 
+/// One search: when it was asked and how long its answer took over HTTP
+/// (any answer, or none: a search with no reply counts until it failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchTime {
+    pub asked: Instant,
+    pub took: Duration,
+}
+
 /// The customers, running; see the module docs.
 #[derive(Debug)]
 pub struct Traffic {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     counts: Arc<Mutex<TrafficCounts>>,
+    times: Arc<Mutex<Vec<SearchTime>>>,
 }
 
-fn lock(m: &Mutex<TrafficCounts>) -> MutexGuard<'_, TrafficCounts> {
-    // Counters only: a poisoned lock still holds good counts.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Counters and times pushed whole: a poisoned lock still holds good data.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Traffic {
     pub fn start(gateway: Arc<LocalSuite>, config: TrafficConfig) -> Self {
         let counts = Arc::new(Mutex::new(TrafficCounts::default()));
+        let times = Arc::new(Mutex::new(Vec::new()));
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(gateway, config, Arc::clone(&counts), stopped));
-        Self { stop, task, counts }
+        let task = tokio::spawn(run(
+            gateway,
+            config,
+            Arc::clone(&counts),
+            Arc::clone(&times),
+            stopped,
+        ));
+        Self {
+            stop,
+            task,
+            counts,
+            times,
+        }
     }
 
     pub fn counts(&self) -> TrafficCounts {
@@ -120,8 +141,8 @@ impl Traffic {
     }
 
     /// Stop sending, give the customers in flight up to 10 s, and return
-    /// the counts.
-    pub async fn stop(self) -> TrafficCounts {
+    /// the counts and every search's answer time.
+    pub async fn stop(self) -> (TrafficCounts, Vec<SearchTime>) {
         self.stop.send_replace(true);
         let mut task = self.task;
         if tokio::time::timeout(Duration::from_secs(15), &mut task)
@@ -130,7 +151,8 @@ impl Traffic {
         {
             task.abort();
         }
-        lock(&self.counts).clone()
+        let times = std::mem::take(&mut *lock(&self.times));
+        (lock(&self.counts).clone(), times)
     }
 }
 
@@ -138,6 +160,7 @@ async fn run(
     gateway: Arc<LocalSuite>,
     config: TrafficConfig,
     counts: Arc<Mutex<TrafficCounts>>,
+    times: Arc<Mutex<Vec<SearchTime>>>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut rng = SimRng::new(config.seed);
@@ -158,13 +181,14 @@ async fn run(
         };
         let seed = rng.next_u64();
         let wants_cart = rng.next_f64() < config.cart_share;
-        let (gateway, counts, operator) = (
+        let (gateway, counts, times, operator) = (
             Arc::clone(&gateway),
             Arc::clone(&counts),
+            Arc::clone(&times),
             config.operator.clone(),
         );
         customers.spawn(async move {
-            customer(&gateway, &operator, seed, wants_cart, &counts).await;
+            customer(&gateway, &operator, seed, wants_cart, &counts, &times).await;
             drop(slot);
         });
     }
@@ -184,6 +208,7 @@ async fn customer(
     seed: u64,
     wants_cart: bool,
     counts: &Mutex<TrafficCounts>,
+    times: &Mutex<Vec<SearchTime>>,
 ) {
     let mut rng = SimRng::new(seed);
     let (from, to) = ROUTES[pick(&mut rng, ROUTES.len())];
@@ -195,7 +220,12 @@ async fn customer(
     let path = format!(
         "/sailings?operator={operator}&from={from}&to={to}&date={date}&passengers={passengers}"
     );
+    let asked = Instant::now();
     let reply = gateway.api("GET", &path, None).await;
+    lock(times).push(SearchTime {
+        asked,
+        took: asked.elapsed(),
+    });
     let sailings = {
         let mut c = lock(counts);
         c.searches += 1;

@@ -29,10 +29,13 @@ pub use super::figures::{ConfigFigures, Customers};
 pub use super::outages::{OUTAGE_MERGE, OUTAGE_MIN_CALLS, Outage, outages, quantile};
 use crate::ops::calls::{CallOutcome, CallRecord};
 
-/// How long an invocation that calls nobody takes (the original system's
-/// answer time with the breaker open), and the invocation's own time on top
-/// of an operator call.
-pub const FALLBACK_MS: f64 = 140.0;
+/// The operator-calling invocation's own time on top of its operator call:
+/// the original system's answer time with the breaker open (0.14 s, an
+/// invocation that waits on nobody), the only figure the incident gives of
+/// an invocation without the operator's wait. An answer given without a
+/// call (the breaker open, or the cache) is no invocation of that Lambda and
+/// has no duration.
+pub const INVOCATION_MS: f64 = 140.0;
 
 /// The CloudWatch alarm on failed calls, as the replay evaluates it: `ALARM`
 /// when each of the last `evaluation_periods` periods of `period_s` seconds
@@ -108,7 +111,8 @@ pub fn replay(calls: &[CallRecord], config: &ReplayConfig) -> ConfigFigures {
     run(calls, config).0
 }
 
-/// The invocation durations (ms) of a replay, in call order.
+/// The durations (ms) of the operator-calling invocations of a replay, in
+/// call order.
 pub fn durations(calls: &[CallRecord], config: &ReplayConfig) -> Vec<f64> {
     run(calls, config).1.into_iter().map(|(_, d)| d).collect()
 }
@@ -168,7 +172,8 @@ fn run(calls: &[CallRecord], config: &ReplayConfig) -> (ConfigFigures, Vec<(Date
             }
         };
         let Some(trial) = trial else {
-            durations.push((call.at, FALLBACK_MS));
+            // The fallback answers: the operator-calling Lambda is not
+            // invoked.
             fall_back(&mut tally.customers);
             continue;
         };
@@ -178,8 +183,11 @@ fn run(calls: &[CallRecord], config: &ReplayConfig) -> (ConfigFigures, Vec<(Date
         if trial.is_some() {
             tally.calls_while_open += 1;
         }
-        durations.push((call.at, took_ms + FALLBACK_MS));
+        durations.push((call.at, took_ms + INVOCATION_MS));
         let ok = matches!(health, HealthKey::Success | HealthKey::Slow);
+        let day = tally.days.entry(call.at.date_naive()).or_default();
+        day.0 += 1;
+        day.1 += u64::from(!ok);
         if ok {
             tally.customers.live += 1;
             state.answered.insert(key, call.at);

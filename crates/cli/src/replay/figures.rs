@@ -1,8 +1,8 @@
 //! What a replay counts, and the figures it reports from the counts.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use lifeboat_core::{BreakerState, OperatorId};
 use serde::Serialize;
 
@@ -20,15 +20,26 @@ pub struct Customers {
 /// The figures of one configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConfigFigures {
-    /// Durations of the operator-calling invocations (calls made, plus
-    /// [`super::engine::FALLBACK_MS`] for answers without a call), milliseconds.
+    /// Durations of the operator-calling Lambda's invocations (each call it
+    /// made, cut at its budget, plus [`super::engine::INVOCATION_MS`]),
+    /// milliseconds. Answers given without a call (the fallback's, the
+    /// cache's) are no invocation of it and count nowhere here.
     pub p50_ms: f64,
     pub p95_ms: f64,
     pub mean_ms: f64,
-    /// Median on the days with an outage.
+    /// Median on the days with an outage; `None` when the Lambda was not
+    /// invoked on any.
     pub outage_day_median_ms: Option<f64>,
-    /// Calls that failed or timed out, of the calls made.
+    /// The median daily failure rate: per UTC day, the operator-calling
+    /// Lambda's calls that failed or timed out, of its calls that day; the
+    /// median over the days it was invoked (the incident's definition).
     pub failure_rate: f64,
+    /// Calls that failed or timed out, of all calls made over the whole
+    /// replay, probes and the switch's trials included (what `failure_rate`
+    /// meant before it followed the incident's definition).
+    pub failure_rate_overall: f64,
+    /// Invocations of the operator-calling Lambda: the durations' count.
+    pub invocations: u64,
     /// Median time from an outage's start to the breaker opening; `None`
     /// when it never opened during one.
     pub detection_s: Option<f64>,
@@ -50,6 +61,9 @@ pub(super) struct Tally {
     pub(super) failures: u64,
     pub(super) calls_while_open: u64,
     pub(super) customers: Customers,
+    /// Per UTC day: the operator-calling Lambda's calls, and those that
+    /// failed or timed out.
+    pub(super) days: BTreeMap<NaiveDate, (u64, u64)>,
 }
 
 impl Tally {
@@ -98,6 +112,13 @@ impl Tally {
             }
         }
         detections.sort_by(f64::total_cmp);
+        let mut daily: Vec<f64> = self
+            .days
+            .values()
+            .filter(|(calls, _)| *calls > 0)
+            .map(|(calls, failed)| *failed as f64 / *calls as f64)
+            .collect();
+        daily.sort_by(f64::total_cmp);
         ConfigFigures {
             p50_ms: quantile(&all, 0.5).unwrap_or(0.0),
             p95_ms: quantile(&all, 0.95).unwrap_or(0.0),
@@ -107,11 +128,13 @@ impl Tally {
                 all.iter().sum::<f64>() / all.len() as f64
             },
             outage_day_median_ms: quantile(&on_outage_days, 0.5),
-            failure_rate: if self.calls == 0 {
+            failure_rate: median(&daily).unwrap_or(0.0),
+            failure_rate_overall: if self.calls == 0 {
                 0.0
             } else {
                 self.failures as f64 / self.calls as f64
             },
+            invocations: all.len() as u64,
             detection_s: quantile(&detections, 0.5),
             outages_detected: detections.len(),
             outages: truth.len(),
@@ -123,5 +146,16 @@ impl Tally {
                 .count() as u64,
             customers: self.customers,
         }
+    }
+}
+
+/// The median of sorted `values`: the middle one, or the mean of the two
+/// middle ones.
+pub fn median(sorted: &[f64]) -> Option<f64> {
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => sorted.get(n / 2).copied(),
+        _ => Some((sorted.get(n / 2 - 1)? + sorted.get(n / 2)?) / 2.0),
     }
 }

@@ -2,6 +2,7 @@
 //! lifeboat's core logic under several configurations side by side
 //! (docs/replay.md).
 
+pub mod calibrate;
 pub mod engine;
 pub mod figures;
 pub mod model;
@@ -53,6 +54,13 @@ pub struct ReplayArgs {
     /// With --synthetic, also write the calls as CSV to this file.
     #[arg(long, requires = "synthetic")]
     export: Option<PathBuf>,
+    /// Search the synthetic model's parameters against the incident's
+    /// figures on the fitting seeds (101-103), from the search's fixed
+    /// start, and report the errors on the fitting seeds and on
+    /// --seed/--seeds (held out); says whether the search found the
+    /// committed parameters.
+    #[arg(long, conflicts_with_all = ["input", "synthetic", "export", "plot", "model"])]
+    calibrate: bool,
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     json: bool,
@@ -65,15 +73,19 @@ pub struct ReplayArgs {
 /// The named configurations: the incident's old and tuned settings, and
 /// today's defaults.
 pub fn named(name: &str) -> Option<ReplayConfig> {
-    // The incident's system: no cache to fall back on, no detector but the
-    // alarm (an error rate of 50 % or more in 30-second periods), customers'
-    // calls as the half-open trials.
-    let incident = |search_ms: u64, price_ms: u64, periods: u32| {
+    // The incident's system: no detector but the alarm (an error rate of
+    // 50 % or more in 30-second periods), customers' calls as the half-open
+    // trials. Before its change it had no cache (customers got empty
+    // results); after it, it answered from a recent cache and then the last
+    // good answer (the write-up gives no ages: lifeboat's defaults).
+    let incident = |search_ms: u64, price_ms: u64, periods: u32, cache: bool| {
         let mut settings = OperatorSettings::default();
         settings.budgets.search = Budget::with_timeout(Duration::from_millis(search_ms));
         settings.budgets.price = Budget::with_timeout(Duration::from_millis(price_ms));
-        settings.cache.recent = Duration::ZERO;
-        settings.cache.last_good = Duration::ZERO;
+        if !cache {
+            settings.cache.recent = Duration::ZERO;
+            settings.cache.last_good = Duration::ZERO;
+        }
         ReplayConfig {
             name: name.to_owned(),
             settings: Settings {
@@ -90,8 +102,8 @@ pub fn named(name: &str) -> Option<ReplayConfig> {
         }
     };
     match name {
-        "old" => Some(incident(7_000, 5_000, 3)),
-        "tuned" => Some(incident(3_000, 2_750, 2)),
+        "old" => Some(incident(7_000, 5_000, 3, false)),
+        "tuned" => Some(incident(3_000, 2_750, 2, true)),
         "lifeboat" => {
             let mut settings = Settings::default();
             settings.default.probe = Some(ProbeSpec {
@@ -150,70 +162,19 @@ fn config(spec: &str) -> Result<ReplayConfig, String> {
     })
 }
 
-/// The incident's figures under the old settings (shared by the team's
-/// write-up), which the model is calibrated on.
-pub const TARGETS: [(&str, f64); 5] = [
-    ("healthy_search_median_ms", 1_300.0),
-    ("p95_ms", 7_400.0),
-    ("mean_ms", 1_930.0),
-    ("outage_day_median_ms", 4_100.0),
-    ("detection_s", 100.0),
-];
-
-/// The model's value of each calibration figure: the old configuration
-/// replayed over its calls.
-fn calibration_figures(
-    calls: &[CallRecord],
-    old: &ConfigFigures,
-) -> BTreeMap<&'static str, Option<f64>> {
-    let days: Vec<_> = engine::outages(calls)
-        .iter()
-        .map(|o| o.start.date_naive())
-        .collect();
-    BTreeMap::from([
-        (
-            "healthy_search_median_ms",
-            Some(model::healthy_search_median_ms(calls, &days)),
-        ),
-        ("p95_ms", Some(old.p95_ms)),
-        ("mean_ms", Some(old.mean_ms)),
-        ("outage_day_median_ms", old.outage_day_median_ms),
-        ("detection_s", old.detection_s),
-    ])
-}
-
 /// `{"figure": {"target", "model", "error"}}`: the model's figures averaged
-/// over `seeds` seeds from `first_seed`, error relative.
+/// over `seeds` seeds from `first_seed`, error relative, with whether those
+/// seeds are held out (none of them among the fitting seeds).
 fn calibration(operator: &OperatorId, model: &IncidentModel, first_seed: u64, seeds: u64) -> Value {
-    let Some(old) = named("old") else {
-        return Value::Null;
-    };
-    // Per figure: the sum and the number of seeds that had it.
-    let mut sums: BTreeMap<&'static str, (f64, u32)> = BTreeMap::new();
-    for seed in first_seed..first_seed + seeds {
-        let calls = model.generate(operator, seed, start());
-        for (name, value) in calibration_figures(&calls, &replay(&calls, &old)) {
-            if let Some(value) = value {
-                let sum = sums.entry(name).or_default();
-                sum.0 += value;
-                sum.1 += 1;
-            }
-        }
-    }
-    let rows: serde_json::Map<String, Value> = TARGETS
-        .iter()
-        .map(|(name, target)| {
-            let Some((sum, n)) = sums.get(name).copied() else {
-                return ((*name).to_owned(), json!({"target": target, "model": null, "error": null}));
-            };
-            let model = sum / f64::from(n.max(1));
-            (
-                (*name).to_owned(),
-                json!({"target": target, "model": round(model), "error": round3((model - target) / target)}),
-            )
-        })
-        .collect();
-    json!({"seeds": seeds, "first_seed": first_seed, "figures": rows})
+    let report: Vec<u64> = (first_seed..first_seed.saturating_add(seeds)).collect();
+    let measured = calibrate::measure(operator, model, &report, start(), true);
+    json!({
+        "seeds": seeds,
+        "first_seed": first_seed,
+        "fit_seeds": [calibrate::FIT_SEEDS.start(), calibrate::FIT_SEEDS.end()],
+        "held_out": !report.iter().any(|s| calibrate::FIT_SEEDS.contains(s)),
+        "figures": calibrate::error_rows(&measured),
+    })
 }
 
 /// Mean, min and max of each figure over `seeds` seeds, per configuration.
@@ -257,6 +218,8 @@ fn prediction(
                 "mean_ms": figure(&|c| Some(c.mean_ms)),
                 "outage_day_median_ms": figure(&|c| c.outage_day_median_ms),
                 "failure_rate": figure(&|c| Some(c.failure_rate)),
+                "failure_rate_overall": figure(&|c| Some(c.failure_rate_overall)),
+                "invocations": figure(&|c| Some(c.invocations as f64)),
                 "detection_s": figure(&|c| c.detection_s),
                 "calls_while_open": figure(&|c| Some(c.calls_while_open as f64)),
                 "unavailable_share": figure(&live_share),
@@ -332,6 +295,9 @@ pub fn main(args: ReplayArgs) -> ExitCode {
 }
 
 fn run(args: &ReplayArgs) -> Result<(), String> {
+    if args.calibrate {
+        return run_calibration(args);
+    }
     let specs: Vec<String> = if args.configs.is_empty() {
         ["old", "tuned", "lifeboat"].map(str::to_owned).to_vec()
     } else {
@@ -373,6 +339,7 @@ fn run(args: &ReplayArgs) -> Result<(), String> {
     let model_block = args.synthetic.then(|| {
         json!({
             "parameters": model,
+            "facts": model::outage_facts(&recorded, model.outage_window_days),
             "calibration": calibration(&nordic, &model, args.seed, args.seeds),
             "prediction": prediction(&nordic, &model, &configs, args.seed, args.seeds),
         })
@@ -401,20 +368,24 @@ fn text(report: &Report<'_>, configs: &[ReplayConfig], figures: &[ConfigFigures]
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(out, "replayed: {}", report.input);
-    let _ = write!(out, "{:<26}", "");
+    let _ = write!(out, "{:<28}", "");
     for c in configs {
         let _ = write!(out, "{:>14}", c.name);
     }
     out.push('\n');
     let opt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
     type Row<'a> = (&'a str, &'a dyn Fn(&ConfigFigures) -> String);
-    let rows: [Row<'_>; 11] = [
+    let rows: [Row<'_>; 13] = [
+        ("invocations", &|f| f.invocations.to_string()),
         ("duration p50 (ms)", &|f| format!("{:.0}", f.p50_ms)),
         ("duration p95 (ms)", &|f| format!("{:.0}", f.p95_ms)),
         ("duration mean (ms)", &|f| format!("{:.0}", f.mean_ms)),
         ("outage-day median (ms)", &|f| opt(f.outage_day_median_ms)),
-        ("failure rate", &|f| {
+        ("failure rate (daily median)", &|f| {
             format!("{:.1} %", 100.0 * f.failure_rate)
+        }),
+        ("  overall, probes too", &|f| {
+            format!("{:.1} %", 100.0 * f.failure_rate_overall)
         }),
         ("outage to open (s)", &|f| opt(f.detection_s)),
         ("outages opened", &|f| {
@@ -428,29 +399,32 @@ fn text(report: &Report<'_>, configs: &[ReplayConfig], figures: &[ConfigFigures]
         ("  unavailable", &|f| f.customers.unavailable.to_string()),
     ];
     for (label, value) in rows {
-        let _ = write!(out, "{label:<26}");
+        let _ = write!(out, "{label:<28}");
         for f in figures {
             let _ = write!(out, "{:>14}", value(f));
         }
         out.push('\n');
     }
     if let Some(model) = &report.model {
+        let facts = &model["facts"];
         let _ = writeln!(
             out,
-            "\ncalibration (old settings, model over {} seeds vs the incident):",
-            model["calibration"]["seeds"]
+            "\noutages in the calls: {} of the last {} days (and {} before), {:.1} hours in all, at {:.2} times the traffic outside them",
+            facts["outage_days"],
+            facts["window_days"],
+            facts["outage_days_before_window"],
+            facts["unavailable_hours"].as_f64().unwrap_or(0.0),
+            facts["outage_traffic"].as_f64().unwrap_or(0.0),
         );
-        if let Some(rows) = model["calibration"]["figures"].as_object() {
-            for (name, row) in rows {
-                let _ = writeln!(
-                    out,
-                    "  {name:<26} target {:>8}  model {:>8}  error {:>+6.1} %",
-                    row["target"],
-                    row["model"],
-                    row["error"].as_f64().unwrap_or(0.0) * 100.0
-                );
-            }
-        }
+        let calibration = &model["calibration"];
+        let _ = writeln!(
+            out,
+            "\ncalibration (old settings, model over {} seeds from {} vs the incident; {}):",
+            calibration["seeds"],
+            calibration["first_seed"],
+            held_out_text(calibration),
+        );
+        error_table(&mut out, &calibration["figures"]);
         let _ = writeln!(
             out,
             "\nprediction over {} seeds (mean [min, max]):",
@@ -472,6 +446,115 @@ fn text(report: &Report<'_>, configs: &[ReplayConfig], figures: &[ConfigFigures]
         }
     }
     out
+}
+
+fn held_out_text(calibration: &Value) -> String {
+    let fit = &calibration["fit_seeds"];
+    if calibration["held_out"].as_bool().unwrap_or(false) {
+        format!(
+            "held out: the model was fitted on seeds {}-{}",
+            fit[0], fit[1]
+        )
+    } else {
+        format!(
+            "NOT held out: seeds {}-{} are the fitting seeds, some of these among them",
+            fit[0], fit[1]
+        )
+    }
+}
+
+fn error_table(out: &mut String, rows: &Value) {
+    use std::fmt::Write as _;
+    if let Some(rows) = rows.as_object() {
+        for (name, row) in rows {
+            let error = row["error"]
+                .as_f64()
+                .map_or_else(|| "-".to_owned(), |e| format!("{:+.1} %", e * 100.0));
+            let fitted = if row["fitted"].as_bool().unwrap_or(true) {
+                ""
+            } else {
+                "  (not fitted)"
+            };
+            let _ = writeln!(
+                out,
+                "  {name:<26} target {:>8}  model {:>8}  error {error:>8}{fitted}",
+                row["target"], row["model"],
+            );
+        }
+    }
+}
+
+/// `lifeboat replay --calibrate`: the search, then its errors on the
+/// fitting seeds and on the held-out ones.
+fn run_calibration(args: &ReplayArgs) -> Result<(), String> {
+    use std::fmt::Write as _;
+    let nordic = OperatorId::new("nordic").map_err(|e| e.to_string())?;
+    let fit_seeds: Vec<u64> = calibrate::FIT_SEEDS.collect();
+    let held_out: Vec<u64> = (args.seed..args.seed.saturating_add(args.seeds)).collect();
+    if held_out.iter().any(|s| calibrate::FIT_SEEDS.contains(s)) {
+        return Err(format!(
+            "--seed/--seeds overlap the fitting seeds {}-{}: choose held-out seeds",
+            calibrate::FIT_SEEDS.start(),
+            calibrate::FIT_SEEDS.end()
+        ));
+    }
+    let quiet = args.json;
+    let from = IncidentModel::search_start();
+    let found = calibrate::search(&nordic, from, &fit_seeds, start(), |line| {
+        if !quiet {
+            eprintln!("search: {line}");
+        }
+    });
+    let held = calibrate::measure(&nordic, &found.model, &held_out, start(), true);
+    let committed = calibrate::searched(&IncidentModel::calibrated());
+    let searched = calibrate::searched(&found.model);
+    let matches = found.model == IncidentModel::calibrated();
+    let report = json!({
+        "fit_seeds": fit_seeds,
+        "held_out_seeds": held_out,
+        "evaluations": found.evaluations,
+        "score": found.score,
+        "parameters": found.model,
+        "searched": searched,
+        "committed": committed,
+        "matches_committed": matches,
+        "fit": calibrate::error_rows(&found.fit),
+        "held_out": calibrate::error_rows(&held),
+    });
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "search over seeds {fit_seeds:?}: {} evaluations, score {:.5}",
+        found.evaluations, found.score
+    );
+    let _ = writeln!(out, "\nparameters found (committed):");
+    for (name, value) in &searched {
+        let _ = writeln!(
+            out,
+            "  {name:<26} {value:>10} ({})",
+            committed
+                .get(name)
+                .map_or_else(|| "-".to_owned(), f64::to_string)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  the committed IncidentModel::calibrated(): {}",
+        if matches { "the same" } else { "DIFFERENT" }
+    );
+    let _ = writeln!(out, "\nerrors on the fitting seeds {fit_seeds:?}:");
+    error_table(&mut out, &report["fit"]);
+    let _ = writeln!(out, "\nerrors on the held-out seeds {held_out:?}:");
+    error_table(&mut out, &report["held_out"]);
+    print!("{out}");
+    Ok(())
 }
 
 #[cfg(test)]

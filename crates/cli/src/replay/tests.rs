@@ -3,8 +3,9 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::{Operation, OperatorId};
 
-use super::engine::{self, replay};
-use super::named;
+use super::engine::{self, ReplayConfig, replay};
+use super::model::{self, IncidentModel};
+use super::{calibrate, named};
 use crate::ops::calls::{CallOutcome, CallRecord};
 
 fn t0() -> DateTime<Utc> {
@@ -88,7 +89,7 @@ fn budgets_cut_answers_where_the_configuration_says() {
     let tuned = replay(&calls, &named("tuned").unwrap());
     assert_eq!(old.failure_rate, 0.0);
     assert_eq!(old.customers.live, 300);
-    assert_eq!(old.p50_ms, 4_000.0 + engine::FALLBACK_MS);
+    assert_eq!(old.p50_ms, 4_000.0 + engine::INVOCATION_MS);
     // Under 3 s every call times out, and the alarm opens the breaker.
     assert_eq!(tuned.failure_rate, 1.0);
     assert_eq!(tuned.customers.live, 0);
@@ -132,6 +133,8 @@ fn the_json_keeps_the_contracts_field_names() {
     let calls = hour(10, 120, 300, 5);
     let figures = serde_json::to_value(replay(&calls, &named("tuned").unwrap())).unwrap();
     for field in [
+        "failure_rate_overall",
+        "invocations",
         "p50_ms",
         "p95_ms",
         "mean_ms",
@@ -158,4 +161,156 @@ fn probes_turned_off_end_open_periods_on_their_timer() {
     assert!(figures.openings >= 1);
     // Customers' calls are the trials once each open period ends.
     assert!(figures.calls_while_open > 0);
+}
+
+#[test]
+fn answers_given_without_a_call_are_no_invocation_of_the_calling_lambda() {
+    // Ten healthy minutes, then fifty in which the operator never answers:
+    // the old alarm opens the breaker within about 100 s and the fallback
+    // answers most of the hour. Those answers are no invocation of the
+    // operator-calling Lambda and have no duration (the old replay counted
+    // 140 ms for each, and its median was 140 ms).
+    let calls = hour(60, 600, 3_600, 0);
+    let old = named("old").unwrap();
+    let figures = replay(&calls, &old);
+    let durations = engine::durations(&calls, &old);
+    assert_eq!(figures.invocations, durations.len() as u64);
+    assert_eq!(figures.invocations, figures.calls, "old has no probes");
+    assert!(
+        figures.invocations < 1_200,
+        "the fallback answered most of the hang: {}",
+        figures.invocations
+    );
+    assert!(
+        durations
+            .iter()
+            .all(|d| *d >= 1_200.0 + engine::INVOCATION_MS),
+        "every duration is a call's"
+    );
+    assert_eq!(figures.p50_ms, 1_200.0 + engine::INVOCATION_MS);
+    // The outage day's median: the calls made that day, not the fallback's.
+    assert_eq!(
+        figures.outage_day_median_ms,
+        Some(1_200.0 + engine::INVOCATION_MS)
+    );
+}
+
+/// `per_day` calls on each of `rates.len()` days, one every 30 s, the first
+/// `rate * per_day` of each day's failing.
+fn days_failing(rates: &[f64], per_day: i64) -> Vec<CallRecord> {
+    let mut calls = Vec::new();
+    for (day, rate) in rates.iter().enumerate() {
+        let failing = (rate * per_day as f64).round() as i64;
+        for k in 0..per_day {
+            calls.push(CallRecord {
+                at: t0() + TimeDelta::days(day as i64) + TimeDelta::seconds(30 * k),
+                operator: OperatorId::new("nordic").unwrap(),
+                operation: Operation::Search,
+                duration_ms: 1_200.0,
+                outcome: if k < failing {
+                    CallOutcome::Failed
+                } else {
+                    CallOutcome::Answered
+                },
+                question: None,
+            });
+        }
+    }
+    calls
+}
+
+#[test]
+fn the_failure_rate_is_the_median_daily_rate() {
+    // No detector at all: every call is made, so the rates are the
+    // recording's. Days failing 10 %, 20 % and 90 %: the median day fails
+    // 20 %; over the three days, 40 % did (the old replay's figure).
+    let mut config: ReplayConfig = named("old").unwrap();
+    config.alarm = None;
+    config.fast_detector = false;
+    let calls = days_failing(&[0.1, 0.9, 0.2], 100);
+    let figures = replay(&calls, &config);
+    assert_eq!(figures.calls, 300);
+    assert!((figures.failure_rate - 0.2).abs() < 1e-9, "{figures:?}");
+    assert!(
+        (figures.failure_rate_overall - 0.4).abs() < 1e-9,
+        "{figures:?}"
+    );
+    // An even number of days: the mean of the middle two.
+    let calls = days_failing(&[0.1, 0.9, 0.2, 0.3], 100);
+    let figures = replay(&calls, &config);
+    assert!((figures.failure_rate - 0.25).abs() < 1e-9, "{figures:?}");
+}
+
+#[test]
+fn tuned_answers_from_the_recent_and_last_good_cache_and_old_does_not() {
+    // Ten questions asked in turn, a ten-minute hang.
+    let calls = hour(30, 600, 1_200, 10);
+    let old = replay(&calls, &named("old").unwrap());
+    let tuned = replay(&calls, &named("tuned").unwrap());
+    assert_eq!(old.customers.fresh + old.customers.last_good, 0);
+    // After its change the incident's system answered from a recent cache,
+    // then the last good answer: nobody was given nothing.
+    assert!(tuned.customers.fresh > 800, "{:?}", tuned.customers);
+    assert!(tuned.customers.last_good > 0, "{:?}", tuned.customers);
+    assert_eq!(tuned.customers.unavailable, 0, "{:?}", tuned.customers);
+    assert!(old.customers.unavailable >= 590, "{:?}", old.customers);
+    // It still had no probes and no fast detector: customers' calls were
+    // its trials.
+    let config = named("tuned").unwrap();
+    assert!(!config.fast_detector);
+    assert!(config.settings.default.probe.is_none());
+}
+
+#[test]
+fn the_synthetic_weeks_keep_the_incidents_outage_facts() {
+    // 17 of the last 21 days with an outage, about 18 hours in all, at
+    // twice the normal hourly traffic: measured on the generated calls.
+    let model = IncidentModel::calibrated();
+    let nordic = OperatorId::new("nordic").unwrap();
+    let calls = model.generate(&nordic, 7, t0());
+    let facts = model::outage_facts(&calls, 21);
+    assert_eq!(facts.outage_days, 17, "{facts:?}");
+    assert_eq!(facts.outage_days_before_window, 0, "{facts:?}");
+    assert!(
+        (17.5..=18.5).contains(&facts.unavailable_hours),
+        "{facts:?}"
+    );
+    assert!((1.8..=2.2).contains(&facts.outage_traffic), "{facts:?}");
+}
+
+#[test]
+fn the_calibration_is_reported_on_seeds_it_was_not_fitted_on() {
+    let mut model = IncidentModel::calibrated();
+    model.days = 2;
+    model.outage_days = 1;
+    model.outage_window_days = 2;
+    let nordic = OperatorId::new("nordic").unwrap();
+    // The default seeds (1-5) are not the fitting ones.
+    assert!(!(1..=5).any(|s| calibrate::FIT_SEEDS.contains(&s)));
+    let held = super::calibration(&nordic, &model, 1, 1);
+    assert_eq!(held["held_out"], true, "{held}");
+    assert!(held["figures"]["mean_ms"]["model"].is_number(), "{held}");
+    let fitted = super::calibration(&nordic, &model, *calibrate::FIT_SEEDS.start(), 1);
+    assert_eq!(fitted["held_out"], false, "{fitted}");
+}
+
+#[test]
+fn the_parameter_search_lowers_the_score_and_finds_the_same_model_twice() {
+    // A small model, for speed: one day with its outage, one seed.
+    let mut from = IncidentModel::search_start();
+    from.days = 1;
+    from.outage_days = 1;
+    from.outage_window_days = 1;
+    from.calls_per_s = 0.05;
+    let nordic = OperatorId::new("nordic").unwrap();
+    let start_score = calibrate::score(&calibrate::measure(&nordic, &from, &[9], t0(), false));
+    let a = calibrate::search(&nordic, from.clone(), &[9], t0(), |_| {});
+    let b = calibrate::search(&nordic, from.clone(), &[9], t0(), |_| {});
+    assert!(a.score < start_score, "{} vs {start_score}", a.score);
+    assert_eq!(a.model, b.model);
+    assert_eq!(a.score, b.score);
+    // Only the searched parameters moved: the outage facts stay.
+    assert_eq!(a.model.hang_minutes, from.hang_minutes);
+    assert_eq!(a.model.outage_traffic, from.outage_traffic);
+    assert_eq!(a.model.outage_days, from.outage_days);
 }

@@ -173,6 +173,10 @@ impl Report {
                 ),
             ),
             (
+                "closes replaced by a later outcome",
+                self.requests.closes_replaced.to_string(),
+            ),
+            (
                 "answers in budget but late (healthy)",
                 self.requests
                     .answered_too_late
@@ -254,9 +258,17 @@ impl Report {
                 f.unavailable
             );
         }
+        let counted = match self.script.world {
+            lifeboat_sim::World::Aws => {
+                "waits on the operator, the stream, the stores, API Gateway and Lambda count (docs/aws-model.md)"
+            }
+            lifeboat_sim::World::Ideal => {
+                "only waits on the operator and the stream count, as the ideal world charges nothing else"
+            }
+        };
         let _ = writeln!(
             out,
-            "  (answer times are virtual: waits on the operator and the stream count, the handlers' own work takes no virtual time)"
+            "  (answer times are virtual: {counted}; the handlers' own work takes no virtual time)"
         );
         let _ = writeln!(
             out,
