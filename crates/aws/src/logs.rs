@@ -14,32 +14,58 @@ use tracing_subscriber::layer::SubscriberExt;
 /// is not enough.
 pub const RUST_LOG: &str = "RUST_LOG";
 
+/// The targets of lifeboat's own crates: they log at the function's level.
+/// Every other target (the Lambda runtime, the AWS SDK, hyper, reqwest,
+/// rustls) is a library, capped at [`LIBRARY_CEILING`].
+pub const OWN_TARGETS: [&str; 11] = [
+    "cart",
+    "circuit_switch",
+    "fallback_consumer",
+    "lifeboat_aws",
+    "lifeboat_core",
+    "lifeboat_lookup",
+    "lifeboat_operator",
+    "lifeboat_stream",
+    "offsale_listener",
+    "real_consumer",
+    "search",
+];
+
+/// The most a library writes unless `RUST_LOG` names its target: at TRACE
+/// the Lambda runtime writes every raw event (`"raw JSON event received
+/// from Lambda"`, headers and bodies included) and the HTTP stacks write
+/// headers, so a function at TRACE keeps libraries at DEBUG.
+pub const LIBRARY_CEILING: LevelFilter = LevelFilter::DEBUG;
+
 /// Which events are written, from the two variables' values.
 ///
 /// `RUST_LOG` is a comma-separated list of `level` and `target=level`
-/// directives; a directive that does not parse is skipped. The default
-/// level is `AWS_LAMBDA_LOG_LEVEL` when set (Lambda's `FATAL` is `error`
-/// here), else the bare level of `RUST_LOG`, else `INFO`. Span and field
+/// directives; a directive that does not parse is skipped. The level is
+/// `AWS_LAMBDA_LOG_LEVEL` when set (Lambda's `FATAL` is `error` here), else
+/// the bare level of `RUST_LOG`, else `INFO`: lifeboat's own crates
+/// ([`OWN_TARGETS`]) log at it, every other target at it but no more than
+/// [`LIBRARY_CEILING`]. A target `RUST_LOG` names gets the level it is
+/// given, TRACE included: naming it is the explicit choice. Span and field
 /// filters (`target[span{field=value}]`) are not read.
 pub fn filter(lambda_level: Option<&str>, rust_log: Option<&str>) -> Targets {
     let directives = rust_log.unwrap_or_default();
-    let targets = directives
+    let (named, bare) = directives
         .split(',')
         .filter(|d| !d.trim().is_empty())
         .filter_map(|d| Targets::from_str(d.trim()).ok())
-        .fold(Targets::new(), |all, one| {
-            let default = one.default_level();
-            let all = all.with_targets(one);
-            match default {
-                Some(level) => all.with_default(level),
-                None => all,
-            }
+        .fold((Targets::new(), None), |(all, bare), one| {
+            let bare = one.default_level().or(bare);
+            (all.with_targets(one), bare)
         });
-    match lambda_level.and_then(level) {
-        Some(default) => targets.with_default(default),
-        None if targets.default_level().is_some() => targets,
-        None => targets.with_default(LevelFilter::INFO),
-    }
+    let level = lambda_level
+        .and_then(level)
+        .or(bare)
+        .unwrap_or(LevelFilter::INFO);
+    let own = OWN_TARGETS
+        .iter()
+        .filter(|own| !named.iter().any(|(target, _)| target == **own))
+        .fold(named.clone(), |all, own| all.with_target(*own, level));
+    own.with_default(level.min(LIBRARY_CEILING))
 }
 
 /// `TRACE` … `FATAL`, any case ([`LogLevel::parse`]); `FATAL` is `ERROR`.
@@ -124,5 +150,58 @@ mod tests {
         let f = filter(Some("INFO"), Some("warn,aws_smithy_runtime=debug"));
         assert!(lets(&f, "search", Level::INFO));
         assert!(lets(&f, "aws_smithy_runtime", Level::DEBUG));
+    }
+
+    #[test]
+    fn libraries_stop_at_debug_unless_rust_log_names_them() {
+        let f = filter(Some("TRACE"), None);
+        assert!(lets(&f, "real_consumer::process", Level::TRACE));
+        assert!(lets(&f, "lifeboat_operator::client", Level::TRACE));
+        // The runtime's raw event, and the HTTP stacks' headers, are TRACE.
+        assert!(!lets(
+            &f,
+            "lambda_runtime::layers::api_response",
+            Level::TRACE
+        ));
+        assert!(lets(
+            &f,
+            "lambda_runtime::layers::api_response",
+            Level::DEBUG
+        ));
+        assert!(!lets(&f, "hyper_util::client", Level::TRACE));
+        // Naming a library is the explicit choice, TRACE included.
+        let f = filter(Some("DEBUG"), Some("lambda_runtime=trace"));
+        assert!(lets(
+            &f,
+            "lambda_runtime::layers::api_response",
+            Level::TRACE
+        ));
+        assert!(!lets(&f, "hyper", Level::TRACE));
+        // RUST_LOG's bare level is the level when Lambda gives none.
+        let f = filter(None, Some("trace"));
+        assert!(lets(&f, "search", Level::TRACE));
+        assert!(!lets(&f, "aws_smithy_runtime", Level::TRACE));
+        // Naming one of lifeboat's crates lowers it like any target.
+        let f = filter(Some("DEBUG"), Some("search=warn"));
+        assert!(!lets(&f, "search::handler", Level::INFO));
+        assert!(lets(&f, "cart", Level::DEBUG));
+    }
+
+    #[test]
+    fn own_targets_are_the_functions_and_the_crates_they_use() {
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../");
+        for target in OWN_TARGETS {
+            let dir = target
+                .strip_prefix("lifeboat_")
+                .unwrap_or(target)
+                .replace('_', "-");
+            let path = std::path::Path::new(manifest).join(dir).join("Cargo.toml");
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                text.contains(&format!("name = \"{}\"", target.replace('_', "-"))),
+                "{target} is a crate of the workspace ({})",
+                path.display()
+            );
+        }
     }
 }

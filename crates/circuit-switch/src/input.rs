@@ -241,6 +241,15 @@ fn command(payload: &Value) -> Result<SwitchInput, InputError> {
             why: "a command needs a reason for the record".into(),
         });
     }
+    let chars = reason.chars().count();
+    if chars > MAX_REASON_CHARS {
+        return Err(InputError::Invalid {
+            field: "reason",
+            why: format!(
+                "{chars} characters, at most {MAX_REASON_CHARS}: the reason is kept in the breaker's item, its change and its event"
+            ),
+        });
+    }
     Ok(SwitchInput::One {
         operator,
         input: Input::Command {
@@ -249,6 +258,11 @@ fn command(payload: &Value) -> Result<SwitchInput, InputError> {
         },
     })
 }
+
+/// The longest reason a command may give, in characters: it is kept in
+/// the breaker's item, the change item and the `Breaker State Changed`
+/// event, and printed by `lifeboat status`.
+pub const MAX_REASON_CHARS: usize = 500;
 
 /// Read a payload.
 pub fn parse(payload: &Value, alarms: &AlarmMap) -> Result<SwitchInput, InputError> {
@@ -386,6 +400,16 @@ mod tests {
             .is_err()
         );
         assert!(parse(&json!({"command": "release", "reason": "x"}), &alarms()).is_err());
+        let longest = "é".repeat(MAX_REASON_CHARS);
+        let command = |reason: &str| {
+            parse(
+                &json!({"command": "force-open", "operator": "nordic", "reason": reason}),
+                &alarms(),
+            )
+        };
+        assert!(command(&longest).is_ok(), "counted in characters");
+        let error = command(&format!("{longest}x")).unwrap_err().to_string();
+        assert!(error.contains("at most 500"), "{error}");
     }
 
     /// What the switch accepts of an alarm beyond what

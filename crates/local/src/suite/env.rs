@@ -77,6 +77,12 @@ pub fn function_env(
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
+    if let Some(credential) = &options.operator_credential {
+        env.push((
+            clients::OPERATOR_CREDENTIALS_PATH.to_owned(),
+            credential.path.clone(),
+        ));
+    }
     if let (Some(customer), Some(created)) = (&options.customer, &resources.customer) {
         env.extend(
             [

@@ -19,8 +19,8 @@ pub use crate::template::{
 pub use env::{env_file_text, function_env};
 pub use launcher::{moto_launcher, shell_quoted};
 pub use options::{
-    ApiReply, Attach, AttachWatch, CustomerOptions, CustomerResources, Neighbour, StartupTimes,
-    SuiteError, SuiteNames, SuiteOptions, SuiteResources,
+    ApiReply, Attach, AttachWatch, CustomerOptions, CustomerResources, Neighbour,
+    OperatorCredential, StartupTimes, SuiteError, SuiteNames, SuiteOptions, SuiteResources,
 };
 pub use provision::{
     LaneResources, create_customer_resources, create_lane, create_requests_mapping,
@@ -47,7 +47,7 @@ use crate::pump::{
 };
 use crate::watch::Watch;
 use env::{attach_watch, warm_up, warm_up_customer};
-use provision::{check_stream_keeps_records, purge_queues};
+use provision::{check_stream_keeps_records, purge_queues, put_operator_credential};
 
 /// Long-poll wait of the `BreakerTimerQueue` pump: a timer that comes due
 /// reaches the switch within it.
@@ -92,6 +92,9 @@ impl LocalSuite {
         if options.customer.is_some() {
             resources.customer = Some(create_customer_resources(&sdk, &options.names).await?);
         }
+        if let Some(credential) = &options.operator_credential {
+            put_operator_credential(&sdk, &options.operator, credential).await?;
+        }
         if moto.is_attached() {
             check_stream_keeps_records(&sdk, &resources).await?;
             purge_queues(&sdk, &resources).await?;
@@ -105,6 +108,9 @@ impl LocalSuite {
         )
         .await
         .map_err(SuiteError::Operator)?;
+        if let Some(credential) = &options.operator_credential {
+            operator.require_header(&credential.header, &credential.value);
+        }
         // The neighbours' lanes exist before the switch starts: it finds
         // every operator's mapping when it starts.
         let mut lanes = Vec::new();
@@ -443,6 +449,19 @@ impl LocalSuite {
         path_and_query: &str,
         body: Option<&Value>,
     ) -> Result<ApiReply, SuiteError> {
+        self.api_with_headers(method, path_and_query, body, &[])
+            .await
+    }
+
+    /// [`Self::api`] with request headers besides the body's content type
+    /// (a caller's `authorization`, a cookie).
+    pub async fn api_with_headers(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<ApiReply, SuiteError> {
         let url = self.api_url(path_and_query)?;
         let api_err = |source| SuiteError::Api {
             method: method.to_owned(),
@@ -452,6 +471,9 @@ impl LocalSuite {
         let verb = reqwest::Method::from_bytes(method.as_bytes())
             .map_err(|_| SuiteError::NoRoute(format!("{method} {path_and_query}")))?;
         let mut request = self.api_http.request(verb, &url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         if let Some(body) = body {
             request = request.json(body);
         }

@@ -73,6 +73,12 @@ pub enum SuiteError {
     StreamProbe { detail: String },
     #[error("cannot empty {queue} of what an earlier run left: {detail}")]
     Purge { queue: String, detail: String },
+    #[error("putting {operator}'s credential into moto's SSM under {path}: {detail}")]
+    Credential {
+        operator: String,
+        path: String,
+        detail: String,
+    },
     #[error("{method} {url}: {source}")]
     Api {
         method: String,
@@ -185,6 +191,32 @@ pub struct SuiteOptions {
     /// [`super::LocalSuite::fault_proxy`]'s rate is raised. Default none. Not for
     /// an attached watch.
     pub aws_faults: Option<u64>,
+    /// A credential for `operator`: put into moto's SSM as a SecureString
+    /// under its path before any function starts (the functions get
+    /// `OPERATOR_CREDENTIALS_PATH`), and required by the simulated operator
+    /// on every call, which answers 401 without it. Default none.
+    pub operator_credential: Option<OperatorCredential>,
+}
+
+/// One operator's credential as docs/configuration.md says to keep it: the
+/// parameter `<path>/<operator>` holding `{"header": …, "value": …}`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OperatorCredential {
+    /// `OPERATOR_CREDENTIALS_PATH`, e.g. `/lifeboat/local/operators`.
+    pub path: String,
+    /// The header the operator wants, e.g. `x-api-key`.
+    pub header: String,
+    pub value: String,
+}
+
+impl std::fmt::Debug for OperatorCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorCredential")
+            .field("path", &self.path)
+            .field("header", &self.header)
+            .field("value", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Servers the suite uses instead of starting its own, and the ports of
@@ -278,6 +310,7 @@ impl SuiteOptions {
             attach: Attach::default(),
             neighbours: Vec::new(),
             aws_faults: None,
+            operator_credential: None,
             operator,
         }
     }

@@ -11,7 +11,7 @@ use lifeboat_core::OperatorId;
 use crate::moto::resources::{self, ResourceError};
 use crate::template::{self, CIRCUIT_SWITCH, FALLBACK_CONSUMER, REAL_CONSUMER};
 
-use super::{CustomerResources, SuiteError, SuiteNames, SuiteResources};
+use super::{CustomerResources, OperatorCredential, SuiteError, SuiteNames, SuiteResources};
 
 /// The customer half's resources in moto, as the template has them: the
 /// Carts and SaleStatus tables, `OffsaleDeadLetterQueue`, `OffsaleQueue`
@@ -306,4 +306,29 @@ pub(super) async fn purge_queues(
             })?;
     }
     Ok(())
+}
+
+/// Put `operator`'s credential where the functions read it: the SecureString
+/// parameter `<path>/<operator>` holding `{"header": …, "value": …}`.
+pub async fn put_operator_credential(
+    sdk: &SdkConfig,
+    operator: &OperatorId,
+    credential: &OperatorCredential,
+) -> Result<(), SuiteError> {
+    let name = format!("{}/{operator}", credential.path.trim_end_matches('/'));
+    let value = serde_json::json!({"header": credential.header, "value": credential.value});
+    aws_sdk_ssm::Client::new(sdk)
+        .put_parameter()
+        .name(&name)
+        .value(value.to_string())
+        .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .overwrite(true)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| SuiteError::Credential {
+            operator: operator.to_string(),
+            path: credential.path.clone(),
+            detail: aws_sdk_ssm::error::DisplayErrorContext(&e).to_string(),
+        })
 }

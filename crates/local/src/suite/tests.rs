@@ -488,3 +488,41 @@ fn the_local_alarm_has_the_templates_rule() {
     assert!(TEMPLATE.contains(&format!("Default: {}", template::ERRORS_ALARM_NAME)));
     assert!(template::ALARM_OPERATORS.starts_with(&format!("{}=", template::ERRORS_ALARM_NAME)));
 }
+
+/// Every function writes to a log group of its own that keeps its lines
+/// `LogRetentionDays`, and no `LogLevel` the template offers makes the Lambda
+/// runtime write raw events.
+#[test]
+fn every_function_logs_to_a_group_with_retention_and_never_at_trace() {
+    let lines: Vec<&str> = TEMPLATE.lines().collect();
+    let functions: Vec<&str> = lines
+        .windows(2)
+        .filter(|pair| pair[1].trim() == "Type: AWS::Serverless::Function")
+        .filter_map(|pair| pair[0].strip_prefix("  ")?.strip_suffix(':'))
+        .collect();
+    assert_eq!(functions.len(), 6, "{functions:?}");
+    for function in functions {
+        let name = function.strip_suffix("Function").unwrap();
+        assert!(
+            entry(function).contains(&format!(
+                "      LoggingConfig:\n        LogGroup: !Ref {name}LogGroup\n"
+            )),
+            "{function} writes to {name}LogGroup"
+        );
+        let group = entry(&format!("{name}LogGroup"));
+        assert!(
+            group.contains("RetentionInDays: !Ref LogRetentionDays"),
+            "{group}"
+        );
+        assert!(
+            group.contains(&format!("/aws/lambda/${{AWS::StackName}}/{function}\"")),
+            "{group}"
+        );
+    }
+    assert!(entry("ApiAccessLogGroup").contains("RetentionInDays: !Ref LogRetentionDays"));
+    let allowed = entry("LogLevel")
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("AllowedValues: "))
+        .unwrap();
+    assert_eq!(allowed, "[DEBUG, INFO, WARN, ERROR, FATAL]");
+}
