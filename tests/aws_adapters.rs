@@ -18,23 +18,32 @@ use aws_sdk_eventbridge::error::BoxError;
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::join_all;
 use lifeboat_aws::{
-    DynamoBreakerStore, DynamoRequestStore, DynamoWindowStore, EventBridgePublisher,
-    LambdaStreamRouter,
+    DynamoBreakerStore, DynamoCacheStore, DynamoRequestStore, DynamoWindowStore,
+    EventBridgePublisher, LambdaStreamRouter,
 };
+use lifeboat_core::Clock;
 use lifeboat_core::breaker::{BreakerRecord, BreakerState, ConsumerTarget};
+use lifeboat_core::budget::Budget;
+use lifeboat_core::cache::{
+    CacheEntry, CacheKey, CachePolicy, CacheStore, CacheWrite, CachedAnswer, CachedRefusal, Source,
+};
+use lifeboat_core::clock::ManualClock;
 use lifeboat_core::events::{
     BreakerStateChanged, LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION, TrialsPassed,
 };
+use lifeboat_core::memory::{MemoryBreakerStore, MemoryRequestStore};
 use lifeboat_core::operator::{Operation, OperatorId};
 use lifeboat_core::ports::{
     BreakerStore, EventPublisher, OutcomeWrite, Repoint, RequestStore, RouterError, StoreError,
     StreamRouter, TrialTally, WindowStore,
 };
 use lifeboat_core::request::{FailureReason, Outcome, OutcomeKind, RequestRecord};
+use lifeboat_core::settings::Settings;
 use lifeboat_core::window::CallCounts;
 use lifeboat_local::moto::MotoServer;
 use lifeboat_local::moto::resources;
 use lifeboat_local::moto::resources::stack::{Stack, StackNames};
+use lifeboat_lookup::{Lookup, Mode, Polling, UnavailableReason};
 
 async fn moto() -> (MotoServer, SdkConfig) {
     let moto = MotoServer::start().await.expect("moto_server starts");
@@ -405,6 +414,7 @@ async fn every_transition_is_recorded_once_with_the_failure_windows_first_failur
             failures,
             timeouts,
             slow: 0,
+            refusals: 0,
         };
         window.add(&nordic, t(start + sec), &counts).await.unwrap();
     }
@@ -774,6 +784,7 @@ async fn window_counts_from_concurrent_writers_add_up() {
         failures: 1,
         timeouts: 2,
         slow: 1,
+        refusals: 3,
     };
 
     // 20 batches land in bucket 0, 10 in bucket +1 s, 5 in bucket +2 s, all
@@ -801,6 +812,7 @@ async fn window_counts_from_concurrent_writers_add_up() {
         failures: n,
         timeouts: 2 * n,
         slow: n,
+        refusals: 3 * n,
     };
     let all = store.since(&op("nordic"), start).await.unwrap();
     assert_eq!(
@@ -1253,4 +1265,262 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
         "trip read {trip_items} items"
     );
     assert!(scan_items >= items, "the scan passes every item");
+}
+
+// --- the answer cache: refusals beside good answers ------------------------
+
+fn question(from: &str) -> (OperatorId, BTreeMap<String, String>, CacheKey) {
+    let params = BTreeMap::from([
+        ("from".to_owned(), from.to_owned()),
+        ("to".to_owned(), "TLL".to_owned()),
+    ]);
+    let key = CacheKey::new(&op("nordic"), Operation::Search, &params);
+    (op("nordic"), params, key)
+}
+
+fn good_answer(key: &CacheKey, body: &str, as_of: DateTime<Utc>) -> CachedAnswer {
+    CachedAnswer {
+        key: key.clone(),
+        operator: op("nordic"),
+        operation: Operation::Search,
+        body: body.to_owned(),
+        as_of,
+    }
+}
+
+fn refusal(key: &CacheKey, status: u16, at: DateTime<Utc>) -> CachedRefusal {
+    CachedRefusal {
+        key: key.clone(),
+        operator: op("nordic"),
+        operation: Operation::Search,
+        status,
+        detail: format!("operator answered {status}"),
+        at,
+    }
+}
+
+async fn cache_store(config: &SdkConfig, table: &str) -> DynamoCacheStore {
+    let client = aws_sdk_dynamodb::Client::new(config);
+    resources::create_cache_table(&client, table)
+        .await
+        .expect("cache table");
+    DynamoCacheStore::new(client, table)
+}
+
+#[tokio::test]
+async fn a_refusal_is_written_beside_the_good_answer_and_never_over_a_newer_one() {
+    let (_moto, config) = moto().await;
+    let cache = cache_store(&config, "cache-refusals").await;
+    let policy = CachePolicy::default();
+    let (_, _, key) = question("HEL");
+    let week = |at: DateTime<Utc>| policy.expires_at(at);
+    let good = good_answer(&key, r#"{"sailings":[{"id":"s-1"}]}"#, t(1_796_000_000));
+
+    assert_eq!(
+        cache.put(&good, week(good.as_of)).await.unwrap(),
+        CacheWrite::Written
+    );
+    let newer = refusal(&key, 404, good.as_of + TimeDelta::seconds(20));
+    assert_eq!(
+        cache.put_refusal(&newer, week(newer.at)).await.unwrap(),
+        CacheWrite::Written
+    );
+    // The item keeps the good answer: the refusal set its own attributes.
+    let entry = cache.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        entry,
+        CacheEntry {
+            answer: Some(good.clone()),
+            refusal: Some(newer.clone()),
+        }
+    );
+    let item = aws_sdk_dynamodb::Client::new(&config)
+        .get_item()
+        .table_name("cache-refusals")
+        .key("cache_key", AttributeValue::S(key.as_str().into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert_eq!(item["body"].as_s().unwrap(), &good.body);
+    assert_eq!(item["refusal_status"].as_n().unwrap(), "404");
+    assert_eq!(
+        item["expires_at"].as_n().unwrap(),
+        &week(good.as_of).timestamp().to_string(),
+        "the good answer's TTL stays"
+    );
+
+    // An older refusal (and one at the same instant) never replaces it;
+    // nor does one older than the good answer.
+    for stale in [
+        refusal(&key, 400, newer.at - TimeDelta::seconds(5)),
+        refusal(&key, 400, newer.at),
+        refusal(&key, 400, good.as_of - TimeDelta::seconds(1)),
+    ] {
+        assert_eq!(
+            cache.put_refusal(&stale, week(stale.at)).await.unwrap(),
+            CacheWrite::NewerKept
+        );
+    }
+    assert_eq!(
+        cache.get(&key).await.unwrap().unwrap().refusal,
+        Some(newer.clone())
+    );
+
+    // A late good answer, given before the refusal: written, the refusal
+    // kept beside it.
+    let late = good_answer(
+        &key,
+        r#"{"sailings":[{"id":"s-2"}]}"#,
+        good.as_of + TimeDelta::seconds(10),
+    );
+    assert_eq!(
+        cache.put(&late, week(late.as_of)).await.unwrap(),
+        CacheWrite::Written
+    );
+    let entry = cache.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (entry.answer, entry.refusal),
+        (Some(late.clone()), Some(newer.clone()))
+    );
+    // An older good answer is kept out as before.
+    assert_eq!(
+        cache.put(&good, week(good.as_of)).await.unwrap(),
+        CacheWrite::NewerKept
+    );
+
+    // A good answer after the refusal clears it.
+    let after = good_answer(
+        &key,
+        r#"{"sailings":[{"id":"s-3"}]}"#,
+        newer.at + TimeDelta::seconds(1),
+    );
+    assert_eq!(
+        cache.put(&after, week(after.as_of)).await.unwrap(),
+        CacheWrite::Written
+    );
+    assert_eq!(
+        cache.get(&key).await.unwrap().unwrap(),
+        CacheEntry::answered(after.clone())
+    );
+
+    // Only a refusal: the negative cache as before, no last good answer.
+    let (_, _, other) = question("TKU");
+    let only = refusal(&other, 410, t(1_796_000_000));
+    assert_eq!(
+        cache.put_refusal(&only, week(only.at)).await.unwrap(),
+        CacheWrite::Written
+    );
+    assert_eq!(
+        cache.get(&other).await.unwrap().unwrap(),
+        CacheEntry::refused(only.clone())
+    );
+
+    // An item of an earlier version (the refusal in place of the answer)
+    // reads as a refusal with no good answer, and a good answer replaces it.
+    let (_, _, legacy) = question("STO");
+    aws_sdk_dynamodb::Client::new(&config)
+        .put_item()
+        .table_name("cache-refusals")
+        .item("cache_key", AttributeValue::S(legacy.as_str().into()))
+        .item("operator", AttributeValue::S("nordic".into()))
+        .item("operation", AttributeValue::S("search".into()))
+        .item("body", AttributeValue::S("operator answered 404".into()))
+        .item("as_of", AttributeValue::S("2026-11-30T10:15:00Z".into()))
+        .item("as_of_ms", AttributeValue::N("1796033700000".into()))
+        .item("refused", AttributeValue::N("404".into()))
+        .item("expires_at", AttributeValue::N("1796638500".into()))
+        .send()
+        .await
+        .unwrap();
+    let entry = cache.get(&legacy).await.unwrap().unwrap();
+    assert_eq!(entry.answer, None);
+    assert_eq!(entry.refusal.as_ref().map(|r| r.status), Some(404));
+    let answered = good_answer(&legacy, r#"{"sailings":[]}"#, t(1_796_033_701));
+    assert_eq!(
+        cache.put(&answered, week(answered.as_of)).await.unwrap(),
+        CacheWrite::Written
+    );
+    assert_eq!(
+        cache.get(&legacy).await.unwrap().unwrap(),
+        CacheEntry::answered(answered)
+    );
+}
+
+#[tokio::test]
+async fn the_last_good_answer_outlives_a_refusal_on_dynamodb() {
+    let (_moto, config) = moto().await;
+    let cache = Arc::new(cache_store(&config, "cache-last-good").await);
+    let breakers = Arc::new(MemoryBreakerStore::new());
+    let clock = Arc::new(ManualClock::new(t(1_796_000_000)));
+    let mut settings = Settings::default();
+    // Nobody answers the gateway here: a short budget to wait out.
+    settings.default.budgets.search = Budget::with_timeout(std::time::Duration::from_millis(200));
+    let mut lookup = Lookup::new(
+        Arc::new(MemoryRequestStore::new()),
+        cache.clone(),
+        breakers.clone(),
+        clock.clone(),
+        settings,
+    );
+    lookup.polling = Polling {
+        first: std::time::Duration::from_millis(20),
+        max: std::time::Duration::from_millis(50),
+    };
+    let (operator, params, key) = question("HEL");
+    let now = t(1_796_000_000);
+    let good = good_answer(
+        &key,
+        r#"{"sailings":[{"id":"s-1"}]}"#,
+        now - TimeDelta::hours(1),
+    );
+    cache.put(&good, now + TimeDelta::days(6)).await.unwrap();
+    let refused = refusal(&key, 404, now - TimeDelta::seconds(10));
+    cache
+        .put_refusal(&refused, now + TimeDelta::days(7))
+        .await
+        .unwrap();
+
+    // Within the negative minute: the refusal, without a request.
+    let looked = lookup
+        .answer(&operator, Operation::Search, &params, Mode::AskOperator)
+        .await;
+    assert_eq!(
+        looked.result.unwrap_err().reason,
+        UnavailableReason::NotFound
+    );
+    assert!(!looked.requested);
+
+    // A minute on, the call fails (nobody answers in the budget): the last
+    // good answer, not the refusal.
+    clock.advance(std::time::Duration::from_secs(60));
+    let looked = lookup
+        .answer(&operator, Operation::Search, &params, Mode::AskOperator)
+        .await;
+    assert!(looked.requested);
+    let answer = looked.result.unwrap();
+    assert_eq!(
+        (answer.source, answer.body.as_str()),
+        (Source::LastGood, good.body.as_str())
+    );
+
+    // The breaker opens: the last good answer again, without a request.
+    let mut open = BreakerRecord::initial(op("nordic"), clock.now());
+    open.state = BreakerState::Open;
+    open.version = 1;
+    open.open_until = Some(clock.now() + TimeDelta::seconds(30));
+    breakers.save(&open, None).await.unwrap();
+    clock.advance(std::time::Duration::from_secs(2));
+    let looked = lookup
+        .answer(&operator, Operation::Search, &params, Mode::AskOperator)
+        .await;
+    assert!(!looked.requested);
+    assert_eq!(looked.breaker, Some(BreakerState::Open));
+    let answer = looked.result.unwrap();
+    assert_eq!(
+        (answer.source, answer.body.as_str()),
+        (Source::LastGood, good.body.as_str())
+    );
 }

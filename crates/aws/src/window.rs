@@ -3,8 +3,9 @@
 //!
 //! A bucket is the item `item = "bucket#" + <bucket start in epoch millis,
 //! zero-padded to 15 digits>` (so sort-key order is time order) with counters
-//! `calls`, `successes`, `failures`, `timeouts`, `slow` (N) and `expires_at`
-//! (N, the table's TTL: bucket start + 1 hour). Every consumer instance adds
+//! `calls`, `successes`, `failures`, `timeouts`, `slow`, `refusals` (N; a
+//! bucket of an earlier version has no `refusals`: none counted) and
+//! `expires_at` (N, the table's TTL: bucket start + 1 hour). Every consumer instance adds
 //! its batch's counts with one `UpdateItem ADD`, which DynamoDB applies
 //! atomically, so concurrent batches never lose each other's counts.
 
@@ -44,6 +45,8 @@ struct BucketItem {
     failures: u32,
     timeouts: u32,
     slow: u32,
+    #[serde(default)]
+    refusals: u32,
 }
 
 impl TryFrom<BucketItem> for Bucket {
@@ -68,6 +71,7 @@ impl TryFrom<BucketItem> for Bucket {
                 failures: b.failures,
                 timeouts: b.timeouts,
                 slow: b.slow,
+                refusals: b.refusals,
             },
         })
     }
@@ -118,19 +122,21 @@ impl WindowStore for DynamoWindowStore {
             .key("operator", AttributeValue::S(operator.as_str().to_owned()))
             .key("item", AttributeValue::S(bucket_key(millis)))
             .update_expression(
-                "ADD #calls :c, #successes :s, #failures :f, #timeouts :t, #slow :w SET #expires = :ttl",
+                "ADD #calls :c, #successes :s, #failures :f, #timeouts :t, #slow :w, #refusals :r SET #expires = :ttl",
             )
             .expression_attribute_names("#calls", "calls")
             .expression_attribute_names("#successes", "successes")
             .expression_attribute_names("#failures", "failures")
             .expression_attribute_names("#timeouts", "timeouts")
             .expression_attribute_names("#slow", "slow")
+            .expression_attribute_names("#refusals", "refusals")
             .expression_attribute_names("#expires", "expires_at")
             .expression_attribute_values(":c", n(counts.calls))
             .expression_attribute_values(":s", n(counts.successes))
             .expression_attribute_values(":f", n(counts.failures))
             .expression_attribute_values(":t", n(counts.timeouts))
             .expression_attribute_values(":w", n(counts.slow))
+            .expression_attribute_values(":r", n(counts.refusals))
             .expression_attribute_values(":ttl", n(expires_at))
             .send()
             .await
@@ -219,5 +225,7 @@ mod tests {
         );
         assert_eq!(bucket.counts.calls, 4);
         assert_eq!(bucket.counts.failures, 2);
+        // Written before refusals were counted: none.
+        assert_eq!(bucket.counts.refusals, 0);
     }
 }

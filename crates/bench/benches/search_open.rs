@@ -37,7 +37,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use criterion::{Criterion, criterion_group};
 use lifeboat_bench::start;
 use lifeboat_core::breaker::BreakerRecord;
-use lifeboat_core::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
+use lifeboat_core::cache::{
+    CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
+};
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryCacheStore, MemoryRequestStore};
 use lifeboat_core::metrics::{MetricSet, MetricsSink};
 use lifeboat_core::ports::{BreakerStore, StoreError, TrialTally};
@@ -71,7 +73,7 @@ struct Counting<S> {
 
 #[async_trait]
 impl<S: CacheStore> CacheStore for Counting<S> {
-    async fn get(&self, key: &CacheKey) -> Result<Option<CachedAnswer>, StoreError> {
+    async fn get(&self, key: &CacheKey) -> Result<Option<CacheEntry>, StoreError> {
         self.reads.count();
         self.inner.get(key).await
     }
@@ -82,6 +84,14 @@ impl<S: CacheStore> CacheStore for Counting<S> {
         expires_at: DateTime<Utc>,
     ) -> Result<CacheWrite, StoreError> {
         self.inner.put(answer, expires_at).await
+    }
+
+    async fn put_refusal(
+        &self,
+        refusal: &CachedRefusal,
+        expires_at: DateTime<Utc>,
+    ) -> Result<CacheWrite, StoreError> {
+        self.inner.put_refusal(refusal, expires_at).await
     }
 }
 
@@ -260,7 +270,6 @@ async fn world() -> World {
                         operation: Operation::Search,
                         body: body(from, to, date),
                         as_of: now - TimeDelta::minutes(15),
-                        refused: None,
                     };
                     cache.put(&answer, now + TimeDelta::days(7)).await.unwrap();
                     cached.push(request);

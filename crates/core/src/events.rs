@@ -280,6 +280,7 @@ mod tests {
                     verdict: WindowVerdict::FailureRate {
                         rate: 0.75,
                         calls: 20,
+                        refused: 0,
                     },
                 },
                 at: at(),

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::breaker::{BreakerRecord, BreakerState, ConsumerTarget};
-use crate::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
+use crate::cache::{CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal};
 use crate::cart::{Cart, CartStore};
 use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
@@ -548,6 +548,61 @@ mod tests {
         DateTime::from_timestamp(1_700_000_000, 0).unwrap()
     }
 
+    #[tokio::test]
+    async fn a_refusal_never_erases_the_cached_good_answer() {
+        use crate::cache::CachePolicy;
+        let cache = MemoryCacheStore::new();
+        let operator = OperatorId::new("op").unwrap();
+        let key = CacheKey::new(&operator, Operation::Search, &BTreeMap::new());
+        let at = |s: i64| t() + chrono::TimeDelta::seconds(s);
+        let answer = CachedAnswer {
+            key: key.clone(),
+            operator: operator.clone(),
+            operation: Operation::Search,
+            body: r#"{"sailings":["s-1"]}"#.into(),
+            as_of: at(0),
+        };
+        let refusal = |status: u16, s: i64| CachedRefusal {
+            key: key.clone(),
+            operator: operator.clone(),
+            operation: Operation::Search,
+            status,
+            detail: format!("operator answered {status}"),
+            at: at(s),
+        };
+        let week = at(7 * 86_400);
+        assert_eq!(cache.put(&answer, week).await.unwrap(), CacheWrite::Written);
+        assert_eq!(
+            cache.put_refusal(&refusal(404, 10), week).await.unwrap(),
+            CacheWrite::Written
+        );
+        let entry = cache.get(&key).await.unwrap().unwrap();
+        assert_eq!(
+            entry.answer.as_ref(),
+            Some(&answer),
+            "the refusal erased it"
+        );
+        let policy = CachePolicy::default();
+        assert_eq!(entry.negative(&policy, at(30)).map(|r| r.status), Some(404));
+        assert_eq!(entry.last_good(&policy, at(3_600)), Some(&answer));
+        // An older refusal does not replace the newer one.
+        assert_eq!(
+            cache.put_refusal(&refusal(400, 5), week).await.unwrap(),
+            CacheWrite::NewerKept
+        );
+        let entry = cache.get(&key).await.unwrap().unwrap();
+        assert_eq!(entry.refusal, Some(refusal(404, 10)));
+        // A newer good answer clears the refusal.
+        let newer = CachedAnswer {
+            as_of: at(20),
+            ..answer.clone()
+        };
+        assert_eq!(cache.put(&newer, week).await.unwrap(), CacheWrite::Written);
+        let entry = cache.get(&key).await.unwrap().unwrap();
+        assert_eq!((entry.answer, entry.refusal), (Some(newer), None));
+        assert_eq!(cache.len(), 1);
+    }
+
     fn request(id: &str) -> RequestRecord {
         RequestRecord {
             request_id: id.into(),
@@ -647,10 +702,11 @@ mod tests {
     }
 }
 
-/// The answer cache in memory.
+/// The answer cache in memory: per question, the good answer and the
+/// refusal side by side, as the Cache table keeps them.
 #[derive(Debug, Default)]
 pub struct MemoryCacheStore {
-    entries: Mutex<HashMap<CacheKey, CachedAnswer>>,
+    entries: Mutex<HashMap<CacheKey, CacheEntry>>,
 }
 
 impl MemoryCacheStore {
@@ -665,11 +721,29 @@ impl MemoryCacheStore {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Write what `change` makes of the entry for `key` (an empty one if
+    /// there is none); `None` keeps the stored entry.
+    fn write(
+        &self,
+        key: &CacheKey,
+        change: impl FnOnce(&CacheEntry) -> Option<CacheEntry>,
+    ) -> CacheWrite {
+        let mut entries = lock(&self.entries);
+        let stored = entries.get(key).cloned().unwrap_or_default();
+        match change(&stored) {
+            Some(entry) => {
+                entries.insert(key.clone(), entry);
+                CacheWrite::Written
+            }
+            None => CacheWrite::NewerKept,
+        }
+    }
 }
 
 #[async_trait]
 impl CacheStore for MemoryCacheStore {
-    async fn get(&self, key: &CacheKey) -> Result<Option<CachedAnswer>, StoreError> {
+    async fn get(&self, key: &CacheKey) -> Result<Option<CacheEntry>, StoreError> {
         Ok(lock(&self.entries).get(key).cloned())
     }
 
@@ -678,14 +752,15 @@ impl CacheStore for MemoryCacheStore {
         answer: &CachedAnswer,
         _expires_at: DateTime<Utc>,
     ) -> Result<CacheWrite, StoreError> {
-        let mut entries = lock(&self.entries);
-        match entries.get(&answer.key) {
-            Some(stored) if stored.as_of >= answer.as_of => Ok(CacheWrite::NewerKept),
-            _ => {
-                entries.insert(answer.key.clone(), answer.clone());
-                Ok(CacheWrite::Written)
-            }
-        }
+        Ok(self.write(&answer.key, |stored| stored.with_answer(answer)))
+    }
+
+    async fn put_refusal(
+        &self,
+        refusal: &CachedRefusal,
+        _expires_at: DateTime<Utc>,
+    ) -> Result<CacheWrite, StoreError> {
+        Ok(self.write(&refusal.key, |stored| stored.with_refusal(refusal)))
     }
 }
 

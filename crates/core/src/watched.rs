@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::breaker::{BreakerRecord, ConsumerTarget};
-use crate::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
+use crate::cache::{CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal};
 use crate::cart::{Cart, CartStore};
 use crate::clock::Clock;
 use crate::events::LifeboatEvent;
@@ -250,7 +250,7 @@ impl<T: WindowStore + ?Sized> WindowStore for Watched<T> {
 
 #[async_trait]
 impl<T: CacheStore + ?Sized> CacheStore for Watched<T> {
-    async fn get(&self, key: &CacheKey) -> Result<Option<CachedAnswer>, StoreError> {
+    async fn get(&self, key: &CacheKey) -> Result<Option<CacheEntry>, StoreError> {
         self.store("cache.read", self.inner.get(key).await)
     }
 
@@ -260,6 +260,17 @@ impl<T: CacheStore + ?Sized> CacheStore for Watched<T> {
         expires_at: DateTime<Utc>,
     ) -> Result<CacheWrite, StoreError> {
         self.store("cache.put", self.inner.put(answer, expires_at).await)
+    }
+
+    async fn put_refusal(
+        &self,
+        refusal: &CachedRefusal,
+        expires_at: DateTime<Utc>,
+    ) -> Result<CacheWrite, StoreError> {
+        self.store(
+            "cache.put",
+            self.inner.put_refusal(refusal, expires_at).await,
+        )
     }
 }
 

@@ -8,7 +8,10 @@
 //! rules can ask for a trip:
 //!
 //! * failure rate: failures and timeouts over all counted calls, once at least
-//!   `min_calls` calls were made in the window;
+//!   `min_calls` calls were made in the window; while the operator refuses
+//!   more than `refusal_rate` of at least `refusal_min_calls` calls in the
+//!   window (neutral 4xx: 404, 400, 403, …), its refusals count here as
+//!   failures too (see [`WindowConfig::judged`]);
 //! * slow calls: the share of calls slower than the budget's `slow_after`, with
 //!   the same minimum;
 //! * consecutive timeouts: timeouts since the last success, counted back from
@@ -49,6 +52,12 @@ pub struct CallCounts {
     pub timeouts: u32,
     /// Successful but slow calls (also counted in `successes`).
     pub slow: u32,
+    /// Neutral calls: 4xx answers the operator's settings do not count as
+    /// failures (a refusal of the question). Not in `calls`: one refusal
+    /// says nothing of the operator's health; a window mostly made of them
+    /// does ([`WindowConfig::judged`]).
+    #[serde(default)]
+    pub refusals: u32,
 }
 
 impl CallCounts {
@@ -71,7 +80,7 @@ impl CallCounts {
                 self.calls += 1;
                 self.failures += 1;
             }
-            Health::Neutral => {}
+            Health::Neutral => self.refusals += 1,
         }
     }
 
@@ -81,10 +90,12 @@ impl CallCounts {
         self.failures += other.failures;
         self.timeouts += other.timeouts;
         self.slow += other.slow;
+        self.refusals += other.refusals;
     }
 
+    /// No call at all, neutral ones included.
     pub fn is_empty(&self) -> bool {
-        self.calls == 0
+        self.calls == 0 && self.refusals == 0
     }
 }
 
@@ -122,6 +133,15 @@ pub struct WindowConfig {
     /// How far back `consecutive_failures` looks (at least `length`).
     #[serde(with = "crate::budget::millis")]
     pub streak_length: Duration,
+    /// Refusals (neutral 4xx) count as failures while they are more than
+    /// this share of the window's calls, refusals included: an operator
+    /// that suddenly refuses most questions (a broken deploy, a revoked
+    /// contract) is failing, not answering. 1 turns it off.
+    pub refusal_rate: f64,
+    /// Refusals count as failures only once the window holds at least this
+    /// many calls, refusals included: a few 404s of a quiet operator say
+    /// nothing.
+    pub refusal_min_calls: u32,
 }
 
 impl Default for WindowConfig {
@@ -136,6 +156,8 @@ impl Default for WindowConfig {
             consecutive_failures: 5,
             consecutive_errors: 3,
             streak_length: Duration::from_secs(60),
+            refusal_rate: 0.5,
+            refusal_min_calls: 20,
         }
     }
 }
@@ -147,6 +169,10 @@ pub enum WindowVerdict {
     FailureRate {
         rate: f64,
         calls: u32,
+        /// Refusals counted as failures (in `rate` and `calls`), because
+        /// the operator refused more than `refusal_rate` of the calls.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        refused: u32,
     },
     SlowCalls {
         rate: f64,
@@ -169,12 +195,29 @@ pub enum WindowVerdict {
     },
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl std::fmt::Display for WindowVerdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            WindowVerdict::FailureRate { rate, calls } => {
+            WindowVerdict::FailureRate {
+                rate,
+                calls,
+                refused: 0,
+            } => {
                 write!(f, "failure rate {:.0}% over {calls} calls", rate * 100.0)
             }
+            WindowVerdict::FailureRate {
+                rate,
+                calls,
+                refused,
+            } => write!(
+                f,
+                "failure rate {:.0}% over {calls} calls, {refused} of them refused (4xx)",
+                rate * 100.0
+            ),
             WindowVerdict::SlowCalls { rate, calls } => {
                 write!(f, "slow calls {:.0}% over {calls} calls", rate * 100.0)
             }
@@ -296,18 +339,22 @@ impl WindowConfig {
 
     /// The failure-rate and slow-call rules over the calls of the window.
     fn rates(&self, total: &CallCounts) -> Option<WindowVerdict> {
+        let (judged, refused) = self.judged(total);
+        if judged.calls > 0 && judged.calls >= self.min_calls {
+            let failed = judged.failures.saturating_add(judged.timeouts);
+            let failure_rate = f64::from(failed) / f64::from(judged.calls);
+            if failure_rate >= self.failure_rate {
+                return Some(WindowVerdict::FailureRate {
+                    rate: failure_rate,
+                    calls: judged.calls,
+                    refused,
+                });
+            }
+        }
         if total.calls == 0 || total.calls < self.min_calls {
             return None;
         }
-        let calls = f64::from(total.calls);
-        let failure_rate = f64::from(total.failures + total.timeouts) / calls;
-        if failure_rate >= self.failure_rate {
-            return Some(WindowVerdict::FailureRate {
-                rate: failure_rate,
-                calls: total.calls,
-            });
-        }
-        let slow_rate = f64::from(total.slow) / calls;
+        let slow_rate = f64::from(total.slow) / f64::from(total.calls);
         if slow_rate >= self.slow_rate {
             return Some(WindowVerdict::SlowCalls {
                 rate: slow_rate,
@@ -315,6 +362,34 @@ impl WindowConfig {
             });
         }
         None
+    }
+
+    /// The window's calls as the failure-rate rule judges them, and how
+    /// many refusals it counts as failures.
+    ///
+    /// A refusal (a neutral 4xx) says our question was wrong, so it
+    /// normally counts for nothing. But an operator that refuses more than
+    /// `refusal_rate` of at least `refusal_min_calls` calls (refusals
+    /// included) is not telling a few askers about sailings that do not
+    /// exist: it is refusing everyone, and then every refusal in the window
+    /// counts as a failed call, so the failure-rate rule can open its
+    /// breaker and customers get the last good answers instead of a
+    /// refusal each.
+    pub fn judged(&self, total: &CallCounts) -> (CallCounts, u32) {
+        let all = total.calls.saturating_add(total.refusals);
+        let surge = total.refusals > 0
+            && all >= self.refusal_min_calls
+            && f64::from(total.refusals) > self.refusal_rate * f64::from(all);
+        if !surge {
+            return (*total, 0);
+        }
+        let judged = CallCounts {
+            calls: all,
+            failures: total.failures.saturating_add(total.refusals),
+            refusals: 0,
+            ..*total
+        };
+        (judged, total.refusals)
     }
 }
 
@@ -535,10 +610,115 @@ mod tests {
     }
 
     #[test]
-    fn neutral_calls_are_not_counted() {
+    fn neutral_calls_are_counted_apart() {
         let mut c = CallCounts::default();
         c.record(Health::Neutral);
-        assert!(c.is_empty());
+        assert_eq!(c.calls, 0);
+        assert_eq!(c.refusals, 1);
+        assert!(!c.is_empty());
+    }
+
+    #[test]
+    fn an_operator_refusing_most_calls_trips_on_the_failure_rate() {
+        // Streak rules off: the rate rule alone.
+        let cfg = WindowConfig {
+            consecutive_failures: 0,
+            consecutive_errors: 0,
+            ..WindowConfig::default()
+        };
+        // A normal share of 404s (a third) beside successes: nothing.
+        let normal: Vec<Bucket> = (0..10)
+            .map(|s| {
+                bucket(s, |c| {
+                    many(c, Health::Success, 4);
+                    many(c, Health::Neutral, 2);
+                })
+            })
+            .collect();
+        assert_eq!(cfg.evaluate(&normal, at(9_500)), None);
+        // Everything refused, but fewer than 20 calls in the window: nothing.
+        let few = [bucket(0, |c| many(c, Health::Neutral, 19))];
+        assert_eq!(cfg.evaluate(&few, at(500)), None);
+        // 20 refused: they are failures now.
+        let all = [bucket(0, |c| many(c, Health::Neutral, 20))];
+        assert_eq!(
+            cfg.evaluate(&all, at(500)),
+            Some(WindowVerdict::FailureRate {
+                rate: 1.0,
+                calls: 20,
+                refused: 20,
+            })
+        );
+        // More than half refused beside successes: the refusals count, so
+        // the failure rate is their share.
+        let most = [bucket(0, |c| {
+            many(c, Health::Success, 9);
+            many(c, Health::Neutral, 11);
+        })];
+        let verdict = cfg.evaluate(&most, at(500));
+        assert_eq!(
+            verdict,
+            Some(WindowVerdict::FailureRate {
+                rate: 0.55,
+                calls: 20,
+                refused: 11,
+            })
+        );
+        assert_eq!(
+            verdict.map(|v| v.to_string()).as_deref(),
+            Some("failure rate 55% over 20 calls, 11 of them refused (4xx)")
+        );
+        // Exactly half is not more than half.
+        let half = [bucket(0, |c| {
+            many(c, Health::Success, 10);
+            many(c, Health::Neutral, 10);
+        })];
+        assert_eq!(cfg.evaluate(&half, at(500)), None);
+        // Off at 1: a refusal is never more than every call.
+        let off = WindowConfig {
+            refusal_rate: 1.0,
+            ..cfg
+        };
+        assert_eq!(off.evaluate(&all, at(500)), None);
+        // The refusals leave the window with their bucket.
+        assert_eq!(cfg.evaluate(&all, at(10_000)), None);
+    }
+
+    #[test]
+    fn refusals_in_the_settings_and_in_the_verdict() {
+        let cfg: WindowConfig =
+            serde_json::from_str(r#"{"refusal_rate": 0.8, "refusal_min_calls": 50}"#).unwrap();
+        assert_eq!((cfg.refusal_rate, cfg.refusal_min_calls), (0.8, 50));
+        assert_eq!(cfg.min_calls, WindowConfig::default().min_calls);
+        // A verdict without refusals reads as before; one with says how many.
+        let plain = WindowVerdict::FailureRate {
+            rate: 0.75,
+            calls: 20,
+            refused: 0,
+        };
+        let json = serde_json::to_value(&plain).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"rule": "failure_rate", "rate": 0.75, "calls": 20})
+        );
+        assert_eq!(
+            serde_json::from_value::<WindowVerdict>(json).unwrap(),
+            plain
+        );
+        let refused = WindowVerdict::FailureRate {
+            rate: 1.0,
+            calls: 25,
+            refused: 25,
+        };
+        assert_eq!(
+            serde_json::to_value(&refused).unwrap()["refused"],
+            serde_json::json!(25)
+        );
+        // Buckets written before refusals were counted read as none.
+        let old: CallCounts =
+            serde_json::from_str(r#"{"calls":1,"successes":1,"failures":0,"timeouts":0,"slow":0}"#)
+                .unwrap();
+        assert_eq!(old.refusals, 0);
     }
 
     #[test]
@@ -618,15 +798,16 @@ mod tests {
     }
 
     fn any_counts() -> impl Strategy<Value = CallCounts> {
-        (0u32..4, 0u32..4, 0u32..4, 0u32..3).prop_map(|(successes, failures, timeouts, slow)| {
-            CallCounts {
+        (0u32..4, 0u32..4, 0u32..4, 0u32..3, 0u32..5).prop_map(
+            |(successes, failures, timeouts, slow, refusals)| CallCounts {
                 calls: successes + failures + timeouts,
                 successes,
                 failures,
                 timeouts,
                 slow: slow.min(successes),
-            }
-        })
+                refusals,
+            },
+        )
     }
 
     /// Window settings of every shape, odd bucket widths and lookbacks
@@ -638,9 +819,13 @@ mod tests {
             0u64..90_000,
             0u32..12,
             0u32..6,
+            (
+                prop_oneof![Just(0.5), Just(0.0), Just(1.0), 0.0f64..1.0],
+                0u32..25,
+            ),
         )
-            .prop_map(|(bucket_ms, length_ms, streak_ms, min_calls, in_a_row)| {
-                WindowConfig {
+            .prop_map(
+                |(bucket_ms, length_ms, streak_ms, min_calls, in_a_row, refusals)| WindowConfig {
                     bucket: Duration::from_millis(bucket_ms),
                     length: Duration::from_millis(length_ms),
                     streak_length: Duration::from_millis(streak_ms),
@@ -648,9 +833,11 @@ mod tests {
                     consecutive_timeouts: in_a_row,
                     consecutive_errors: in_a_row / 2,
                     consecutive_failures: in_a_row + 1,
+                    refusal_rate: refusals.0,
+                    refusal_min_calls: refusals.1,
                     ..WindowConfig::default()
-                }
-            })
+                },
+            )
     }
 
     proptest! {

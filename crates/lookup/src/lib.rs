@@ -3,14 +3,17 @@
 //!
 //! One question (operator, operation, parameters) is answered by the first of:
 //!
-//! 1. the **recent** cache entry (default at most 5 minutes old): `fresh`;
-//! 2. unless the breaker is open, a request through the **gateway**: a request
+//! 1. the operator's **refusal** of the question, cached within the last
+//!    minute and since its last good answer: the same refusal, unasked;
+//! 2. the **recent** good answer (default at most 5 minutes old, and not
+//!    refused since): `fresh`;
+//! 3. unless the breaker is open, a request through the **gateway**: a request
 //!    record written to the Requests table, its outcome awaited with
 //!    consistent reads and growing pauses, for at most the operation's budget
 //!    (search 3 s, price 2.75 s): `live`;
-//! 3. the **last good** cache entry (default at most 7 days old):
-//!    `last_good`;
-//! 4. otherwise [`Unavailable`], with how long to wait before asking again.
+//! 4. the **last good** answer (default at most 7 days old), whatever the
+//!    operator refused since: `last_good`;
+//! 5. otherwise [`Unavailable`], with how long to wait before asking again.
 //!
 //! The breaker is read through [`BreakerCache`], which keeps each state for at
 //! most a second, so an instance under load reads the Breaker table about once
@@ -26,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::cache::{CacheKey, CacheStore, CachedAnswer, Freshness, age_s};
+use lifeboat_core::cache::{CacheEntry, CacheKey, CacheStore, CachedAnswer, age_s};
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
 use lifeboat_core::ports::{BreakerStore, RequestStore, StoreError};
 use lifeboat_core::request::{FailureReason, Outcome, OutcomeKind, RequestRecord};
@@ -289,32 +292,32 @@ impl Lookup {
             store_reads: 1,
         };
         let cached = match self.cache.get(&key).await {
-            Ok(cached) => cached,
+            Ok(cached) => cached.unwrap_or_default(),
             Err(e) => {
                 tracing::warn!(operator = %operator, operation = %operation, error = %e, "answer cache not read");
-                None
+                CacheEntry::default()
             }
         };
-        // A refusal of the operator's within the last minute: the same
-        // answer, without asking again.
-        if let Some((entry, status)) = cached.as_ref().and_then(|e| Some((e, e.refused?)))
+        // A refusal of the operator's within the last minute (and since its
+        // last good answer): the same answer, without asking again.
+        if let Some(refusal) = cached.negative(&policy, now)
             && mode != Mode::Reprice
-            && (now - entry.as_of).to_std().unwrap_or_default() <= policy.negative
         {
             looked.result = Err(Unavailable {
-                reason: UnavailableReason::refused(status),
+                reason: UnavailableReason::refused(refusal.status),
                 retry_after: policy.negative,
             });
             return looked;
         }
-        let cached = cached.filter(|e| e.refused.is_none());
-        if let Some(entry) = cached.as_ref().filter(|_| mode != Mode::Reprice)
-            && policy.freshness(entry.as_of, now) == Freshness::Recent
+        if let Some(entry) = cached.fresh(&policy, now)
+            && mode != Mode::Reprice
         {
             looked.result = Ok(answer(Source::Fresh, entry, now));
             return looked;
         }
-        let last_good = cached.filter(|e| policy.freshness(e.as_of, now) != Freshness::Expired);
+        // The last good answer stays whatever the operator refused since:
+        // a refusal is kept beside it, never instead of it.
+        let last_good = cached.last_good(&policy, now).cloned();
 
         let failure = match mode {
             Mode::CachedOnly => Unavailable {

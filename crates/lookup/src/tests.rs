@@ -268,6 +268,111 @@ async fn an_operators_refusal_is_answered_as_such_and_cached_a_minute() {
     assert!(w.gateway.transitions.is_empty());
 }
 
+/// The route's good answer an hour old and, after it, the operator's 404
+/// `refused_s` seconds ago, in the cache.
+async fn refused_after_a_good_answer(w: &World, refused_s: i64) -> CachedAnswer {
+    use lifeboat_core::cache::CachedRefusal;
+    let now = w.clock.now();
+    let key = CacheKey::new(&nordic(), Operation::Search, &route());
+    let good = CachedAnswer {
+        key: key.clone(),
+        operator: nordic(),
+        operation: Operation::Search,
+        body: r#"{"sailings":[{"id":"HEL-TLL-20261224-0615"}]}"#.into(),
+        as_of: now - TimeDelta::hours(1),
+    };
+    w.gateway
+        .cache
+        .put(&good, now + TimeDelta::days(6))
+        .await
+        .unwrap();
+    let refusal = CachedRefusal {
+        key,
+        operator: nordic(),
+        operation: Operation::Search,
+        status: 404,
+        detail: "operator answered 404".into(),
+        at: now - TimeDelta::seconds(refused_s),
+    };
+    w.gateway
+        .cache
+        .put_refusal(&refusal, now + TimeDelta::days(7))
+        .await
+        .unwrap();
+    good
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_answers_for_a_minute_then_the_last_good_answer_shows_while_open() {
+    let mut w = world();
+    let good = refused_after_a_good_answer(&w, 10).await;
+    // Within the negative minute: the refusal, with no request.
+    let looked = ask(&mut w, Mode::AskOperator, 1).await;
+    assert_eq!(
+        looked.result.unwrap_err().reason,
+        UnavailableReason::NotFound
+    );
+    assert!(!looked.requested);
+    // After it, with the breaker open: the good answer from before the
+    // refusal, which the refusal did not erase.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    open_breaker(&w).await;
+    for mode in [Mode::AskOperator, Mode::CachedOnly] {
+        let looked = ask(&mut w, mode, 1).await;
+        let answer = looked.result.unwrap();
+        assert_eq!(answer.source, Source::LastGood);
+        assert_eq!(answer.body, good.body);
+        assert!(!looked.requested);
+    }
+    assert_eq!(w.sim.stats().total, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_call_after_a_refusal_shows_the_last_good_answer() {
+    let mut w = world();
+    let good = refused_after_a_good_answer(&w, 90).await;
+    // The refusal is past its minute and the good answer an hour old: the
+    // operator is asked, and fails.
+    w.sim.set_mode(Some(OutageMode::ServerError));
+    let looked = ask(&mut w, Mode::AskOperator, 5).await;
+    assert!(looked.requested);
+    let answer = looked.result.unwrap();
+    assert_eq!(answer.source, Source::LastGood);
+    assert_eq!(answer.body, good.body);
+    assert_eq!(w.sim.stats().total, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recent_answer_the_operator_refused_since_is_not_fresh() {
+    let mut w = world();
+    let first = ask(&mut w, Mode::AskOperator, 5).await.result.unwrap();
+    assert_eq!(first.source, Source::Live);
+    // The operator refuses the question a little later (a 404 cached, as
+    // the real consumer caches it), and the minute passes: the answer of
+    // two minutes ago is recent but no longer fresh, so the operator is
+    // asked again.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let key = CacheKey::new(&nordic(), Operation::Search, &route());
+    let refusal = lifeboat_core::cache::CachedRefusal {
+        key,
+        operator: nordic(),
+        operation: Operation::Search,
+        status: 404,
+        detail: "operator answered 404".into(),
+        at: w.clock.now(),
+    };
+    w.gateway
+        .cache
+        .put_refusal(&refusal, w.clock.now() + TimeDelta::days(7))
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let again = ask(&mut w, Mode::AskOperator, 5).await;
+    assert!(again.requested);
+    assert_eq!(again.result.unwrap().source, Source::Live);
+    assert_eq!(w.sim.stats().total, 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_request_nobody_answered_is_closed_by_its_asker_not_by_a_joiner() {
     // No consumer runs: the stream lost both askers' request.

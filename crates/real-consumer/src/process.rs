@@ -4,7 +4,7 @@
 //! operator, then cache the answer and write the outcome.
 
 use chrono::{DateTime, Utc};
-use lifeboat_core::cache::{CacheKey, CachedAnswer};
+use lifeboat_core::cache::{CacheKey, CachedAnswer, CachedRefusal};
 use lifeboat_core::ports::StoreError;
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::request::{
@@ -292,12 +292,13 @@ impl RealConsumer {
         if let OutcomeKind::Answered { body } = &outcome.kind {
             // The cache first: whoever sees the outcome also finds the cache
             // refreshed. A failed cache write costs freshness, not the answer.
-            self.refresh_cache(request, body, None, outcome.at).await;
+            self.refresh_cache(request, body, outcome.at).await;
         }
         if let (Some(status), OutcomeKind::Failed { detail, .. }) = (refused, &outcome.kind) {
             // Cached briefly as a negative answer: askers of the same
-            // question get the refusal without another call.
-            self.refresh_cache(request, detail, Some(status), outcome.at)
+            // question get the refusal without another call. Kept beside
+            // the last good answer, which it never replaces.
+            self.remember_refusal(request, status, detail, outcome.at)
                 .await;
         }
     }
@@ -335,13 +336,7 @@ impl RealConsumer {
         done
     }
 
-    async fn refresh_cache(
-        &self,
-        request: &RequestRecord,
-        body: &str,
-        refused: Option<u16>,
-        at: DateTime<Utc>,
-    ) {
+    async fn refresh_cache(&self, request: &RequestRecord, body: &str, at: DateTime<Utc>) {
         let policy = self.settings.for_operator(&request.operator).cache;
         let answer = CachedAnswer {
             key: CacheKey::new(&request.operator, request.operation, &request.params),
@@ -349,12 +344,39 @@ impl RealConsumer {
             operation: request.operation,
             body: body.to_owned(),
             as_of: at,
-            refused,
         };
         if let Err(e) = self.cache.put(&answer, policy.expires_at(at)).await {
             tracing::warn!(
                 operator = %request.operator, operation = %request.operation, request_id = %request.request_id,
                 error = %e, "answer cache not refreshed"
+            );
+        }
+    }
+
+    async fn remember_refusal(
+        &self,
+        request: &RequestRecord,
+        status: u16,
+        detail: &str,
+        at: DateTime<Utc>,
+    ) {
+        let policy = self.settings.for_operator(&request.operator).cache;
+        let refusal = CachedRefusal {
+            key: CacheKey::new(&request.operator, request.operation, &request.params),
+            operator: request.operator.clone(),
+            operation: request.operation,
+            status,
+            detail: detail.to_owned(),
+            at,
+        };
+        if let Err(e) = self
+            .cache
+            .put_refusal(&refusal, policy.expires_at(at))
+            .await
+        {
+            tracing::warn!(
+                operator = %request.operator, operation = %request.operation, request_id = %request.request_id,
+                status, error = %e, "refusal not cached"
             );
         }
     }

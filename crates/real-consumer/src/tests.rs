@@ -30,6 +30,7 @@ struct World {
     breakers: Arc<MemoryBreakerStore>,
     bus: Arc<MemoryEventBus>,
     cache: Arc<MemoryCacheStore>,
+    window: Arc<MemoryWindowStore>,
     metrics: Arc<MemoryMetrics>,
     sim: SimulatedOperator,
     clock: Arc<TokioClock>,
@@ -41,6 +42,7 @@ fn world() -> World {
     let breakers = Arc::new(MemoryBreakerStore::new());
     let bus = Arc::new(MemoryEventBus::new());
     let cache = Arc::new(MemoryCacheStore::new());
+    let window = Arc::new(MemoryWindowStore::new());
     let metrics = Arc::new(MemoryMetrics::new());
     let sim = SimulatedOperator::new(
         OperatorId::new("nordic").unwrap(),
@@ -50,7 +52,7 @@ fn world() -> World {
     let consumer = RealConsumer {
         requests: requests.clone(),
         breakers: breakers.clone(),
-        window: Arc::new(MemoryWindowStore::new()),
+        window: window.clone(),
         events: bus.clone(),
         cache: cache.clone(),
         metrics: metrics.clone(),
@@ -67,6 +69,7 @@ fn world() -> World {
         breakers,
         bus,
         cache,
+        window,
         metrics,
         sim,
         clock,
@@ -172,7 +175,7 @@ async fn healthy_requests_are_answered_once() {
         ]
         .into(),
     );
-    let cached = w.cache.get(&key).await.unwrap().unwrap();
+    let cached = w.cache.get(&key).await.unwrap().unwrap().answer.unwrap();
     let newest = w
         .requests
         .all()
@@ -651,4 +654,154 @@ async fn the_pings_stop_once_the_breaker_has_opened() {
     opener.await.unwrap();
     // One watched call per operator and batch: one train, one ping.
     assert_eq!(api.sent.lock().unwrap().len(), 1);
+}
+
+/// An operator that answers every call with the same 4xx, at once: a
+/// broken deploy that refuses everything.
+struct Refusing {
+    status: u16,
+}
+
+// The trait's `async fn`, written out as for `Hesitant`.
+impl OperatorApi for Refusing {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        operator.as_str() == "nordic"
+    }
+
+    fn call<'a, 'b, 'f>(
+        &'a self,
+        _call: &'b lifeboat_core::request::OperatorCall,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = lifeboat_core::request::CallResult> + Send + 'f>,
+    >
+    where
+        'a: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        let status = self.status;
+        Box::pin(async move {
+            lifeboat_core::request::CallResult {
+                class: lifeboat_core::request::CallClass::ClientError { status },
+                elapsed: std::time::Duration::from_millis(20),
+                body: Some(r#"{"error":"no such route"}"#.into()),
+                detail: format!("operator answered {status}"),
+            }
+        })
+    }
+}
+
+/// The cache key of the question `batch` asks.
+fn batch_key() -> CacheKey {
+    CacheKey::new(
+        &OperatorId::new("nordic").unwrap(),
+        lifeboat_core::Operation::Search,
+        &[
+            ("from".to_owned(), "HEL".to_owned()),
+            ("to".to_owned(), "TLL".to_owned()),
+        ]
+        .into(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_is_cached_beside_the_good_answer_not_instead_of_it() {
+    let mut w = world();
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    w.consumer
+        .handle(&batch(&w, "nordic", 5, 10).await)
+        .await
+        .unwrap();
+    let good = w.cache.get(&batch_key()).await.unwrap().unwrap().answer;
+    let good = good.expect("a good answer is cached");
+
+    // The operator now refuses the same question.
+    tokio::time::advance(std::time::Duration::from_secs(30)).await;
+    w.consumer.operator = Arc::new(Refusing { status: 404 });
+    let report = w
+        .consumer
+        .handle(&batch(&w, "nordic", 1, 10).await)
+        .await
+        .unwrap();
+    assert_eq!((report.calls, report.trips_requested), (1, 0));
+    let entry = w.cache.get(&batch_key()).await.unwrap().unwrap();
+    // The good answer is still there, unchanged: had the refusal replaced
+    // it, there would be no last good answer to show.
+    assert_eq!(entry.answer.as_ref(), Some(&good));
+    let refusal = entry.refusal.as_ref().expect("the refusal is cached");
+    assert_eq!(refusal.status, 404);
+    assert!(refusal.at > good.as_of && refusal.at <= w.clock.now());
+    let policy = Settings::default().default.cache;
+    assert!(entry.negative(&policy, w.clock.now()).is_some());
+    assert_eq!(entry.last_good(&policy, w.clock.now()), Some(&good));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_operator_that_refuses_everything_trips_once_most_calls_are_refused() {
+    let mut w = world();
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    // A broken deploy: 404 to every question. The streak rules never see
+    // a neutral 4xx; only the share of refusals can tell.
+    w.consumer.operator = Arc::new(Refusing { status: 404 });
+    let nordic = OperatorId::new("nordic").unwrap();
+    let settings = Settings::default().default.window;
+    let window_since = |w: &World| {
+        let window = w.window.clone();
+        let nordic = nordic.clone();
+        async move {
+            let mut total = lifeboat_core::window::CallCounts::default();
+            for bucket in window
+                .since(&nordic, DateTime::<Utc>::MIN_UTC)
+                .await
+                .unwrap()
+            {
+                total.add(&bucket.counts);
+            }
+            total
+        }
+    };
+
+    // Below the minimum of calls: counted as refusals, not failures.
+    assert_eq!(trips(&w, 19).await, 0);
+    let counted = window_since(&w).await;
+    assert_eq!((counted.calls, counted.refusals), (0, 19));
+    assert_eq!(settings.judged(&counted).1, 0);
+
+    // The twentieth refusal in the window: every refusal is a failure now,
+    // and the failure-rate rule asks for a trip.
+    tokio::time::advance(std::time::Duration::from_millis(500)).await;
+    assert_eq!(trips(&w, 1).await, 1);
+    let counted = window_since(&w).await;
+    let (judged, refused) = settings.judged(&counted);
+    assert_eq!((judged.calls, judged.failures, refused), (20, 20, 20));
+    let trip = w.bus.events().into_iter().find_map(|e| match e {
+        LifeboatEvent::TripRequested(t) => Some(t),
+        _ => None,
+    });
+    assert_eq!(
+        trip.unwrap().reason,
+        TripReason::Window {
+            verdict: WindowVerdict::FailureRate {
+                rate: 1.0,
+                calls: 20,
+                refused: 20,
+            }
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_normal_share_of_refusals_does_not_trip() {
+    let mut w = world();
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    // Half the questions answered, half refused, over and over: never more
+    // than half refused, never a trip.
+    for _ in 0..4 {
+        w.consumer.operator = Arc::new(w.sim.clone());
+        let answered = trips(&w, 10).await;
+        w.consumer.operator = Arc::new(Refusing { status: 404 });
+        let refused = trips(&w, 5).await;
+        assert_eq!((answered, refused), (0, 0));
+        tokio::time::advance(std::time::Duration::from_millis(500)).await;
+    }
 }

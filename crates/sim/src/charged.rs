@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
+use lifeboat_core::cache::{
+    CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
+};
 use lifeboat_core::cart::{Cart, CartStore};
 use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::memory::MemoryStreamRouter;
@@ -207,7 +209,7 @@ impl<T: WindowStore + ?Sized> WindowStore for Charged<T> {
 
 #[async_trait]
 impl<T: CacheStore + ?Sized> CacheStore for Charged<T> {
-    async fn get(&self, key: &CacheKey) -> Result<Option<CachedAnswer>, StoreError> {
+    async fn get(&self, key: &CacheKey) -> Result<Option<CacheEntry>, StoreError> {
         self.charge(read).await;
         self.inner.get(key).await
     }
@@ -219,6 +221,15 @@ impl<T: CacheStore + ?Sized> CacheStore for Charged<T> {
     ) -> Result<CacheWrite, StoreError> {
         self.charge(write).await;
         self.inner.put(answer, expires_at).await
+    }
+
+    async fn put_refusal(
+        &self,
+        refusal: &CachedRefusal,
+        expires_at: DateTime<Utc>,
+    ) -> Result<CacheWrite, StoreError> {
+        self.charge(write).await;
+        self.inner.put_refusal(refusal, expires_at).await
     }
 }
 

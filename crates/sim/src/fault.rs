@@ -18,7 +18,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lifeboat_core::breaker::ConsumerTarget;
-use lifeboat_core::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
+use lifeboat_core::cache::{
+    CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
+};
 use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::ports::{
@@ -392,7 +394,7 @@ impl<T: WindowStore + ?Sized> WindowStore for Faulty<T> {
 
 #[async_trait]
 impl<T: CacheStore + ?Sized> CacheStore for Faulty<T> {
-    async fn get(&self, key: &CacheKey) -> Result<Option<CachedAnswer>, StoreError> {
+    async fn get(&self, key: &CacheKey) -> Result<Option<CacheEntry>, StoreError> {
         self.gate(FaultClass::CacheRead).await?;
         self.inner.get(key).await
     }
@@ -404,6 +406,15 @@ impl<T: CacheStore + ?Sized> CacheStore for Faulty<T> {
     ) -> Result<CacheWrite, StoreError> {
         self.gate(FaultClass::CachePut).await?;
         self.inner.put(answer, expires_at).await
+    }
+
+    async fn put_refusal(
+        &self,
+        refusal: &CachedRefusal,
+        expires_at: DateTime<Utc>,
+    ) -> Result<CacheWrite, StoreError> {
+        self.gate(FaultClass::CachePut).await?;
+        self.inner.put_refusal(refusal, expires_at).await
     }
 }
 

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lifeboat_core::cache::{CacheKey, CacheStore, CacheWrite, CachedAnswer};
+use lifeboat_core::cache::{
+    CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
+};
 use lifeboat_core::ports::{
     BreakerStore, OutcomeWrite, RequestStore, StoreError, StoredRequest, TrialTally, WindowStore,
 };
@@ -284,7 +286,7 @@ impl<T: WindowStore + ?Sized> WindowStore for Metered<T> {
 
 #[async_trait]
 impl<T: CacheStore + ?Sized> CacheStore for Metered<T> {
-    async fn get(&self, key: &CacheKey) -> Result<Option<CachedAnswer>, StoreError> {
+    async fn get(&self, key: &CacheKey) -> Result<Option<CacheEntry>, StoreError> {
         let found = self.0.get(key).await;
         note_read(found.as_ref().map_or(0, |f| usize::from(f.is_some())));
         found
@@ -297,6 +299,15 @@ impl<T: CacheStore + ?Sized> CacheStore for Metered<T> {
     ) -> Result<CacheWrite, StoreError> {
         note_write();
         self.0.put(answer, expires_at).await
+    }
+
+    async fn put_refusal(
+        &self,
+        refusal: &CachedRefusal,
+        expires_at: DateTime<Utc>,
+    ) -> Result<CacheWrite, StoreError> {
+        note_write();
+        self.0.put_refusal(refusal, expires_at).await
     }
 }
 

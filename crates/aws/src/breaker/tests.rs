@@ -68,6 +68,7 @@ fn bucket(secs: i64, successes: u32, failures: u32, timeouts: u32) -> Bucket {
             failures,
             timeouts,
             slow: 0,
+            refusals: 0,
         },
     }
 }

@@ -385,15 +385,21 @@ impl RollingWindow {
     /// A success cannot make the rules say anything they did not: it ends
     /// every streak, and lowers both rates once the window holds enough
     /// calls for the rate rules to read it (a smaller quotient rounds to no
-    /// more); a neutral call changes nothing.
+    /// more), unless the window holds refusals (it can bring them to
+    /// `refusal_min_calls`). A neutral call changes nothing but the share
+    /// of refusals, so it keeps the window quiet only outside it.
     #[inline]
     fn count_in_newest(&mut self, health: Health) {
         let newest = self.buckets.len() - 1;
         let in_streak = newest >= self.streak_first;
         let recent = newest >= self.recent_first;
         self.quiet &= match health {
-            Health::Success => !recent || self.recent.calls >= self.config.min_calls.max(1),
-            Health::Neutral => true,
+            Health::Success => {
+                !recent
+                    || (self.recent.calls >= self.config.min_calls.max(1)
+                        && self.recent.refusals == 0)
+            }
+            Health::Neutral => !recent,
             Health::SlowSuccess | Health::Failure | Health::Timeout => false,
         };
         self.buckets[newest].counts.record(health);
@@ -462,6 +468,7 @@ fn remove(sum: &mut CallCounts, gone: &CallCounts) {
     sum.failures = sum.failures.saturating_sub(gone.failures);
     sum.timeouts = sum.timeouts.saturating_sub(gone.timeouts);
     sum.slow = sum.slow.saturating_sub(gone.slow);
+    sum.refusals = sum.refusals.saturating_sub(gone.refusals);
 }
 
 #[cfg(test)]
