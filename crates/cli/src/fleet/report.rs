@@ -33,8 +33,12 @@ pub struct FleetReport {
     pub lanes: &'static str,
     pub searches_per_s: f64,
     pub incidents: Vec<IncidentReport>,
-    /// Openings of operators with no incident.
+    /// Openings (from closed) outside the operator's own incidents and
+    /// their aftermath: of any operator, the busiest ones with an incident
+    /// earlier or later in the day included.
     pub false_trips: usize,
+    /// The same by operator (those with at least one).
+    pub false_trips_by_operator: BTreeMap<OperatorId, usize>,
     pub bystanders: Bystanders,
     pub healthy: Healthy,
     /// What the AWS world charged beside store calls: cold starts,
@@ -239,6 +243,26 @@ fn live_or_fresh(search: &SearchSeen) -> bool {
     search.status == 200 && matches!(search.source.as_deref(), Some("live" | "fresh"))
 }
 
+/// Whether `t` opens a breaker that nothing was wrong with: a closed
+/// breaker (not a failed half-open round) opening while its operator had no
+/// incident on (from the incident's start to [`AFTERMATH`] after its end).
+fn is_false_trip(
+    t: &Transition,
+    operators: &[OperatorId],
+    incidents: &[Incident],
+    at: impl Fn(Duration) -> DateTime<Utc>,
+) -> bool {
+    if t.to != BreakerState::Open || t.from == BreakerState::HalfOpen {
+        return false;
+    }
+    let Some(rank) = operators.iter().position(|o| o == &t.operator) else {
+        return false;
+    };
+    !incidents
+        .iter()
+        .any(|i| i.rank == rank && at(i.start) <= t.at && t.at < at(i.end + AFTERMATH))
+}
+
 /// One operator's breaker over the day.
 struct Timeline<'a> {
     transitions: Vec<&'a Transition>,
@@ -279,19 +303,17 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         })
         .collect();
 
-    let with_incident: Vec<usize> = inputs.incidents.iter().map(|i| i.rank).collect();
-    let false_trips = inputs
+    let mut false_trips_by_operator: BTreeMap<OperatorId, usize> = BTreeMap::new();
+    for t in inputs
         .transitions
         .iter()
-        .filter(|t| t.to == BreakerState::Open && t.from != BreakerState::HalfOpen)
-        .filter(|t| {
-            inputs
-                .operators
-                .iter()
-                .position(|o| o == &t.operator)
-                .is_some_and(|rank| !with_incident.contains(&rank))
-        })
-        .count();
+        .filter(|t| is_false_trip(t, inputs.operators, inputs.incidents, at))
+    {
+        *false_trips_by_operator
+            .entry(t.operator.clone())
+            .or_default() += 1;
+    }
+    let false_trips = false_trips_by_operator.values().sum();
 
     // Who has an incident on at `t`.
     let on_at = |t: DateTime<Utc>| -> Vec<usize> {
@@ -351,6 +373,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         searches_per_s: inputs.script.searches_per_s,
         incidents,
         false_trips,
+        false_trips_by_operator,
         bystanders: bystanders(
             &bystander,
             answerable(&bystander),
@@ -467,7 +490,10 @@ fn incident_report(
             .find(|t| t.to == BreakerState::Closed && t.at >= end)
             .map(|t| t.at)
     });
-    let until = recovered.unwrap_or(inputs.ended);
+    // Counted up to the recovery; a breaker that opened and never closed
+    // again, to the end of the run; one that never opened in the incident,
+    // to the incident's end (what follows is not the incident's).
+    let until = recovered.unwrap_or(if opened.is_some() { inputs.ended } else { end });
     // Calls the operator received while its breaker was open: customers'
     // (a consumer's question) and hang-check pings apart.
     let while_open = |ping: bool| {
@@ -607,4 +633,71 @@ impl FleetReport {
 fn clock(s: f64) -> String {
     let s = s as u64;
     format!("+{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::IncidentKind;
+    use lifeboat_core::ConsumerTarget;
+
+    fn opening(operator: &OperatorId, at_s: i64, from: BreakerState) -> Transition {
+        Transition {
+            at: DateTime::<Utc>::UNIX_EPOCH + chrono::TimeDelta::seconds(at_s),
+            operator: operator.clone(),
+            from,
+            to: BreakerState::Open,
+            version: 1,
+            reason: "failure window".to_owned(),
+            stream: ConsumerTarget::Fallback,
+            operator_calls: None,
+            probe_calls: 0,
+        }
+    }
+
+    /// The busiest operator has an incident from 1000 s to 1600 s: an
+    /// opening of its breaker in the incident or its aftermath is the
+    /// incident's, one before or long after is a false trip, as is any
+    /// opening of an operator without an incident.
+    #[test]
+    fn an_opening_outside_the_operators_own_incident_is_a_false_trip() {
+        let busy = OperatorId::new("op000").unwrap();
+        let quiet = OperatorId::new("op001").unwrap();
+        let operators = [busy.clone(), quiet.clone()];
+        let incidents = [Incident {
+            rank: 0,
+            kind: IncidentKind::Brownout,
+            start: Duration::from_secs(1000),
+            end: Duration::from_secs(1600),
+        }];
+        let at = |d: Duration| {
+            DateTime::<Utc>::UNIX_EPOCH + chrono::TimeDelta::from_std(d).unwrap_or_default()
+        };
+        let trip = |t: &Transition| is_false_trip(t, &operators, &incidents, at);
+        assert!(trip(&opening(&busy, 900, BreakerState::Closed)), "before");
+        assert!(
+            !trip(&opening(&busy, 1000, BreakerState::Closed)),
+            "at its start"
+        );
+        assert!(
+            !trip(&opening(&busy, 1700, BreakerState::Closed)),
+            "aftermath"
+        );
+        assert!(
+            trip(&opening(&busy, 1720, BreakerState::Closed)),
+            "after it"
+        );
+        assert!(
+            trip(&opening(&busy, 5000, BreakerState::Closed)),
+            "hours after"
+        );
+        assert!(
+            !trip(&opening(&busy, 5000, BreakerState::HalfOpen)),
+            "a failed half-open round opens an open breaker again"
+        );
+        assert!(
+            trip(&opening(&quiet, 1200, BreakerState::Closed)),
+            "no incident"
+        );
+    }
 }
