@@ -39,6 +39,9 @@ pub struct FleetReport {
     pub false_trips: usize,
     /// The same by operator (those with at least one).
     pub false_trips_by_operator: BTreeMap<OperatorId, usize>,
+    /// The same by the breaker's reason, its numbers written `N`
+    /// (`failure rate N% over N calls`).
+    pub false_trip_reasons: BTreeMap<String, usize>,
     pub bystanders: Bystanders,
     pub healthy: Healthy,
     /// What the AWS world charged beside store calls: cold starts,
@@ -263,6 +266,25 @@ fn is_false_trip(
         .any(|i| i.rank == rank && at(i.start) <= t.at && t.at < at(i.end + AFTERMATH))
 }
 
+/// A breaker's reason with every run of digits (and decimal point) as
+/// `N`, so reasons of one rule count together.
+fn reason_kind(reason: &str) -> String {
+    let mut kind = String::with_capacity(reason.len());
+    let mut in_number = false;
+    for c in reason.chars() {
+        if c.is_ascii_digit() || (in_number && c == '.') {
+            if !in_number {
+                kind.push('N');
+            }
+            in_number = true;
+        } else {
+            in_number = false;
+            kind.push(c);
+        }
+    }
+    kind
+}
+
 /// One operator's breaker over the day.
 struct Timeline<'a> {
     transitions: Vec<&'a Transition>,
@@ -304,6 +326,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         .collect();
 
     let mut false_trips_by_operator: BTreeMap<OperatorId, usize> = BTreeMap::new();
+    let mut false_trip_reasons: BTreeMap<String, usize> = BTreeMap::new();
     for t in inputs
         .transitions
         .iter()
@@ -311,6 +334,9 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
     {
         *false_trips_by_operator
             .entry(t.operator.clone())
+            .or_default() += 1;
+        *false_trip_reasons
+            .entry(reason_kind(&t.reason))
             .or_default() += 1;
     }
     let false_trips = false_trips_by_operator.values().sum();
@@ -374,6 +400,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         incidents,
         false_trips,
         false_trips_by_operator,
+        false_trip_reasons,
         bystanders: bystanders(
             &bystander,
             answerable(&bystander),
@@ -699,5 +726,14 @@ mod tests {
             trip(&opening(&quiet, 1200, BreakerState::Closed)),
             "no incident"
         );
+    }
+
+    #[test]
+    fn reasons_of_one_rule_count_together() {
+        assert_eq!(
+            reason_kind("failure rate 62.5% over 16 calls"),
+            "failure rate N% over N calls"
+        );
+        assert_eq!(reason_kind("5 timeouts in a row"), "N timeouts in a row");
     }
 }
