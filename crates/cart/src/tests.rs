@@ -842,6 +842,26 @@ async fn bad_requests_name_what_is_wrong() {
     )
     .await;
     assert_eq!(reply.status, 400);
+    // Refused by its length, before it is parsed: an unknown field of 3 MB
+    // would otherwise be parsed, and echoed by serde's message.
+    let mut huge = new_cart();
+    huge["note"] = json!("x".repeat(3 * 1024 * 1024));
+    let reply = call(&mut w, HttpRequest::with_json("POST", "/carts", &huge)).await;
+    assert_eq!(reply.status, 413, "{}", reply.body);
+    assert!(reply.body.to_string().len() < 1024, "the reply stays small");
+    let mut long_field = new_cart();
+    long_field[&"x".repeat(3000)] = json!(1);
+    let reply = call(
+        &mut w,
+        HttpRequest::with_json("POST", "/carts", &long_field),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(
+        reply.body.to_string().len() < 2 * 1024,
+        "an unknown field is echoed cut: {} bytes",
+        reply.body.to_string().len()
+    );
     assert_eq!(
         call(&mut w, HttpRequest::get("/carts/not-a-cart", &[]))
             .await

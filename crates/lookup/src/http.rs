@@ -112,6 +112,18 @@ pub enum ProblemHeader {
     Allow(&'static str),
 }
 
+/// The most characters a problem repeats of one piece of the caller's
+/// input; longer ones end in `…`.
+pub const MAX_ECHO_CHARS: usize = 200;
+
+/// `text`, cut to [`MAX_ECHO_CHARS`] characters.
+fn echo(text: &str) -> String {
+    match text.char_indices().nth(MAX_ECHO_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
 /// An error reply in RFC 9457 form. Details are written for the client and
 /// never carry internal errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,13 +150,13 @@ impl Problem {
         }
     }
 
-    /// 400 naming the parameter (or body field) at fault.
+    /// 400 naming the parameter (or body field) at fault. What it echoes
+    /// of the caller's input (a name, a reason quoting a value) is cut to
+    /// [`MAX_ECHO_CHARS`] each, so a reply never grows with the input.
     pub fn invalid(name: &str, reason: &str) -> Self {
+        let (name, reason) = (echo(name), echo(reason));
         let mut p = Self::new(400, "invalid request", format!("{name}: {reason}"));
-        p.invalid_params.push(InvalidParam {
-            name: name.to_owned(),
-            reason: reason.to_owned(),
-        });
+        p.invalid_params.push(InvalidParam { name, reason });
         p
     }
 
@@ -291,6 +303,18 @@ mod tests {
         );
         let twice = HttpRequest::get("/x", &[("a", "1"), ("a", "2")]).query_map(&["a"]);
         assert!(twice.is_err());
+    }
+
+    #[test]
+    fn problems_echo_at_most_a_bounded_piece_of_the_input() {
+        let long = "é".repeat(3 * 1024 * 1024);
+        let problem = Problem::invalid(&long, &format!("unknown field `{long}`"));
+        let reply = problem.reply();
+        let text = reply.body.to_string();
+        assert!(text.len() < 4 * MAX_ECHO_CHARS * 4, "{} bytes", text.len());
+        assert!(problem.detail.ends_with('…'));
+        let short = Problem::invalid("date", "is not a date");
+        assert_eq!(short.detail, "date: is not a date");
     }
 
     #[test]
