@@ -246,6 +246,12 @@ fn live_or_fresh(search: &SearchSeen) -> bool {
     search.status == 200 && matches!(search.source.as_deref(), Some("live" | "fresh"))
 }
 
+/// Whether `incident` counts as on at `t`: from its start to
+/// [`AFTERMATH`] after its end.
+fn is_on(incident: &Incident, t: DateTime<Utc>, at: impl Fn(Duration) -> DateTime<Utc>) -> bool {
+    at(incident.start) <= t && t < at(incident.end + AFTERMATH)
+}
+
 /// Whether `t` opens a breaker that nothing was wrong with: a closed
 /// breaker (not a failed half-open round) opening while its operator had no
 /// incident on (from the incident's start to [`AFTERMATH`] after its end).
@@ -263,7 +269,7 @@ fn is_false_trip(
     };
     !incidents
         .iter()
-        .any(|i| i.rank == rank && at(i.start) <= t.at && t.at < at(i.end + AFTERMATH))
+        .any(|i| i.rank == rank && is_on(i, t.at, &at))
 }
 
 /// A breaker's reason with every run of digits (and decimal point) as
@@ -346,7 +352,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         inputs
             .incidents
             .iter()
-            .filter(|i| at(i.start) <= t && t < at(i.end + AFTERMATH))
+            .filter(|i| is_on(i, t, at))
             .map(|i| i.rank)
             .collect()
     };
