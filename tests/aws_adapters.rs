@@ -770,6 +770,30 @@ async fn trial_results_are_tallied_until_the_breaker_moves_on() {
     );
     store.mark_announced(&op("nobody"), 1).await.unwrap();
     assert_eq!(store.load(&op("nobody")).await.unwrap(), None);
+
+    // Routing marks: the same rule, and a save keeps the mark it was given.
+    store.mark_routed(&nordic, 5).await.unwrap();
+    let routed = |r: Option<BreakerRecord>| r.unwrap().routed_version;
+    assert_eq!(routed(store.load(&nordic).await.unwrap()), 0);
+    store.mark_routed(&nordic, 6).await.unwrap();
+    assert_eq!(routed(store.load(&nordic).await.unwrap()), 6);
+    let many = store
+        .load_many(std::slice::from_ref(&nordic))
+        .await
+        .unwrap();
+    assert_eq!(many[0].routed_version, 6);
+    let mut next = store.load(&nordic).await.unwrap().unwrap();
+    next.version = 7;
+    next.state = BreakerState::Open;
+    next.previous = Some(BreakerState::Closed);
+    store.save(&next, Some(6)).await.unwrap();
+    assert_eq!(
+        routed(store.load(&nordic).await.unwrap()),
+        6,
+        "version 7 not seen routed yet"
+    );
+    store.mark_routed(&op("nobody"), 1).await.unwrap();
+    assert_eq!(store.load(&op("nobody")).await.unwrap(), None);
 }
 
 #[tokio::test]

@@ -154,6 +154,39 @@ impl DynamoBreakerStore {
         }
     }
 
+    /// Set the mark `attribute` (announced or routed) to `version` while the
+    /// breaker is at `version`, never lowering it, as the in-memory store's
+    /// max() does; a breaker that moved since is left unmarked.
+    async fn mark(
+        &self,
+        attribute: &'static str,
+        operator: &OperatorId,
+        version: u64,
+    ) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(operator)))
+            .update_expression("SET #mark = :v")
+            .condition_expression("#version = :v AND (attribute_not_exists(#mark) OR #mark < :v)")
+            .expression_attribute_names("#mark", attribute)
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_values(":v", n(version))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(self.unavailable("UpdateItem", &e)),
+        }
+    }
+
     fn not_at(&self, record: &BreakerRecord, expected_version: Option<u64>) -> StoreError {
         StoreError::Conflict(format!(
             "breaker {} is not at version {expected_version:?}",
@@ -489,31 +522,11 @@ impl BreakerStore for DynamoBreakerStore {
     }
 
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
-        // Never lowers announced_version, like the in-memory store's max().
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(operator)))
-            .update_expression("SET #announced = :v")
-            .condition_expression(
-                "#version = :v AND (attribute_not_exists(#announced) OR #announced < :v)",
-            )
-            .expression_attribute_names("#announced", "announced_version")
-            .expression_attribute_names("#version", "version")
-            .expression_attribute_values(":v", n(version))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(self.unavailable("UpdateItem", &e)),
-        }
+        self.mark("announced_version", operator, version).await
+    }
+
+    async fn mark_routed(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        self.mark("routed_version", operator, version).await
     }
 
     async fn remember_answered(

@@ -82,6 +82,12 @@ impl LambdaStreamRouter {
                 Some(GetEventSourceMappingError::ResourceNotFoundException(_)) => {
                     RouterError::NotFound(self.mapping_uuid.clone())
                 }
+                Some(GetEventSourceMappingError::TooManyRequestsException(_)) => {
+                    RouterError::Throttled(describe(
+                        &format!("GetEventSourceMapping {}", self.mapping_uuid),
+                        &e,
+                    ))
+                }
                 _ => RouterError::Unavailable(describe(
                     &format!("GetEventSourceMapping {}", self.mapping_uuid),
                     &e,
@@ -146,6 +152,9 @@ impl StreamRouter for LambdaStreamRouter {
                         UpdateEventSourceMappingError::ResourceInUseException(_)
                         | UpdateEventSourceMappingError::ResourceConflictException(_),
                     ) => RouterError::Busy(describe(&what, &e)),
+                    Some(UpdateEventSourceMappingError::TooManyRequestsException(_)) => {
+                        RouterError::Throttled(describe(&what, &e))
+                    }
                     _ => RouterError::Unavailable(describe(&what, &e)),
                 }
             })?;

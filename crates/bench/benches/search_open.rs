@@ -154,6 +154,10 @@ impl<S: BreakerStore> BreakerStore for Counting<S> {
         self.inner.mark_announced(operator, version).await
     }
 
+    async fn mark_routed(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        self.inner.mark_routed(operator, version).await
+    }
+
     async fn remember_answered(
         &self,
         operator: &OperatorId,

@@ -61,6 +61,12 @@ use serde_json::Value;
 
 use crate::input::{AlarmMap, InputError, SwitchInput};
 
+/// Whether an invocation is the schedule's tick.
+enum Kind {
+    Tick,
+    Other,
+}
+
 /// The queue whose delayed messages wake the switch (`BreakerTimerQueue`).
 pub const BREAKER_TIMER_QUEUE_URL: &str = "BREAKER_TIMER_QUEUE_URL";
 
@@ -78,6 +84,11 @@ const REPOINT_ATTEMPTS: u32 = 4;
 /// Re-points in one reconcile while breakers keep moving under it; the next
 /// invocation (at the latest the tick) carries on from there.
 const REPOINT_ROUNDS: u32 = 3;
+/// Lanes the tick looks at each minute whatever their marks say (see
+/// `streams::sweep_slice`): a GetEventSourceMapping each, so that a
+/// mapping changed by hand is found within `lanes / 10` minutes at a
+/// constant cost per tick.
+pub const SWEEP_LANES_PER_TICK: usize = 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SwitchError {
@@ -165,10 +176,25 @@ pub struct SwitchReport {
     pub announced: Vec<u64>,
     /// Probe calls made (half-open trials by the switch included).
     pub probe_calls: u32,
+    /// Operators and lanes this invocation could not handle, with why; the
+    /// others were handled all the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+    /// Lanes the tick left alone because their marks say they point right.
+    pub lanes_left: usize,
     /// With a batch from the timer queue: the timers to deliver again
     /// (Lambda reads `batchItemFailures`).
     #[serde(flatten)]
     pub response: SqsBatchResponse,
+}
+
+/// An operator (or a lane) an invocation could not handle.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Skipped {
+    pub operator: Option<OperatorId>,
+    /// The lane, when it was the lane's mapping that failed.
+    pub lane: Option<String>,
+    pub error: String,
 }
 
 /// Where one lane's stream points after an invocation.
@@ -192,6 +218,23 @@ impl SwitchReport {
     /// Whether any stream was re-pointed.
     pub fn repointed(&self) -> bool {
         self.streams.iter().any(|s| s.repointed)
+    }
+
+    /// Note that `operator` could not be handled, and why.
+    pub(crate) fn skip(&mut self, operator: &OperatorId, error: &SwitchError) {
+        if self
+            .skipped
+            .iter()
+            .any(|s| s.lane.is_none() && s.operator.as_ref() == Some(operator))
+        {
+            return;
+        }
+        tracing::error!(operator = %operator, error = %error, "operator skipped; the others are handled");
+        self.skipped.push(Skipped {
+            operator: Some(operator.clone()),
+            lane: None,
+            error: error.to_string(),
+        });
     }
 }
 
@@ -301,6 +344,11 @@ impl CircuitSwitch {
     /// Handle one payload.
     pub async fn handle(&self, payload: &Value) -> Result<SwitchReport, SwitchError> {
         let parsed = input::parse(payload, &self.alarms)?;
+        let parsed_kind = if matches!(parsed, SwitchInput::Tick) {
+            Kind::Tick
+        } else {
+            Kind::Other
+        };
         let mut report = SwitchReport::default();
         match parsed {
             SwitchInput::One { operator, input } => {
@@ -312,47 +360,7 @@ impl CircuitSwitch {
                     .decisions
                     .push(self.apply(&operator, &input, None).await?);
             }
-            SwitchInput::Tick => {
-                // One batched read of every configured breaker by key; only
-                // a breaker the tick moves is read again to write it.
-                let mut stored: HashMap<OperatorId, BreakerRecord> = self
-                    .breakers
-                    .load_many(&self.operators)
-                    .await?
-                    .into_iter()
-                    .map(|r| (r.operator.clone(), r))
-                    .collect();
-                for operator in &self.operators {
-                    let read = stored.remove(operator);
-                    if let Some(record) = &read
-                        && self.timer_owns(record)
-                    {
-                        // A probe chain whose timer was lost (a failed
-                        // SendMessage, an invocation that died between its
-                        // claim and its timer) is taken over here, not left
-                        // until the open period ends.
-                        let reason = if self.probe_overdue(record) {
-                            tracing::warn!(operator = %operator, state = %record.state, version = record.version, "probe timer overdue: setting it again");
-                            self.arm(record).await;
-                            "open: its probe timer was overdue and is set again"
-                        } else {
-                            "open: its probe timer ends the period"
-                        };
-                        report.decisions.push(OperatorDecision {
-                            operator: operator.clone(),
-                            from: record.state,
-                            to: record.state,
-                            version: record.version,
-                            reason: reason.to_owned(),
-                            changed: false,
-                        });
-                        continue;
-                    }
-                    report
-                        .decisions
-                        .push(self.apply(operator, &Input::Tick, Some(read)).await?);
-                }
-            }
+            SwitchInput::Tick => self.tick(&mut report).await?,
             SwitchInput::Timers(timers) => {
                 for (message_id, timer) in timers {
                     match timer {
@@ -372,8 +380,18 @@ impl CircuitSwitch {
                 }
             }
         }
-        self.follow_up(&mut report).await?;
-        self.reconcile(&mut report).await?;
+        self.follow_up(&mut report).await;
+        let tick = matches!(parsed_kind, Kind::Tick).then(|| {
+            u64::try_from(self.clock.now().timestamp().div_euclid(60)).unwrap_or_default()
+        });
+        let reconciled = self.reconcile(&mut report, tick).await;
+        // The tick's failures are its report's `skipped`: one operator or
+        // lane that fails must not hide the others' states. Any other
+        // input's caller (a command, Lambda's retry of an event) sees the
+        // error.
+        if tick.is_none() {
+            reconciled?;
+        }
         // The state after every invocation (the tick included), so the
         // metric draws each operator's state as a continuous line.
         let sets: Vec<MetricSet> = report
@@ -392,6 +410,55 @@ impl CircuitSwitch {
             .collect();
         self.metrics.emit(&sets, self.clock.now());
         Ok(report)
+    }
+
+    /// The schedule's tick: every configured breaker read in one batched
+    /// read, each decided on its own. An operator whose breaker cannot be
+    /// read or written is skipped and reported; the others are ticked.
+    async fn tick(&self, report: &mut SwitchReport) -> Result<(), SwitchError> {
+        let (records, unreadable) = self.load_isolated(&self.operators).await?;
+        let mut stored: HashMap<OperatorId, BreakerRecord> = records
+            .into_iter()
+            .map(|r| (r.operator.clone(), r))
+            .collect();
+        for (operator, e) in &unreadable {
+            report.skip(operator, e);
+        }
+        for operator in &self.operators {
+            if unreadable.iter().any(|(o, _)| o == operator) {
+                continue;
+            }
+            let read = stored.remove(operator);
+            if let Some(record) = &read
+                && self.timer_owns(record)
+            {
+                // A probe chain whose timer was lost (a failed
+                // SendMessage, an invocation that died between its claim
+                // and its timer) is taken over here, not left until the
+                // open period ends.
+                let reason = if self.probe_overdue(record) {
+                    tracing::warn!(operator = %operator, state = %record.state, version = record.version, "probe timer overdue: setting it again");
+                    self.arm(record).await;
+                    "open: its probe timer was overdue and is set again"
+                } else {
+                    "open: its probe timer ends the period"
+                };
+                report.decisions.push(OperatorDecision {
+                    operator: operator.clone(),
+                    from: record.state,
+                    to: record.state,
+                    version: record.version,
+                    reason: reason.to_owned(),
+                    changed: false,
+                });
+                continue;
+            }
+            match self.apply(operator, &Input::Tick, Some(read)).await {
+                Ok(decision) => report.decisions.push(decision),
+                Err(e) => report.skip(operator, &e),
+            }
+        }
+        Ok(())
     }
 
     /// Decide and persist one input for one operator. `read` is the stored

@@ -6,11 +6,19 @@ use lifeboat_core::lane::Lane;
 use super::*;
 
 impl CircuitSwitch {
-    /// Point the stream of every lane this invocation touched where the
-    /// stored states say, and publish each state change of their operators
-    /// not yet announced. A lane whose mapping fails is reported and the
-    /// others still reconciled and announced; the first such error is
-    /// returned at the end.
+    /// Point the stream of the lanes this invocation must look at where the
+    /// stored states say, mark each lane seen right, and publish each state
+    /// change of their operators not yet announced. A lane that fails is
+    /// reported (in `report.skipped` and the log) and the others still
+    /// reconciled and announced; the first such error is returned at the end.
+    ///
+    /// Which lanes: for an input about operators, the lanes of the operators
+    /// it decided for. For the tick, only lanes that may be wrong, so that
+    /// its control-plane calls grow with what changed, not with the lanes
+    /// there are: a lane with a breaker whose newest version was never seen
+    /// routed (`routed_version` behind `version`: a re-point that failed or
+    /// never ran), plus [`SWEEP_LANES_PER_TICK`] lanes in turn, which finds a
+    /// mapping changed by hand within `lanes / SWEEP_LANES_PER_TICK` ticks.
     ///
     /// Another invocation may change a breaker between our read and our
     /// re-point, and its own re-point may land before ours: the mapping would
@@ -19,32 +27,124 @@ impl CircuitSwitch {
     /// last re-point agrees with where it points. Whoever re-points last has
     /// then checked it against states at least as new as every write before
     /// it, and any later write is followed by its writer's own reconcile.
-    pub(crate) async fn reconcile(&self, report: &mut SwitchReport) -> Result<(), SwitchError> {
-        let touched: Vec<&Lane> = self
+    pub(crate) async fn reconcile(
+        &self,
+        report: &mut SwitchReport,
+        tick: Option<u64>,
+    ) -> Result<(), SwitchError> {
+        let candidates: Vec<&Lane> = self
             .lanes
             .iter()
-            .filter(|lane| report.decisions.iter().any(|d| lane.serves(&d.operator)))
+            .filter(|lane| {
+                tick.is_some() || report.decisions.iter().any(|d| lane.serves(&d.operator))
+            })
             .collect();
-        if touched.is_empty() {
+        if candidates.is_empty() {
             return Ok(());
         }
-        let operators: Vec<OperatorId> = touched
+        let operators: Vec<OperatorId> = candidates
             .iter()
             .flat_map(|lane| lane.operators.iter().cloned())
             .collect();
-        let mut records = self.breakers.load_many(&operators).await?;
+        let (mut records, unreadable) = self.load_isolated(&operators).await?;
         let mut first_error = None;
-        for lane in touched {
+        let mut unknown: Vec<OperatorId> = Vec::new();
+        for (operator, e) in unreadable {
+            // Where its lane should point is unknown: left as it is.
+            report.skip(&operator, &e);
+            unknown.push(operator);
+            first_error.get_or_insert(e);
+        }
+        let sweep = tick.map(|n| sweep_slice(n, self.lanes.len()));
+        for (index, lane) in self.lanes.iter().enumerate() {
+            if !candidates.iter().any(|c| std::ptr::eq(*c, lane))
+                || unknown.iter().any(|o| lane.serves(o))
+            {
+                continue;
+            }
+            let must = match &sweep {
+                None => true,
+                Some(slice) => {
+                    slice.contains(&index)
+                        || report
+                            .decisions
+                            .iter()
+                            .any(|d| d.changed && lane.serves(&d.operator))
+                        || records
+                            .iter()
+                            .any(|r| lane.serves(&r.operator) && r.routed_version < r.version)
+                }
+            };
+            if !must {
+                report.lanes_left += 1;
+                continue;
+            }
             match self.reconcile_lane(lane, &mut records).await {
-                Ok(stream) => report.streams.push(stream),
+                Ok(stream) => {
+                    self.mark_routed(lane, &records).await;
+                    report.streams.push(stream);
+                }
                 Err(e) => {
-                    tracing::error!(lane = %lane.name, error = %e, "lane not re-pointed; the next invocation tries again");
+                    tracing::error!(lane = %lane.name, error = %e, "lane not re-pointed; the next tick tries again");
+                    report.skipped.push(Skipped {
+                        operator: lane.operators.first().cloned(),
+                        lane: Some(lane.name.clone()),
+                        error: e.to_string(),
+                    });
                     first_error.get_or_insert(e);
                 }
             }
         }
-        self.announce(&records, report).await?;
+        if let Err(e) = self.announce(&records, report).await {
+            first_error.get_or_insert(e);
+        }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// The stored breakers of `operators` in one batched read; if an item
+    /// cannot be read, each operator's on its own, so one corrupt item
+    /// costs only its operator (returned beside the others).
+    pub(crate) async fn load_isolated(
+        &self,
+        operators: &[OperatorId],
+    ) -> Result<(Vec<BreakerRecord>, Vec<(OperatorId, SwitchError)>), SwitchError> {
+        match self.breakers.load_many(operators).await {
+            Ok(records) => Ok((records, Vec::new())),
+            Err(StoreError::Corrupt(why)) => {
+                tracing::error!(
+                    why,
+                    "a breaker item is unreadable: reading each operator on its own"
+                );
+                let mut records = Vec::with_capacity(operators.len());
+                let mut unreadable = Vec::new();
+                for operator in operators {
+                    match self.breakers.load(operator).await {
+                        Ok(Some(record)) => records.push(record),
+                        Ok(None) => {}
+                        Err(e) => unreadable.push((operator.clone(), e.into())),
+                    }
+                }
+                Ok((records, unreadable))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Note, on every breaker of `lane` as last read, that the lane was seen
+    /// where they want it. A mark not written only costs a look next tick.
+    async fn mark_routed(&self, lane: &Lane, records: &[BreakerRecord]) {
+        for record in records.iter().filter(|r| lane.serves(&r.operator)) {
+            if record.routed_version >= record.version {
+                continue;
+            }
+            if let Err(e) = self
+                .breakers
+                .mark_routed(&record.operator, record.version)
+                .await
+            {
+                tracing::warn!(operator = %record.operator, version = record.version, error = %e, "lane seen right but not marked; the next tick looks again");
+            }
+        }
     }
 
     /// Re-point one lane until a read after the last re-point agrees (at
@@ -90,9 +190,11 @@ impl CircuitSwitch {
                     return Ok(Repoint::Changed);
                 }
                 Ok(Repoint::AlreadyThere) => return Ok(Repoint::AlreadyThere),
-                Err(RouterError::Busy(why)) if attempt < REPOINT_ATTEMPTS => {
-                    tracing::info!(lane = %lane.name, why = %why, attempt, "stream mapping busy; trying again");
-                    tokio::time::sleep(self.repoint_backoff * attempt).await;
+                Err(RouterError::Busy(why) | RouterError::Throttled(why))
+                    if attempt < REPOINT_ATTEMPTS =>
+                {
+                    tracing::info!(lane = %lane.name, why = %why, attempt, "stream mapping busy or control plane throttled; trying again");
+                    tokio::time::sleep(self.repoint_backoff * (1 << (attempt - 1))).await;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -134,16 +236,35 @@ impl CircuitSwitch {
                 e.failed_indexes(events.len())
             }
         };
+        let mut first_error = None;
         for (i, record) in unannounced.iter().enumerate() {
             if failed.contains(&i) {
                 continue;
             }
-            self.breakers
+            // Published either way; a mark not written means the event is
+            // published again by a later invocation (consumers of Breaker
+            // State Changed take it by version).
+            if let Err(e) = self
+                .breakers
                 .mark_announced(&record.operator, record.version)
-                .await?;
+                .await
+            {
+                tracing::error!(operator = %record.operator, version = record.version, error = %e, "state change published but not marked");
+                first_error.get_or_insert(SwitchError::from(e));
+            }
             tracing::info!(operator = %record.operator, state = %record.state, version = record.version, "state change announced");
             report.announced.push(record.version);
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
+}
+
+/// The lanes (by index among `lanes`) the `n`th tick verifies whatever
+/// their marks say: [`SWEEP_LANES_PER_TICK`] of them, in turn.
+pub(crate) fn sweep_slice(n: u64, lanes: usize) -> Vec<usize> {
+    if lanes <= SWEEP_LANES_PER_TICK {
+        return (0..lanes).collect();
+    }
+    let start = (n as usize % lanes.div_ceil(SWEEP_LANES_PER_TICK)) * SWEEP_LANES_PER_TICK;
+    (start..(start + SWEEP_LANES_PER_TICK).min(lanes)).collect()
 }

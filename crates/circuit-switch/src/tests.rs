@@ -396,8 +396,17 @@ async fn with_a_lane_per_operator_only_the_tripped_operator_moves() {
         })
         .collect();
     assert_eq!(announced, vec![alpha.clone(), charlie.clone()]);
-    let tick = switch.handle(&tick()).await;
-    assert!(tick.is_err());
+    // The tick reports charlie's lane and still handles the others.
+    let tick = switch.handle(&tick()).await.unwrap();
+    assert_eq!(tick.decisions.len(), 3, "{tick:?}");
+    assert_eq!(
+        tick.skipped
+            .iter()
+            .map(|s| s.lane.clone())
+            .collect::<Vec<_>>(),
+        vec![Some("charlie".to_owned())],
+        "{tick:?}"
+    );
     assert_eq!(
         alpha_lane.current().await.unwrap(),
         ConsumerTarget::Fallback
@@ -751,4 +760,272 @@ async fn every_fixture_payload_is_understood() {
     let forced = state(&w).await;
     assert_eq!(forced.state, BreakerState::ForcedOpen);
     assert!(forced.reason.contains("maintenance window"));
+}
+
+/// A mapping that counts the control-plane calls the AWS router would make
+/// for it (a read per `point_at`, an update when it moves), and can be
+/// broken.
+#[derive(Default)]
+struct CountedRouter {
+    inner: MemoryStreamRouter,
+    calls: std::sync::atomic::AtomicU64,
+    broken: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl StreamRouter for CountedRouter {
+    async fn current(&self) -> Result<ConsumerTarget, RouterError> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.current().await
+    }
+
+    async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.broken.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(RouterError::Throttled("TooManyRequestsException".into()));
+        }
+        let repoint = self.inner.point_at(target).await?;
+        if repoint == Repoint::Changed {
+            self.calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(repoint)
+    }
+}
+
+fn operators(n: usize) -> Vec<OperatorId> {
+    (0..n)
+        .map(|i| OperatorId::new(format!("op{i:03}")).unwrap())
+        .collect()
+}
+
+/// A switch over `n` operators with a lane each.
+fn many_lanes(w: &World, n: usize) -> (CircuitSwitch, Vec<Arc<CountedRouter>>) {
+    let ops = operators(n);
+    let routers: Vec<Arc<CountedRouter>> = (0..n).map(|_| Arc::default()).collect();
+    // Open for an hour: no breaker moves by itself while the test ticks.
+    let mut settings = Settings::default();
+    settings.default.breaker.open_base = Duration::from_secs(3600);
+    settings.default.breaker.jitter = 0.0;
+    let switch = CircuitSwitch {
+        settings,
+        lanes: Lanes::per_operator(
+            ops.iter()
+                .cloned()
+                .zip(routers.iter().map(|r| r.clone() as Arc<dyn StreamRouter>)),
+        ),
+        operators: ops,
+        ..switch_like(w)
+    };
+    (switch, routers)
+}
+
+fn calls(routers: &[Arc<CountedRouter>]) -> u64 {
+    routers
+        .iter()
+        .map(|r| r.calls.swap(0, std::sync::atomic::Ordering::Relaxed))
+        .sum()
+}
+
+fn trip_of(operator: &OperatorId) -> Value {
+    let mut event = trip(0);
+    event["detail"]["operator"] = json!(operator.as_str());
+    event
+}
+
+#[tokio::test]
+async fn the_tick_touches_only_lanes_that_changed_plus_a_constant_sweep() {
+    let w = world();
+    let (switch, routers) = many_lanes(&w, 200);
+    let ops = operators(200);
+    // A quiet gateway: each tick reads ten mappings, in turn, not 200.
+    for minute in 0..3 {
+        w.clock.set(start() + TimeDelta::minutes(minute));
+        let report = switch.handle(&tick()).await.unwrap();
+        assert_eq!(calls(&routers), SWEEP_LANES_PER_TICK as u64);
+        assert_eq!(report.lanes_left, 200 - SWEEP_LANES_PER_TICK);
+    }
+    // Three trips: each re-points its own lane (a read and an update) and
+    // marks it; the next tick does not look at them again.
+    for op in &ops[100..103] {
+        switch.handle(&trip_of(op)).await.unwrap();
+    }
+    assert_eq!(calls(&routers), 6);
+    w.clock.set(start() + TimeDelta::minutes(3));
+    switch.handle(&tick()).await.unwrap();
+    assert_eq!(calls(&routers), SWEEP_LANES_PER_TICK as u64);
+    // A trip whose re-point failed leaves its lane unmarked: the tick
+    // re-points it (and only it, beside the sweep) once the mapping answers.
+    routers[150]
+        .broken
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(switch.handle(&trip_of(&ops[150])).await.is_err());
+    routers[150]
+        .broken
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    calls(&routers);
+    w.clock.set(start() + TimeDelta::minutes(4));
+    let report = switch.handle(&tick()).await.unwrap();
+    assert_eq!(calls(&routers), SWEEP_LANES_PER_TICK as u64 + 2);
+    assert_eq!(
+        routers[150].inner.current().await.unwrap(),
+        ConsumerTarget::Fallback,
+        "{report:?}"
+    );
+    // A mapping moved by hand is found by the sweep within 200 / 10 ticks.
+    routers[7]
+        .inner
+        .point_at(ConsumerTarget::Fallback)
+        .await
+        .unwrap();
+    for minute in 5..25 {
+        w.clock.set(start() + TimeDelta::minutes(minute));
+        switch.handle(&tick()).await.unwrap();
+    }
+    assert_eq!(
+        routers[7].inner.current().await.unwrap(),
+        ConsumerTarget::Real
+    );
+}
+
+#[tokio::test]
+async fn a_throttled_mapping_is_tried_again_with_backoff() {
+    let w = world();
+    let (switch, routers) = many_lanes(&w, 1);
+    routers[0]
+        .broken
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let err = switch.handle(&trip_of(&operators(1)[0])).await.unwrap_err();
+    assert!(
+        matches!(err, SwitchError::Router(RouterError::Throttled(_))),
+        "{err}"
+    );
+    assert_eq!(calls(&routers), u64::from(REPOINT_ATTEMPTS));
+}
+
+/// A breaker store in which one operator's item cannot be read.
+struct OneCorrupt {
+    inner: Arc<MemoryBreakerStore>,
+    corrupt: OperatorId,
+}
+
+impl OneCorrupt {
+    fn check(&self, operator: &OperatorId) -> Result<(), StoreError> {
+        if operator == &self.corrupt {
+            return Err(StoreError::Corrupt(format!(
+                "breaker item of {operator}: missing field `version`"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl BreakerStore for OneCorrupt {
+    async fn load(&self, operator: &OperatorId) -> Result<Option<BreakerRecord>, StoreError> {
+        self.check(operator)?;
+        self.inner.load(operator).await
+    }
+    async fn load_many(&self, operators: &[OperatorId]) -> Result<Vec<BreakerRecord>, StoreError> {
+        for operator in operators {
+            self.check(operator)?;
+        }
+        self.inner.load_many(operators).await
+    }
+    async fn list(&self) -> Result<Vec<BreakerRecord>, StoreError> {
+        self.inner.list().await
+    }
+    async fn save(&self, record: &BreakerRecord, expected: Option<u64>) -> Result<(), StoreError> {
+        self.check(&record.operator)?;
+        self.inner.save(record, expected).await
+    }
+    async fn claim_trial(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        limit: u32,
+    ) -> Result<bool, StoreError> {
+        self.inner.claim_trial(operator, version, limit).await
+    }
+    async fn claim_probe(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        at: DateTime<chrono::Utc>,
+        last_before: DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .claim_probe(operator, version, at, last_before)
+            .await
+    }
+    async fn record_trial(
+        &self,
+        operator: &OperatorId,
+        version: u64,
+        success: bool,
+    ) -> Result<Option<lifeboat_core::ports::TrialTally>, StoreError> {
+        self.inner.record_trial(operator, version, success).await
+    }
+    async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        self.inner.mark_announced(operator, version).await
+    }
+    async fn mark_routed(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        self.inner.mark_routed(operator, version).await
+    }
+    async fn remember_answered(
+        &self,
+        operator: &OperatorId,
+        question: &lifeboat_core::probe::ProbeSpec,
+        at: DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        self.inner.remember_answered(operator, question, at).await
+    }
+    async fn answered(
+        &self,
+        operator: &OperatorId,
+    ) -> Result<Option<lifeboat_core::probe::ProbeSpec>, StoreError> {
+        self.inner.answered(operator).await
+    }
+}
+
+#[tokio::test]
+async fn one_unreadable_breaker_costs_only_its_operator() {
+    let w = world();
+    let (switch, routers) = many_lanes(&w, 3);
+    let ops = operators(3);
+    // op000 open before its item went bad; op002 trips afterwards.
+    switch.handle(&trip_of(&ops[0])).await.unwrap();
+    let switch = CircuitSwitch {
+        breakers: Arc::new(OneCorrupt {
+            inner: w.breakers.clone(),
+            corrupt: ops[1].clone(),
+        }),
+        ..switch
+    };
+    switch.handle(&trip_of(&ops[2])).await.unwrap();
+    w.clock.set(start() + TimeDelta::minutes(1));
+    let report = switch.handle(&tick()).await.unwrap();
+    let skipped: Vec<_> = report.skipped.iter().map(|s| s.operator.clone()).collect();
+    assert_eq!(skipped, vec![Some(ops[1].clone())], "{report:?}");
+    let ticked: Vec<_> = report
+        .decisions
+        .iter()
+        .map(|d| d.operator.clone())
+        .collect();
+    assert_eq!(ticked, vec![ops[0].clone(), ops[2].clone()]);
+    assert_eq!(
+        routers[0].inner.current().await.unwrap(),
+        ConsumerTarget::Fallback
+    );
+    assert_eq!(
+        routers[2].inner.current().await.unwrap(),
+        ConsumerTarget::Fallback
+    );
+    // Its lane is left where it is: nobody knows where it should point.
+    assert_eq!(
+        routers[1].inner.current().await.unwrap(),
+        ConsumerTarget::Real
+    );
 }

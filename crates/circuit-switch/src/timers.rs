@@ -61,7 +61,9 @@ impl CircuitSwitch {
     /// For every transition of this invocation (and those it leads to): set
     /// the timer of an open or half-open breaker, and run the half-open
     /// round's trials with the probe where the operator has one.
-    pub(crate) async fn follow_up(&self, report: &mut SwitchReport) -> Result<(), SwitchError> {
+    /// An operator whose follow-up fails is reported and the others still
+    /// followed up; its timer is then the tick's to set again.
+    pub(crate) async fn follow_up(&self, report: &mut SwitchReport) {
         let mut next = 0;
         while next < report.decisions.len() {
             let decision = report.decisions[next].clone();
@@ -69,22 +71,27 @@ impl CircuitSwitch {
             if !decision.changed {
                 continue;
             }
-            match decision.to {
+            let followed = match decision.to {
                 BreakerState::HalfOpen if self.probes(&decision.operator) => {
                     self.run_trials(&decision.operator, decision.version, report)
-                        .await?;
+                        .await
                 }
                 BreakerState::Open | BreakerState::HalfOpen => {
-                    if let Some(record) = self.breakers.load(&decision.operator).await?
-                        && record.version == decision.version
-                    {
-                        self.arm(&record).await;
+                    match self.breakers.load(&decision.operator).await {
+                        Ok(Some(record)) if record.version == decision.version => {
+                            self.arm(&record).await;
+                            Ok(())
+                        }
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(e.into()),
                     }
                 }
-                _ => {}
+                _ => Ok(()),
+            };
+            if let Err(e) = followed {
+                report.skip(&decision.operator, &e);
             }
         }
-        Ok(())
     }
 
     /// The half-open round at `version`, with the probe as its trial calls:

@@ -140,6 +140,13 @@ pub struct BreakerRecord {
     /// The newest version whose Breaker State Changed event was published.
     #[serde(default)]
     pub announced_version: u64,
+    /// The newest version after which the circuit switch saw this
+    /// operator's lane pointing where the lane's breakers, as read then,
+    /// want it ([`crate::ports::BreakerStore::mark_routed`]): while it equals
+    /// `version` on every breaker of a lane, the schedule's tick leaves that
+    /// lane's mapping alone. Never stored before that: 0.
+    #[serde(default)]
+    pub routed_version: u64,
     /// Open only: when the last probe of this open period was claimed (see
     /// [`crate::ports::BreakerStore::claim_probe`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -162,6 +169,7 @@ impl BreakerRecord {
             trial_successes: 0,
             trial_failures: 0,
             announced_version: 0,
+            routed_version: 0,
             probed_at: None,
         }
     }
@@ -477,6 +485,7 @@ fn successor(current: &BreakerRecord, state: BreakerState, now: DateTime<Utc>) -
         trial_successes: 0,
         trial_failures: 0,
         announced_version: current.announced_version,
+        routed_version: current.routed_version,
         probed_at: None,
     }
 }

@@ -363,6 +363,16 @@ impl BreakerStore for MemoryBreakerStore {
         Ok(())
     }
 
+    async fn mark_routed(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        let mut records = lock(&self.records);
+        if let Some(r) = records.get_mut(operator)
+            && r.version == version
+        {
+            r.routed_version = r.routed_version.max(version);
+        }
+        Ok(())
+    }
+
     async fn remember_answered(
         &self,
         operator: &OperatorId,

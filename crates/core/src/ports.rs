@@ -137,6 +137,12 @@ pub trait BreakerStore: Send + Sync {
     /// is still at `version`.
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError>;
 
+    /// Note that `operator`'s lane was seen pointing where its breakers at
+    /// `version` want it, if the breaker is still at `version` (never
+    /// lowering the mark). The tick then leaves the lane alone until a
+    /// breaker on it moves; see [`BreakerRecord::routed_version`].
+    async fn mark_routed(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError>;
+
     /// Keep `question`, which `operator` answered at `at`, as the question
     /// its open breaker is probed with when its settings name no probe
     /// ([`ProbeSpec::remembered`]). Beside the breaker, never in it: the
@@ -227,6 +233,10 @@ pub enum RouterError {
     NotFound(String),
     #[error("event source mapping busy, try again: {0}")]
     Busy(String),
+    /// Lambda's control plane refused the call for its request rate
+    /// (`TooManyRequestsException`) after the SDK's own retries.
+    #[error("Lambda control plane throttled the call, try again: {0}")]
+    Throttled(String),
     #[error("event source mapping unavailable: {0}")]
     Unavailable(String),
 }

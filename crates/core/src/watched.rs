@@ -212,6 +212,11 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Watched<T> {
         self.store("breaker.write", marked)
     }
 
+    async fn mark_routed(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        let marked = self.inner.mark_routed(operator, version).await;
+        self.store("breaker.write", marked)
+    }
+
     async fn remember_answered(
         &self,
         operator: &OperatorId,

@@ -169,6 +169,11 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Charged<T> {
         self.inner.mark_announced(operator, version).await
     }
 
+    async fn mark_routed(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        self.charge(write).await;
+        self.inner.mark_routed(operator, version).await
+    }
+
     async fn remember_answered(
         &self,
         operator: &OperatorId,
@@ -396,7 +401,7 @@ impl ControlPlane {
             }
         }
         lock(&self.calls).failed += 1;
-        Err(RouterError::Unavailable(
+        Err(RouterError::Throttled(
             "TooManyRequestsException: Rate exceeded".to_owned(),
         ))
     }

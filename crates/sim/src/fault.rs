@@ -354,6 +354,11 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Faulty<T> {
         self.inner.mark_announced(operator, version).await
     }
 
+    async fn mark_routed(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        self.gate(FaultClass::BreakerWrite).await?;
+        self.inner.mark_routed(operator, version).await
+    }
+
     async fn remember_answered(
         &self,
         operator: &OperatorId,

@@ -22,7 +22,7 @@ use crate::aws::AwsRuntime;
 use crate::charged::{ChargedMapping, ControlPlane, MappingLag};
 use crate::fault::{FaultClass, FaultPlan, Faulty, invocation};
 use crate::lambda::{Pools, invoke_overhead};
-use crate::meter::{InvocationKind, Ledger, metered};
+use crate::meter::{InvocationKind, Ledger, Metered, metered};
 use crate::suite::{LaneLayout, MemorySuiteConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,13 +37,14 @@ pub(crate) fn switch_lanes(
     clock: &Arc<dyn Clock>,
 ) -> Lanes {
     let router = |l: &SimLane| -> Arc<dyn StreamRouter> {
-        match (plane, &l.lag) {
+        let mapping: Arc<dyn StreamRouter> = match (plane, &l.lag) {
             (Some(plane), Some(lag)) => Faulty::new(
                 ChargedMapping::new(l.router.clone(), plane.clone(), lag.clone(), clock.clone()),
                 faults,
             ),
             _ => Faulty::new(l.router.clone(), faults),
-        }
+        };
+        Metered::new(mapping)
     };
     match layout {
         LaneLayout::Shared => lanes

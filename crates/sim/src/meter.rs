@@ -18,12 +18,13 @@ use lifeboat_core::cache::{
     CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
 };
 use lifeboat_core::ports::{
-    BreakerStore, OutcomeWrite, RequestStore, StoreError, StoredRequest, TrialTally, WindowStore,
+    BreakerStore, OutcomeWrite, Repoint, RequestStore, RouterError, StoreError, StoredRequest,
+    StreamRouter, TrialTally, WindowStore,
 };
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::request::{Outcome, RequestRecord};
 use lifeboat_core::window::{Bucket, CallCounts};
-use lifeboat_core::{BreakerRecord, OperatorId};
+use lifeboat_core::{BreakerRecord, ConsumerTarget, OperatorId};
 use serde::Serialize;
 
 tokio::task_local! {
@@ -41,6 +42,10 @@ pub struct StoreCalls {
     pub writes: u64,
     /// Items the reads returned.
     pub items_read: u64,
+    /// Lambda control-plane calls: GetEventSourceMapping and
+    /// UpdateEventSourceMapping, as the AWS router makes them (a read
+    /// before every re-point, an update only when it moves the mapping).
+    pub control_plane: u64,
 }
 
 impl StoreCalls {
@@ -52,6 +57,7 @@ impl StoreCalls {
         self.reads += other.reads;
         self.writes += other.writes;
         self.items_read += other.items_read;
+        self.control_plane += other.control_plane;
     }
 }
 
@@ -65,6 +71,10 @@ fn note_read(items: usize) {
 
 fn note_write() {
     let _ = INVOCATION.try_with(|m| lock(m).writes += 1);
+}
+
+fn note_control_plane(calls: u64) {
+    let _ = INVOCATION.try_with(|m| lock(m).control_plane += calls);
 }
 
 /// Run `invocation` with a meter of its own; its output and its store calls.
@@ -181,6 +191,23 @@ impl<T: RequestStore + ?Sized> RequestStore for Metered<T> {
 }
 
 #[async_trait]
+impl<T: StreamRouter + ?Sized> StreamRouter for Metered<T> {
+    async fn current(&self) -> Result<ConsumerTarget, RouterError> {
+        note_control_plane(1);
+        self.0.current().await
+    }
+
+    async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError> {
+        let repoint = self.0.point_at(target).await;
+        note_control_plane(match repoint {
+            Ok(Repoint::Changed) => 2,
+            _ => 1,
+        });
+        repoint
+    }
+}
+
+#[async_trait]
 impl<T: BreakerStore + ?Sized> BreakerStore for Metered<T> {
     async fn load(&self, operator: &OperatorId) -> Result<Option<BreakerRecord>, StoreError> {
         let found = self.0.load(operator).await;
@@ -243,6 +270,11 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Metered<T> {
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
         note_write();
         self.0.mark_announced(operator, version).await
+    }
+
+    async fn mark_routed(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
+        note_write();
+        self.0.mark_routed(operator, version).await
     }
 
     async fn remember_answered(
@@ -332,7 +364,8 @@ mod tests {
             StoreCalls {
                 reads: 2,
                 writes: 1,
-                items_read: 2
+                items_read: 2,
+                control_plane: 0
             }
         );
         // Outside any invocation nothing is counted, and nothing fails.
@@ -344,6 +377,19 @@ mod tests {
         assert_eq!(ledger.max_items_read(), 2);
     }
 
+    #[tokio::test]
+    async fn a_mapping_counts_a_read_per_re_point_and_an_update_when_it_moves() {
+        let router = Metered::new(Arc::new(lifeboat_core::memory::MemoryStreamRouter::new()));
+        let ((), calls) = metered(async {
+            let _ = router.point_at(ConsumerTarget::Real).await;
+            let _ = router.point_at(ConsumerTarget::Fallback).await;
+            let _ = router.current().await;
+        })
+        .await;
+        assert_eq!(calls.control_plane, 4);
+        assert_eq!(calls.calls(), 0, "no store call");
+    }
+
     #[test]
     fn the_folded_ledger_gives_the_totals_of_every_entry() {
         use InvocationKind::*;
@@ -351,6 +397,7 @@ mod tests {
             reads,
             writes,
             items_read,
+            control_plane: 0,
         };
         let entries = [
             (SearchHit, 1, calls(2, 0, 1)),

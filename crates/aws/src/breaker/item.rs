@@ -40,6 +40,9 @@ pub(super) struct BreakerItem {
     trial_successes: u32,
     trial_failures: u32,
     announced_version: u64,
+    /// Absent on items written before lanes were marked: not confirmed.
+    #[serde(default)]
+    routed_version: u64,
     /// Epoch milliseconds (a number, so the probe claim's condition can
     /// compare it); absent unless an open period was probed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,6 +65,7 @@ impl From<&BreakerRecord> for BreakerItem {
             trial_successes: r.trial_successes,
             trial_failures: r.trial_failures,
             announced_version: r.announced_version,
+            routed_version: r.routed_version,
             probed_at_ms: r.probed_at.map(|t| t.timestamp_millis()),
         }
     }
@@ -94,6 +98,7 @@ impl TryFrom<BreakerItem> for BreakerRecord {
             trial_successes: i.trial_successes,
             trial_failures: i.trial_failures,
             announced_version: i.announced_version,
+            routed_version: i.routed_version,
             probed_at: i.probed_at_ms.and_then(DateTime::from_timestamp_millis),
         })
     }

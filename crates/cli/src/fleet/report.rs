@@ -66,6 +66,10 @@ pub struct StoreCallsReport {
     pub per_request: f64,
     /// The circuit switch's schedule tick.
     pub per_tick: f64,
+    /// Lambda control-plane calls (Get/UpdateEventSourceMapping) per tick:
+    /// lanes whose breakers moved since they were last seen routed, plus a
+    /// constant sweep, not one per lane.
+    pub control_plane_per_tick: f64,
     pub max_items_read_per_invocation: u64,
     /// The same by kind, as reads, writes and items read per unit.
     pub detail: BTreeMap<&'static str, PerUnit>,
@@ -77,6 +81,8 @@ pub struct PerUnit {
     pub reads: f64,
     pub writes: f64,
     pub items_read: f64,
+    /// Lambda control-plane calls.
+    pub control_plane: f64,
 }
 
 fn per_unit(ledger: &Ledger, kinds: &[InvocationKind], by_records: bool) -> PerUnit {
@@ -88,6 +94,7 @@ fn per_unit(ledger: &Ledger, kinds: &[InvocationKind], by_records: bool) -> PerU
         reads: per(calls.reads),
         writes: per(calls.writes),
         items_read: per(calls.items_read),
+        control_plane: per(calls.control_plane),
     }
 }
 
@@ -114,6 +121,7 @@ fn store_calls(ledger: &Ledger) -> StoreCallsReport {
         per_search_miss: calls("search_miss"),
         per_request: calls("request"),
         per_tick: calls("tick"),
+        control_plane_per_tick: detail.get("tick").map_or(0.0, |d| d.control_plane),
         max_items_read_per_invocation: ledger.max_items_read(),
         detail,
     }
@@ -651,11 +659,12 @@ impl FleetReport {
         let s = &self.store_calls;
         let _ = writeln!(
             out,
-            "  store calls: {:.1} per search hit, {:.1} per miss, {:.1} per request (consumers), {:.1} per tick; at most {} items read by one invocation",
+            "  store calls: {:.1} per search hit, {:.1} per miss, {:.1} per request (consumers), {:.1} per tick (and {:.1} Lambda control-plane calls); at most {} items read by one invocation",
             s.per_search_hit,
             s.per_search_miss,
             s.per_request,
             s.per_tick,
+            s.control_plane_per_tick,
             s.max_items_read_per_invocation
         );
         out

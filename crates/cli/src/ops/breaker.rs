@@ -103,6 +103,19 @@ pub struct SwitchReport {
     /// Breaker versions whose state change this invocation published.
     #[serde(default)]
     pub announced: Vec<u64>,
+    /// Operators or lanes the invocation could not handle.
+    #[serde(default)]
+    pub skipped: Vec<Skipped>,
+}
+
+/// An operator (or its lane's mapping) the switch could not handle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub lane: Option<String>,
+    pub error: String,
 }
 
 /// Where one lane's stream points after an invocation.
@@ -147,6 +160,14 @@ impl SwitchReport {
                 ""
             };
             let _ = writeln!(out, "{} stream: {target}{moved}", stream.lane);
+        }
+        for skipped in &self.skipped {
+            let what = match (&skipped.lane, &skipped.operator) {
+                (Some(lane), _) => format!("{lane} stream"),
+                (None, Some(operator)) => operator.clone(),
+                (None, None) => "?".to_owned(),
+            };
+            let _ = writeln!(out, "{what}: not handled: {}", skipped.error);
         }
         if !self.announced.is_empty() {
             let versions: Vec<String> = self.announced.iter().map(u64::to_string).collect();
@@ -285,6 +306,7 @@ mod tests {
                 repointed: true,
             }],
             announced: vec![4],
+            skipped: Vec::new(),
         };
         assert_eq!(
             report.render(),
