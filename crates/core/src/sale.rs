@@ -39,6 +39,14 @@ pub fn status_str(status: SaleStatus) -> &'static str {
     }
 }
 
+/// When a write of `status` first wanted at `now` may be made.
+fn hold_end(status: SaleStatus, now: DateTime<Utc>, policy: &WritePolicy) -> DateTime<Utc> {
+    match status {
+        SaleStatus::OnSale => after(now, policy.on_sale_hold),
+        SaleStatus::OffSale => after(now, policy.off_sale_hold),
+    }
+}
+
 pub(crate) fn after(at: DateTime<Utc>, gap: Duration) -> DateTime<Utc> {
     TimeDelta::from_std(gap)
         .ok()
@@ -351,15 +359,26 @@ impl SaleRecord {
                 return Plan::done(Settled::Superseded { by: p.version });
             }
             Some(p) if p.version == change.version => p.clone(),
+            // An older version wanting the same status: this one takes its
+            // place but keeps its hold, so a breaker that moves on faster
+            // than the hold (open, half-open, open again) is still written
+            // when the first hold ends.
+            Some(p) if p.status == change.status && p.gave_up_at.is_none() => PendingWrite {
+                version: change.version,
+                status: change.status,
+                attempts: 0,
+                next_attempt_at: p.next_attempt_at.min(hold_end(change.status, now, policy)),
+                last_error: None,
+                since: p.since,
+                gave_up_at: None,
+                fault_published: false,
+            },
             // Nothing pending, or an older version: this one replaces it.
             _ => PendingWrite {
                 version: change.version,
                 status: change.status,
                 attempts: 0,
-                next_attempt_at: match change.status {
-                    SaleStatus::OnSale => after(now, policy.on_sale_hold),
-                    SaleStatus::OffSale => after(now, policy.off_sale_hold),
-                },
+                next_attempt_at: hold_end(change.status, now, policy),
                 last_error: None,
                 since: now,
                 gave_up_at: None,

@@ -1,6 +1,7 @@
 //! The listener end to end on the in-memory store, switch, queue and bus.
 
 use super::*;
+use crate::selffault::MAX_FAILED_ROUNDS;
 use std::collections::HashSet;
 
 use crate::config::{ListenerConfig, StoreChoice, SwitchTarget};
@@ -593,8 +594,11 @@ async fn the_sweep_writes_a_given_up_change_again_and_a_lost_one_at_all() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn when_most_operators_open_at_once_none_goes_off_sale() {
-    // Four operators, three open together: our own egress, most likely.
+async fn when_most_operators_open_together_none_goes_off_sale_for_a_while() {
+    // Four operators. Two genuine outages at once happen: both go off sale.
+    // A third opening with them is most of the marketplace: our own egress,
+    // most likely, until the held operator's own breaker has failed three
+    // rounds.
     let w = World::paused(8);
     let breakers = Arc::new(lifeboat_core::memory::MemoryBreakerStore::new());
     let names = ["nordic", "baltic", "aland", "gotland"];
@@ -606,55 +610,67 @@ async fn when_most_operators_open_at_once_none_goes_off_sale() {
         },
         ..w.listener()
     };
-    let open = async |name: &str| {
-        let mut r = lifeboat_core::BreakerRecord::initial(OperatorId::new(name).unwrap(), t0());
-        r.state = BreakerState::Open;
-        r.version = 1;
-        lifeboat_core::ports::BreakerStore::save(breakers.as_ref(), &r, None)
+    let open = async |name: &str, version: u64, at: DateTime<Utc>, failed_trials: u32| {
+        let operator = OperatorId::new(name).unwrap();
+        let stored = lifeboat_core::ports::BreakerStore::load(breakers.as_ref(), &operator)
             .await
             .unwrap();
-        let mut change = change(1, BreakerState::Open);
-        change.operator = OperatorId::new(name).unwrap();
+        let mut r = lifeboat_core::BreakerRecord::initial(operator.clone(), at);
+        r.state = BreakerState::Open;
+        r.version = version;
+        r.failed_trials = failed_trials;
+        lifeboat_core::ports::BreakerStore::save(breakers.as_ref(), &r, stored.map(|s| s.version))
+            .await
+            .unwrap();
+        let mut change = change(version, BreakerState::Open);
+        change.operator = operator;
         w.queue.send(rule_message(&change));
     };
-    // One down: off sale as usual.
-    open("nordic").await;
+    let held = || {
+        w.events
+            .events()
+            .into_iter()
+            .filter(|e| matches!(e, LifeboatEvent::SelfFaultSuspected(_)))
+            .count()
+    };
+    let status = |name: &str| w.switch.status(&OperatorId::new(name).unwrap());
+    open("nordic", 1, t0(), 0).await;
     w.deliver(&listener).await.unwrap();
-    assert_eq!(w.switch.status(&nordic()), SaleStatus::OffSale);
-    // Two of four: half, "most" by the default share: held on sale.
-    open("baltic").await;
+    open("baltic", 1, t0() + TimeDelta::seconds(5), 0).await;
+    w.deliver(&listener).await.unwrap();
+    assert_eq!(status("nordic"), SaleStatus::OffSale);
+    assert_eq!(status("baltic"), SaleStatus::OffSale, "two outages of four");
+    assert_eq!(held(), 0);
+    // A third within thirty seconds: held on sale.
+    open("aland", 1, t0() + TimeDelta::seconds(20), 0).await;
     let report = w.deliver(&listener).await.unwrap();
     assert_eq!(
         report.messages[0].disposition,
-        Disposition::HeldOnSale { open: 2, of: 4 }
+        Disposition::HeldOnSale { open: 3, of: 4 }
     );
     assert!(report.response.batch_item_failures.is_empty());
-    let baltic = OperatorId::new("baltic").unwrap();
-    assert_eq!(w.switch.status(&baltic), SaleStatus::OnSale);
-    let suspected = w
-        .events
-        .events()
-        .into_iter()
-        .filter(|e| matches!(e, LifeboatEvent::SelfFaultSuspected(_)))
-        .count();
-    assert_eq!(suspected, 1);
+    assert_eq!(status("aland"), SaleStatus::OnSale);
+    assert_eq!(held(), 1);
     assert_eq!(w.metrics.sum(names::SELF_FAULT, &[]), 1.0);
-    // The fault passes (baltic's own breaker stays open): the sweep
-    // writes what was held.
-    let mut nordic_closed = lifeboat_core::BreakerRecord::initial(nordic(), t0());
-    nordic_closed.version = 2;
-    lifeboat_core::ports::BreakerStore::save(breakers.as_ref(), &nordic_closed, Some(1))
-        .await
-        .unwrap();
-    let swept = listener.sweep().await;
+    // An opening ten minutes later is not "together" with them.
+    open("gotland", 1, t0() + TimeDelta::minutes(10), 0).await;
+    w.deliver(&listener).await.unwrap();
+    assert_eq!(status("gotland"), SaleStatus::OffSale);
+    // Aland's own breaker fails round after round: held through two, off
+    // sale at the third.
+    open("aland", 3, t0() + TimeDelta::seconds(21), 2).await;
+    let report = w.deliver(&listener).await.unwrap();
     assert!(
-        swept
-            .settled
-            .iter()
-            .any(|(o, v, _)| *o == baltic && *v == 1),
-        "{swept:?}"
+        matches!(
+            report.messages[0].disposition,
+            Disposition::HeldOnSale { .. }
+        ),
+        "{report:?}"
     );
-    assert_eq!(w.switch.status(&baltic), SaleStatus::OffSale);
+    assert_eq!(status("aland"), SaleStatus::OnSale);
+    open("aland", 5, t0() + TimeDelta::seconds(22), MAX_FAILED_ROUNDS).await;
+    w.drain(&listener).await;
+    assert_eq!(status("aland"), SaleStatus::OffSale);
 }
 
 #[tokio::test(start_paused = true)]

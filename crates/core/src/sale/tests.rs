@@ -246,6 +246,43 @@ fn off_sale_waits_for_its_hold_and_a_recovery_meanwhile_writes_nothing() {
 }
 
 #[test]
+fn a_newer_version_wanting_the_same_status_keeps_the_hold() {
+    // Open, then half-open and open again every few seconds (probes pass,
+    // trials fail): each version still wants off sale, and the write is
+    // made when the first version's hold ends, not pushed back each time.
+    let p = policy(8).with_off_sale_hold(Duration::from_secs(10));
+    let mut record = SaleRecord::new(nordic());
+    let v1 = change(1, BreakerState::Open);
+    assert!(matches!(
+        step(&mut record, &v1, secs(0), &p),
+        Step::Wait { .. }
+    ));
+    // Half-open, with operators back on sale only when closed.
+    let v2 = SaleChange {
+        status: SaleStatus::OffSale,
+        ..change(2, BreakerState::HalfOpen)
+    };
+    assert!(matches!(
+        step(&mut record, &v2, secs(4), &p),
+        Step::Wait { retry_at, .. } if retry_at == secs(10)
+    ));
+    let v3 = change(3, BreakerState::Open);
+    assert!(matches!(
+        step(&mut record, &v3, secs(8), &p),
+        Step::Wait { retry_at, .. } if retry_at == secs(10)
+    ));
+    assert_eq!(
+        step(&mut record, &v3, secs(10), &p),
+        Step::Attempt { attempt: 1 }
+    );
+    finish(&mut record, &v3, 1, true, secs(10), &p);
+    assert_eq!(
+        (record.status(), record.applied_version),
+        (SaleStatus::OffSale, 3)
+    );
+}
+
+#[test]
 fn on_sale_waits_for_the_hold_and_a_new_trip_meanwhile_writes_nothing() {
     let p = policy(8).with_on_sale_hold(Duration::from_secs(60));
     let mut record = SaleRecord::new(nordic());
