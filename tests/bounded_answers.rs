@@ -114,6 +114,7 @@ async fn batch_against(answer: Answer) -> Run {
         concurrency: CALLS,
         call_log_share: 0.0,
         remembered: real_consumer::Remembered::default(),
+        limits: real_consumer::limit::Limits::for_concurrency(CALLS),
     };
     let now = clock.now();
     let mut records = Vec::new();

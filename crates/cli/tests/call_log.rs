@@ -128,6 +128,7 @@ async fn the_documented_query_exports_what_the_consumer_logs() {
         concurrency: 4,
         call_log_share: 1.0,
         remembered: real_consumer::Remembered::default(),
+        limits: real_consumer::limit::Limits::for_concurrency(4),
     };
     let now = clock.now();
     let mut records = Vec::new();

@@ -54,6 +54,10 @@ pub enum FailureReason {
     /// The operator refused the question with another 4xx its settings do
     /// not count as a failure: asking again will not change that.
     Rejected,
+    /// lifeboat held the call back: the operator's limit on calls in flight
+    /// ([`crate::limit`]) had no place for it before its deadline. The
+    /// operator was not asked.
+    Shed,
 }
 
 impl FailureReason {
@@ -66,6 +70,7 @@ impl FailureReason {
             FailureReason::Malformed => "malformed",
             FailureReason::NotFound => "not_found",
             FailureReason::Rejected => "rejected",
+            FailureReason::Shed => "shed",
         }
     }
 

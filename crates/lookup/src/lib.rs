@@ -506,9 +506,11 @@ impl Lookup {
                         );
                         return Err(match reason {
                             FailureReason::BreakerOpen => UnavailableReason::BreakerOpen,
-                            FailureReason::Timeout | FailureReason::Expired => {
-                                UnavailableReason::Timeout
-                            }
+                            // Held back by the operator's limit until the
+                            // deadline: for the customer, no answer in time.
+                            FailureReason::Timeout
+                            | FailureReason::Expired
+                            | FailureReason::Shed => UnavailableReason::Timeout,
                             FailureReason::UpstreamError | FailureReason::Malformed => {
                                 UnavailableReason::UpstreamError
                             }

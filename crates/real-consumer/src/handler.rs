@@ -47,6 +47,7 @@ use serde_json::Value;
 
 mod answered;
 mod health;
+pub mod limit;
 mod metrics;
 mod process;
 #[cfg(test)]
@@ -125,6 +126,9 @@ pub struct RealConsumer {
     pub call_log_share: f64,
     /// When this instance last kept each operator's answered question.
     pub remembered: Remembered,
+    /// Each operator's limit on calls in flight from this instance
+    /// ([`limit`]), learned from its answers; at most `concurrency`.
+    pub limits: Arc<limit::Limits>,
 }
 
 /// The default `CALL_LOG_SHARE`: one call in a hundred, chosen by request
@@ -185,6 +189,9 @@ struct Processed {
     hang_train: Option<train::Train>,
     /// The question, when the operator answered a search (to probe with).
     answered: Option<lifeboat_core::probe::ProbeSpec>,
+    /// The call drew a 429 while other calls to the operator were in
+    /// flight: back-pressure on our own burst, left out of the window.
+    backpressure: bool,
 }
 
 impl RealConsumer {
@@ -243,6 +250,7 @@ impl RealConsumer {
             concurrency,
             call_log_share,
             remembered: Remembered::default(),
+            limits: limit::Limits::for_concurrency(concurrency),
         })
     }
 
@@ -304,7 +312,9 @@ impl RealConsumer {
             }
             if let Some(health) = p.called {
                 report.calls += 1;
-                counts.entry(p.operator.clone()).or_default().record(health);
+                if !p.backpressure {
+                    counts.entry(p.operator.clone()).or_default().record(health);
+                }
             }
             if let Some(ok) = p.trial {
                 trials.entry(p.operator.clone()).or_default().push(ok);

@@ -15,7 +15,7 @@ use lifeboat_core::{BreakerRecord, BreakerState};
 use lifeboat_stream::failure_event;
 
 use super::train::{Slots, Train};
-use super::{BreakerView, CallSeen, NAME, Processed, RealConsumer, sampled};
+use super::{BreakerView, CallSeen, NAME, Processed, RealConsumer, limit, sampled};
 
 impl Processed {
     /// Nothing done yet for `request`.
@@ -31,6 +31,7 @@ impl Processed {
             event: None,
             hang_train: None,
             answered: None,
+            backpressure: false,
         }
     }
 
@@ -92,6 +93,19 @@ impl RealConsumer {
                     .await;
             }
         }
+        // A trial call is never held back: the round needs its verdict.
+        let permit = if done.trial.is_some() {
+            None
+        } else {
+            let wait = request.remaining(self.clock.now()).unwrap_or_default();
+            match self.limits.of(&request.operator).acquire(wait).await {
+                Some(permit) => Some(permit),
+                None => {
+                    let detail = "held back: the operator's limit on calls in flight had no place before the deadline";
+                    return self.fail(done, &request, FailureReason::Shed, detail).await;
+                }
+            }
+        };
         let view_open = view.as_ref().is_some_and(|r| r.state.is_open());
         // The hang check watches calls to a closed operator only (only those
         // can ask for a trip), one call per operator and batch.
@@ -105,9 +119,34 @@ impl RealConsumer {
                     .is_some()
             })
             .is_some_and(|_| slots.claim(&request.operator));
-        let (result, health, train) = self.call_operator(&request, watched).await;
+        let (mut result, mut health, train) = self.call_operator(&request, watched).await;
         done.hang_train = train;
-        done.record_call(&request, &result, health, view_open);
+        if let Some(permit) = permit {
+            let (signal, counted) = limit::judge(&result.class, permit.in_flight);
+            permit.finish(signal);
+            if !counted {
+                // A 429 to our own burst: the limit is cut, and the request
+                // asks once more when a place comes free before its
+                // deadline, so the customer still gets a live answer.
+                tracing::info!(operator = %request.operator, request_id = %request.request_id, "429 to our own burst: calls in flight to the operator cut, asking again");
+                done.backpressure = true;
+                let wait = request.remaining(self.clock.now()).unwrap_or_default();
+                if let Some(again) = self.limits.of(&request.operator).acquire(wait).await {
+                    let (second, second_health, _) = self.call_operator(&request, false).await;
+                    let (signal, counted) = limit::judge(&second.class, again.in_flight);
+                    again.finish(signal);
+                    (result, health) = (second, second_health);
+                    done.backpressure = !counted;
+                }
+            }
+        }
+        // Back-pressure says nothing of the operator's health.
+        let window_health = if done.backpressure {
+            Health::Neutral
+        } else {
+            health
+        };
+        done.record_call(&request, &result, window_health, view_open);
         let (outcome, refused) = self.outcome_of(result, health);
         self.cache_answer(&request, &outcome, refused).await;
         self.write_answer(done, &request, outcome).await

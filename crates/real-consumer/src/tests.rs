@@ -62,6 +62,7 @@ fn world() -> World {
         concurrency: DEFAULT_CONCURRENCY,
         call_log_share: DEFAULT_CALL_LOG_SHARE,
         remembered: Remembered::default(),
+        limits: limit::Limits::for_concurrency(DEFAULT_CONCURRENCY),
     };
     World {
         consumer,
@@ -804,4 +805,125 @@ async fn a_normal_share_of_refusals_does_not_trip() {
         assert_eq!((answered, refused), (0, 0));
         tokio::time::advance(std::time::Duration::from_millis(500)).await;
     }
+}
+
+/// A healthy operator that answers 429 to any call beyond `most` in flight
+/// at once (as operators that limit a caller's concurrency do), and every
+/// other call after 200 ms.
+struct Crowded {
+    most: u32,
+    in_flight: std::sync::atomic::AtomicU32,
+    refused: std::sync::atomic::AtomicU32,
+    answered: std::sync::atomic::AtomicU32,
+}
+
+impl OperatorApi for Crowded {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        operator.as_str() == "nordic"
+    }
+
+    fn call<'a, 'b, 'f>(
+        &'a self,
+        _call: &'b lifeboat_core::request::OperatorCall,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = lifeboat_core::request::CallResult> + Send + 'f>,
+    >
+    where
+        'a: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            let result = if now > self.most {
+                self.refused.fetch_add(1, SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                lifeboat_core::request::CallResult {
+                    class: lifeboat_core::request::CallClass::ClientError { status: 429 },
+                    elapsed: std::time::Duration::from_millis(20),
+                    body: None,
+                    detail: "429 Too Many Requests".into(),
+                }
+            } else {
+                self.answered.fetch_add(1, SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                lifeboat_core::request::CallResult {
+                    class: lifeboat_core::request::CallClass::Ok,
+                    elapsed: std::time::Duration::from_millis(200),
+                    body: Some("{\"sailings\":[]}".into()),
+                    detail: String::new(),
+                }
+            };
+            self.in_flight.fetch_sub(1, SeqCst);
+            result
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_healthy_operator_answering_429_to_our_burst_slows_us_down_and_never_trips() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut w = world();
+    let crowded = Arc::new(Crowded {
+        most: 5,
+        in_flight: Default::default(),
+        refused: Default::default(),
+        answered: Default::default(),
+    });
+    w.consumer.operator = crowded.clone();
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    // Batches of 50 at once, one after another, for two minutes: far more
+    // than the failure window needs to trip on 429s it counted.
+    let mut trips = 0;
+    let mut shed = 0;
+    for _ in 0..40 {
+        let payload = batch(&w, "nordic", 50, 3).await;
+        trips += w.consumer.handle(&payload).await.unwrap().trips_requested;
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    }
+    w.requests.for_each(|r| {
+        if r.outcome.as_ref().and_then(|o| o.failure_reason()) == Some(FailureReason::Shed) {
+            shed += 1;
+        }
+    });
+    assert_eq!(trips, 0, "lifeboat's own burst tripped a healthy operator");
+    let (refused, answered) = (crowded.refused.load(SeqCst), crowded.answered.load(SeqCst));
+    // The first burst draws 429s; the limit then stays near the 5, probing
+    // one above it now and then (the additive increase's sawtooth).
+    println!("429 burst: {answered} answered, {refused} refused with 429, {shed} shed");
+    assert!(
+        refused > 0,
+        "the burst was never refused: the test proves nothing"
+    );
+    assert!(
+        f64::from(refused) < 0.15 * f64::from(answered),
+        "{refused} 429s for {answered} answers: the limit never learned"
+    );
+    assert!(answered > 1_000, "{answered} answered, {shed} shed");
+    let limit = w
+        .consumer
+        .limits
+        .of(&OperatorId::new("nordic").unwrap())
+        .limit();
+    assert!((1..=8).contains(&limit), "limit {limit}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_operator_refusing_even_a_lone_call_with_429_still_trips() {
+    let mut w = world();
+    w.consumer.operator = Arc::new(Crowded {
+        most: 0,
+        in_flight: Default::default(),
+        refused: Default::default(),
+        answered: Default::default(),
+    });
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    let mut trips = 0;
+    for _ in 0..20 {
+        let payload = batch(&w, "nordic", 20, 3).await;
+        trips += w.consumer.handle(&payload).await.unwrap().trips_requested;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    assert!(trips > 0, "an operator that refuses everything must trip");
 }

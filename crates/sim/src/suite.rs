@@ -195,6 +195,7 @@ impl MemorySuite {
             concurrency: config.concurrency,
             call_log_share: real_consumer::DEFAULT_CALL_LOG_SHARE,
             remembered: real_consumer::Remembered::default(),
+            limits: real_consumer::limit::Limits::for_concurrency(config.concurrency),
         };
         let fallback = FallbackConsumer {
             requests: metered_requests,
