@@ -5,8 +5,7 @@
 //! as TCP's congestion window and the AIMD limit of Netflix's
 //! concurrency-limits: each answer in time while the limit is in use raises
 //! it by `1 / limit` (one a round), and an answer that says "too many" (a
-//! 429, or an answer slower than the operation's `slow_after`) halves it, at
-//! most once per round (calls started before the last cut do not cut
+//! 429) halves it, at most once per round (calls started before the last cut do not cut
 //! again). A call over the limit waits for a place until its request's
 //! deadline, then is failed without a call ([`lifeboat_core::request::FailureReason::Shed`]):
 //! the customer gets the cached answer, the operator gets nothing.
@@ -63,8 +62,9 @@ impl LimitConfig {
 pub enum Signal {
     /// Answered in time: room for one more.
     Room,
-    /// Too many: a 429, or an answer slower than the operation's
-    /// `slow_after`.
+    /// Too many: a 429. (Slow answers are not a signal: an operator's
+    /// healthy latency has a slow tail, and cutting on it starved healthy
+    /// operators in the fleet.)
     TooMany,
     /// Says nothing of the operator's capacity (a timeout is the breaker's
     /// business, a refusal the question's).
@@ -195,8 +195,7 @@ impl Drop for Permit {
 pub fn judge(class: &CallClass, in_flight: u32) -> (Signal, bool) {
     match class {
         CallClass::ClientError { status: 429 } => (Signal::TooMany, in_flight <= 1),
-        CallClass::Slow => (Signal::TooMany, true),
-        CallClass::Ok => (Signal::Room, true),
+        CallClass::Ok | CallClass::Slow => (Signal::Room, true),
         _ => (Signal::Nothing, true),
     }
 }
