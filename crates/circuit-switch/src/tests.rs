@@ -1029,3 +1029,75 @@ async fn one_unreadable_breaker_costs_only_its_operator() {
         ConsumerTarget::Real
     );
 }
+
+/// An operator in a brownout at its worst: every answer in time, every one
+/// slow.
+struct Crawling;
+
+impl lifeboat_core::ports::OperatorApi for Crawling {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        operator == &nordic()
+    }
+
+    fn call<'a, 'b, 'f>(
+        &'a self,
+        call: &'b lifeboat_core::request::OperatorCall,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = lifeboat_core::request::CallResult> + Send + 'f>,
+    >
+    where
+        'a: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        let elapsed = call.budget.slow_after + Duration::from_millis(100);
+        Box::pin(async move {
+            lifeboat_core::request::CallResult {
+                class: lifeboat_core::request::CallClass::Slow,
+                elapsed,
+                body: Some("{\"sailings\":[]}".into()),
+                detail: String::new(),
+            }
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_answers_neither_close_nor_flap_the_breaker() {
+    let (w, _, timers) = probing_world(Duration::ZERO);
+    let mut settings = Settings::default();
+    settings.default.probe = Some(
+        serde_json::from_value(json!({"operation": "search",
+            "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
+        .unwrap(),
+    );
+    let switch = CircuitSwitch {
+        settings,
+        timers: Some(timers.clone()),
+        prober: Some(Arc::new(Crawling)),
+        ..switch_like(&w)
+    };
+    switch.handle(&trip(0)).await.unwrap();
+    // Ten minutes of timers: probes every 10 s, half-open rounds at the
+    // ends of the open periods. Never closed.
+    let mut probe_calls = 0;
+    while let Some(due) = timers.next_due() {
+        if due > start() + TimeDelta::minutes(10) {
+            break;
+        }
+        w.clock.set(due);
+        let batch = timers.take_due(due);
+        let report = switch.handle(&timer_batch(&batch)).await.unwrap();
+        probe_calls += report.probe_calls;
+        assert_ne!(state(&w).await.state, BreakerState::Closed, "{report:?}");
+    }
+    assert!(
+        probe_calls > 10,
+        "{probe_calls} probes: the test proves nothing"
+    );
+    let changes = state_changes(&w.events);
+    assert!(
+        changes.iter().all(|(_, to, _)| *to != BreakerState::Closed),
+        "{changes:?}"
+    );
+}

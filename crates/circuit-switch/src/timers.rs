@@ -33,7 +33,7 @@ impl CircuitSwitch {
                     return Ok(());
                 }
                 let (health, detail) = self.probe(operator, report).await;
-                if matches!(health, Health::Success | Health::SlowSuccess) {
+                if health.recovered() == Some(true) {
                     tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe answered");
                     let input = Input::ProbeAnswered {
                         observed_version: record.version,
@@ -41,7 +41,7 @@ impl CircuitSwitch {
                     let decision = self.apply(operator, &input, None).await?;
                     report.decisions.push(decision);
                 } else {
-                    tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe failed; still open");
+                    tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe failed or answered slowly; still open");
                     self.arm(&record).await;
                 }
             }
@@ -118,12 +118,17 @@ impl CircuitSwitch {
                 }
             }
             let (health, detail) = self.probe(operator, report).await;
-            let success = match health {
-                Health::Success | Health::SlowSuccess => true,
-                Health::Timeout | Health::Failure => false,
+            let success = match (health, health.recovered()) {
+                (_, Some(success)) => success,
+                // Up but slow: not a pass, not a failure; the round's next
+                // slot asks again.
+                (Health::SlowSuccess, None) => {
+                    tracing::info!(operator = %operator, version, detail, "trial answered slowly: neither passed nor failed");
+                    continue;
+                }
                 // Says nothing, and another try would say the same: leave
                 // the round's other slots to customers' calls.
-                Health::Neutral => {
+                _ => {
                     tracing::warn!(operator = %operator, version, detail, "probe answered neither yes nor no: check the probe in OPERATOR_SETTINGS");
                     break;
                 }

@@ -94,10 +94,15 @@ async fn the_default_day_keeps_its_promises() {
 /// report reads from the store move with it.
 #[tokio::test(start_paused = true)]
 async fn a_broken_outcome_condition_shows_in_the_request_counts() {
+    // Second outcomes come from races (a record delivered to both consumers
+    // while the mapping moves, a search closing a request as its answer
+    // lands): a handful per run, and none on some seeds. This seed has five
+    // (seeds 0-7 had 1 to 5 each).
     let script = Script {
         healthy: Duration::from_secs(180),
         outage: Duration::from_secs(120),
         recovery: Duration::from_secs(180),
+        seed: 3,
         ..Script::default()
     };
     let honest = demo::run(&script).await.requests;

@@ -196,6 +196,22 @@ pub enum Health {
     Neutral,
 }
 
+impl Health {
+    /// What a probe or a half-open trial says of recovery: `Some(true)` an
+    /// answer in time and not slow, `Some(false)` a failure or a timeout,
+    /// `None` nothing either way. A slow answer says the operator is up but
+    /// not well: in a brownout (most answers slow, in time) a slow answer
+    /// that closed the breaker would reopen it within seconds, round after
+    /// round.
+    pub fn recovered(self) -> Option<bool> {
+        match self {
+            Health::Success => Some(true),
+            Health::Timeout | Health::Failure => Some(false),
+            Health::SlowSuccess | Health::Neutral => None,
+        }
+    }
+}
+
 /// The 4xx statuses that count as the operator failing (a failure for the
 /// window, a failed half-open trial) rather than as our bad request. 408
 /// (request timeout) and 429 (too many requests) by default: an operator

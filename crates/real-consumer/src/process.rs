@@ -57,13 +57,10 @@ impl Processed {
         });
         if self.trial.is_some() {
             // A neutral answer (a 4xx the operator's settings do not name)
-            // says nothing of its health: the trial is neither passed nor
-            // failed, and the round waits for the other slots.
-            self.trial = match health {
-                Health::Success | Health::SlowSuccess => Some(true),
-                Health::Timeout | Health::Failure => Some(false),
-                Health::Neutral => None,
-            };
+            // says nothing of its health, and a slow one says it is up but
+            // not well: the trial is neither passed nor failed, and the
+            // round waits for the other slots.
+            self.trial = health.recovered();
         }
     }
 }
