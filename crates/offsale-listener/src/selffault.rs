@@ -35,7 +35,10 @@ use crate::OffsaleListener;
 pub const MIN_OPEN_TOGETHER: usize = 3;
 
 /// Openings this close to the held operator's count as together: an egress
-/// fault trips every breaker within one detection time of the others.
+/// fault trips every breaker within one detection time of the others. Its
+/// breakers' later moves (half-open, open again) drift apart with the
+/// jittered open periods, so after `n` failed rounds the window is
+/// `2^n` times this.
 pub const TOGETHER: Duration = Duration::from_secs(30);
 
 /// After this many failed half-open rounds of its own breaker, an operator
@@ -74,11 +77,21 @@ impl SelfFaultRule {
         if own.failed_trials >= MAX_FAILED_ROUNDS || !is_open(own) {
             return None;
         }
-        let window = chrono::TimeDelta::from_std(TOGETHER).unwrap_or_default();
+        // Breakers that opened together move together: each failed round
+        // reopens them for a period twice the last, so their latest moves
+        // drift apart by the periods' jitter. The window grows with the
+        // round: 30 s, 60 s, 120 s.
+        let window = |b: &BreakerRecord| {
+            let rounds = b
+                .failed_trials
+                .max(own.failed_trials)
+                .min(MAX_FAILED_ROUNDS);
+            chrono::TimeDelta::from_std(TOGETHER.saturating_mul(1 << rounds)).unwrap_or_default()
+        };
         Some(
             stored
                 .iter()
-                .filter(|b| is_open(b) && (b.since - own.since).abs() <= window)
+                .filter(|b| is_open(b) && (b.since - own.since).abs() <= window(b))
                 .count(),
         )
     }
@@ -179,6 +192,9 @@ mod tests {
         assert_eq!(rule.together(&stored[0], &stored), Some(2));
         assert_eq!(rule.together(&stored[1], &stored), Some(3));
         assert_eq!(rule.together(&stored[3], &stored), Some(1));
+        // A round later the window is a minute.
+        let later = [open("a", 1000, 1), open("b", 1055, 1), open("c", 1065, 0)];
+        assert_eq!(rule.together(&later[0], &later), Some(2));
         let worn = open("a", 1000, MAX_FAILED_ROUNDS);
         assert_eq!(rule.together(&worn, &stored), None);
         let mut closed = open("a", 1000, 0);
