@@ -1063,7 +1063,7 @@ impl lifeboat_core::ports::OperatorApi for Crawling {
 }
 
 #[tokio::test(start_paused = true)]
-async fn slow_answers_neither_close_nor_flap_the_breaker() {
+async fn after_a_slow_call_trip_slow_answers_neither_close_nor_flap_the_breaker() {
     let (w, _, timers) = probing_world(Duration::ZERO);
     let mut settings = Settings::default();
     settings.default.probe = Some(
@@ -1077,7 +1077,12 @@ async fn slow_answers_neither_close_nor_flap_the_breaker() {
         prober: Some(Arc::new(Crawling)),
         ..switch_like(&w)
     };
-    switch.handle(&trip(0)).await.unwrap();
+    // Opened by the slow-call rule: only quick answers close it.
+    let mut slow_trip = trip(0);
+    slow_trip["detail"]["reason"]["verdict"] =
+        json!({"rule": "slow_calls", "rate": 0.9, "calls": 20});
+    switch.handle(&slow_trip).await.unwrap();
+    assert!(state(&w).await.opened_slow);
     // Ten minutes of timers: probes every 10 s, half-open rounds at the
     // ends of the open periods. Never closed.
     let mut probe_calls = 0;
@@ -1100,4 +1105,29 @@ async fn slow_answers_neither_close_nor_flap_the_breaker() {
         changes.iter().all(|(_, to, _)| *to != BreakerState::Closed),
         "{changes:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_any_other_trip_a_slow_answer_is_a_pass() {
+    // An operator whose healthy answers are often slow recovers as fast as
+    // any other from a hang.
+    let (w, _, timers) = probing_world(Duration::ZERO);
+    let mut settings = Settings::default();
+    settings.default.probe = Some(
+        serde_json::from_value(json!({"operation": "search",
+            "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
+        .unwrap(),
+    );
+    let switch = CircuitSwitch {
+        settings,
+        timers: Some(timers.clone()),
+        prober: Some(Arc::new(Crawling)),
+        ..switch_like(&w)
+    };
+    switch.handle(&trip(0)).await.unwrap();
+    let due = timers.next_due().unwrap();
+    w.clock.set(due);
+    let batch = timers.take_due(due);
+    switch.handle(&timer_batch(&batch)).await.unwrap();
+    assert_eq!(state(&w).await.state, BreakerState::Closed);
 }

@@ -33,7 +33,7 @@ impl CircuitSwitch {
                     return Ok(());
                 }
                 let (health, detail) = self.probe(operator, report).await;
-                if health.recovered() == Some(true) {
+                if health.recovered(record.opened_slow) == Some(true) {
                     tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe answered");
                     let input = Input::ProbeAnswered {
                         observed_version: record.version,
@@ -104,6 +104,10 @@ impl CircuitSwitch {
         report: &mut SwitchReport,
     ) -> Result<(), SwitchError> {
         let cfg = self.settings.for_operator(operator).breaker;
+        let opened_slow = match self.breakers.load(operator).await? {
+            Some(record) if record.version == version => record.opened_slow,
+            _ => return Ok(()),
+        };
         for _ in 0..cfg.trial_calls {
             match self
                 .breakers
@@ -118,10 +122,10 @@ impl CircuitSwitch {
                 }
             }
             let (health, detail) = self.probe(operator, report).await;
-            let success = match (health, health.recovered()) {
+            let success = match (health, health.recovered(opened_slow)) {
                 (_, Some(success)) => success,
-                // Up but slow: not a pass, not a failure; the round's next
-                // slot asks again.
+                // Up but slow after a slow-call trip: not a pass, not a
+                // failure; the round's next slot asks again.
                 (Health::SlowSuccess, None) => {
                     tracing::info!(operator = %operator, version, detail, "trial answered slowly: neither passed nor failed");
                     continue;

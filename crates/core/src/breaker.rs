@@ -147,6 +147,13 @@ pub struct BreakerRecord {
     /// lane's mapping alone. Never stored before that: 0.
     #[serde(default)]
     pub routed_version: u64,
+    /// The breaker opened because the operator's answers were too slow (the
+    /// `slow_rate` rule) and has not closed since: a probe or a trial then
+    /// passes only with an answer in time that is not slow, so a brownout
+    /// (most answers slow, still in time) does not close it for the rule to
+    /// open it again seconds later.
+    #[serde(default)]
+    pub opened_slow: bool,
     /// Open only: when the last probe of this open period was claimed (see
     /// [`crate::ports::BreakerStore::claim_probe`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -170,6 +177,7 @@ impl BreakerRecord {
             trial_failures: 0,
             announced_version: 0,
             routed_version: 0,
+            opened_slow: false,
             probed_at: None,
         }
     }
@@ -359,10 +367,16 @@ pub fn decide(
         (
             Closed,
             Input::Trip {
-                reason: reason @ TripReason::Window { .. },
+                reason: reason @ TripReason::Window { verdict },
                 ..
             },
-        ) => open(current, 0, reason.to_string(), now, cfg),
+        ) => match open(current, 0, reason.to_string(), now, cfg) {
+            Decision::Transition(mut next) => {
+                next.opened_slow = matches!(verdict, WindowVerdict::SlowCalls { .. });
+                Decision::Transition(next)
+            }
+            unchanged => unchanged,
+        },
         (
             HalfOpen,
             Input::Trip {
@@ -486,6 +500,8 @@ fn successor(current: &BreakerRecord, state: BreakerState, now: DateTime<Utc>) -
         trial_failures: 0,
         announced_version: current.announced_version,
         routed_version: current.routed_version,
+        opened_slow: current.opened_slow
+            && !matches!(state, BreakerState::Closed | BreakerState::ForcedClosed),
         probed_at: None,
     }
 }
@@ -575,6 +591,45 @@ mod tests {
         );
         assert_eq!((closed.state, closed.version), (BreakerState::Closed, 3));
         assert_eq!(closed.failed_trials, 0);
+    }
+
+    #[test]
+    fn a_slow_call_trip_is_remembered_until_the_breaker_closes() {
+        let slow = Input::Trip {
+            reason: TripReason::Window {
+                verdict: WindowVerdict::SlowCalls {
+                    rate: 0.9,
+                    calls: 20,
+                },
+            },
+            observed_version: 0,
+        };
+        let open = apply(&closed(), &slow, t(10));
+        assert!(open.opened_slow);
+        let half = apply(&open, &Input::Tick, t(41));
+        assert!(half.opened_slow, "carried into the round");
+        let again = apply(
+            &half,
+            &Input::Trip {
+                reason: TripReason::TrialFailed {
+                    detail: "slow".into(),
+                },
+                observed_version: 2,
+            },
+            t(42),
+        );
+        assert!(again.opened_slow, "and the next open period");
+        let mut counted = apply(&again, &Input::Tick, t(200));
+        counted.trial_successes = 2;
+        let closed = apply(
+            &counted,
+            &Input::TrialsPassed {
+                observed_version: counted.version,
+            },
+            t(201),
+        );
+        assert!(!closed.opened_slow, "forgotten once closed");
+        assert!(!apply(&closed, &window_trip(closed.version), t(300)).opened_slow);
     }
 
     #[test]

@@ -197,15 +197,16 @@ pub enum Health {
 }
 
 impl Health {
-    /// What a probe or a half-open trial says of recovery: `Some(true)` an
-    /// answer in time and not slow, `Some(false)` a failure or a timeout,
-    /// `None` nothing either way. A slow answer says the operator is up but
-    /// not well: in a brownout (most answers slow, in time) a slow answer
-    /// that closed the breaker would reopen it within seconds, round after
-    /// round.
-    pub fn recovered(self) -> Option<bool> {
+    /// What a probe or a half-open trial says of recovery: `Some(true)` it
+    /// passed, `Some(false)` a failure or a timeout, `None` nothing either
+    /// way (a refusal of the question). A slow answer passes, unless the
+    /// breaker opened for slowness (`opened_slow`): then it says the
+    /// operator is up but not well, and passing it would close the breaker
+    /// in a brownout for the slow-call rule to open it again seconds later.
+    pub fn recovered(self, opened_slow: bool) -> Option<bool> {
         match self {
             Health::Success => Some(true),
+            Health::SlowSuccess if !opened_slow => Some(true),
             Health::Timeout | Health::Failure => Some(false),
             Health::SlowSuccess | Health::Neutral => None,
         }

@@ -147,10 +147,10 @@ pub struct WindowConfig {
 impl Default for WindowConfig {
     fn default() -> Self {
         Self {
-            length: Duration::from_secs(10),
+            length: Duration::from_secs(20),
             bucket: Duration::from_secs(1),
-            min_calls: 10,
-            failure_rate: 0.5,
+            min_calls: 20,
+            failure_rate: 0.4,
             slow_rate: 0.8,
             consecutive_timeouts: 5,
             consecutive_failures: 5,
@@ -437,6 +437,18 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rules' mechanics on a 10-second window of at least 10 calls
+    /// tripping at 50 % (the defaults before the rate rule looked back 20
+    /// seconds): the numbers these tests were written with.
+    fn ten_seconds() -> WindowConfig {
+        WindowConfig {
+            length: Duration::from_secs(10),
+            min_calls: 10,
+            failure_rate: 0.5,
+            ..WindowConfig::default()
+        }
+    }
     use proptest::prelude::*;
 
     fn at(ms: i64) -> DateTime<Utc> {
@@ -460,7 +472,7 @@ mod tests {
 
     #[test]
     fn healthy_noise_does_not_trip() {
-        let cfg = WindowConfig::default();
+        let cfg = ten_seconds();
         let buckets: Vec<Bucket> = (0..10)
             .map(|s| {
                 bucket(s, |c| {
@@ -479,7 +491,7 @@ mod tests {
         let cfg = WindowConfig {
             consecutive_failures: 0,
             consecutive_errors: 0,
-            ..WindowConfig::default()
+            ..ten_seconds()
         };
         let few = [bucket(0, |c| many(c, Health::Failure, 9))];
         assert_eq!(cfg.evaluate(&few, at(500)), None);
@@ -492,7 +504,7 @@ mod tests {
 
     #[test]
     fn consecutive_timeouts_stop_at_the_last_success() {
-        let cfg = WindowConfig::default();
+        let cfg = ten_seconds();
         let buckets = [
             bucket(0, |c| many(c, Health::Timeout, 4)),
             bucket(1, |c| many(c, Health::Success, 1)),
@@ -517,7 +529,7 @@ mod tests {
         // errors rule, tested on its own, off here).
         let cfg = WindowConfig {
             consecutive_errors: 0,
-            ..WindowConfig::default()
+            ..ten_seconds()
         };
         let buckets: Vec<Bucket> = (0..5)
             .map(|i| bucket(i * 12, |c| many(c, Health::Failure, 1)))
@@ -545,7 +557,7 @@ mod tests {
 
     #[test]
     fn three_errors_in_a_row_trip_and_timeouts_between_them_do_not_reset_the_count() {
-        let cfg = WindowConfig::default();
+        let cfg = ten_seconds();
         // One call a second: refused, a timeout, refused, refused.
         let buckets = [
             bucket(0, |c| many(c, Health::Success, 1)),
@@ -581,7 +593,7 @@ mod tests {
     fn old_buckets_fall_out_of_the_window() {
         let cfg = WindowConfig {
             consecutive_errors: 0,
-            ..WindowConfig::default()
+            ..ten_seconds()
         };
         let buckets = [bucket(0, |c| many(c, Health::Failure, 50))];
         assert!(matches!(
@@ -598,7 +610,7 @@ mod tests {
 
     #[test]
     fn mostly_slow_calls_trip() {
-        let cfg = WindowConfig::default();
+        let cfg = ten_seconds();
         let buckets = [bucket(0, |c| {
             many(c, Health::SlowSuccess, 9);
             many(c, Health::Success, 1);
@@ -624,7 +636,7 @@ mod tests {
         let cfg = WindowConfig {
             consecutive_failures: 0,
             consecutive_errors: 0,
-            ..WindowConfig::default()
+            ..ten_seconds()
         };
         // A normal share of 404s (a third) beside successes: nothing.
         let normal: Vec<Bucket> = (0..10)
@@ -723,7 +735,7 @@ mod tests {
 
     #[test]
     fn buckets_are_aligned() {
-        let cfg = WindowConfig::default();
+        let cfg = ten_seconds();
         assert_eq!(cfg.bucket_start(at(1_999)), at(1_000));
         assert_eq!(cfg.oldest_bucket(at(10_500)), at(1_000));
     }
@@ -835,7 +847,7 @@ mod tests {
                     consecutive_failures: in_a_row + 1,
                     refusal_rate: refusals.0,
                     refusal_min_calls: refusals.1,
-                    ..WindowConfig::default()
+                    ..ten_seconds()
                 },
             )
     }
@@ -881,7 +893,7 @@ mod tests {
             secs in -60_000_000_000i64..60_000_000_000,
             bucket_s in prop_oneof![Just(1u64), Just(60), Just(10_000_000_000), Just(0)],
         ) {
-            let cfg = WindowConfig { bucket: Duration::from_secs(bucket_s), ..WindowConfig::default() };
+            let cfg = WindowConfig { bucket: Duration::from_secs(bucket_s), ..ten_seconds() };
             let now = DateTime::from_timestamp(secs, 0).unwrap();
             prop_assert_eq!(cfg.bucket_start(now), reference::bucket_start(&cfg, now));
         }

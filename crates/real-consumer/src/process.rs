@@ -42,7 +42,7 @@ impl Processed {
         request: &RequestRecord,
         result: &CallResult,
         health: Health,
-        view_open: bool,
+        (view_open, opened_slow): (bool, bool),
     ) {
         self.called = Some(health);
         if matches!(health, Health::Success | Health::SlowSuccess) {
@@ -57,10 +57,10 @@ impl Processed {
         });
         if self.trial.is_some() {
             // A neutral answer (a 4xx the operator's settings do not name)
-            // says nothing of its health, and a slow one says it is up but
-            // not well: the trial is neither passed nor failed, and the
-            // round waits for the other slots.
-            self.trial = health.recovered();
+            // says nothing of its health, nor a slow one after a slow-call
+            // trip (up, not well): the trial is neither passed nor failed,
+            // and the round waits for the other slots.
+            self.trial = health.recovered(opened_slow);
         }
     }
 }
@@ -94,12 +94,33 @@ impl RealConsumer {
         let permit = if done.trial.is_some() {
             None
         } else {
-            let wait = request.remaining(self.clock.now()).unwrap_or_default();
-            match self.limits.of(&request.operator).acquire(wait).await {
+            let limit = self.limits.of(&request.operator);
+            match limit.try_acquire() {
                 Some(permit) => Some(permit),
                 None => {
-                    let detail = "held back: the operator's limit on calls in flight had no place before the deadline";
-                    return self.fail(done, &request, FailureReason::Shed, detail).await;
+                    let wait = request.remaining(self.clock.now()).unwrap_or_default();
+                    let Some(permit) = limit.acquire(wait).await else {
+                        let detail = "held back: the operator's limit on calls in flight had no place before the deadline";
+                        return self.fail(done, &request, FailureReason::Shed, detail).await;
+                    };
+                    // The batch read the breaker before the wait; the
+                    // operator may have been tripped meanwhile (a hang
+                    // holds every place for a whole budget).
+                    if let Ok(Some(now)) = self.breakers.load(&request.operator).await
+                        && now.state != BreakerState::Closed
+                        && now.state != BreakerState::ForcedClosed
+                    {
+                        drop(permit);
+                        return self
+                            .fail(
+                                done,
+                                &request,
+                                FailureReason::BreakerOpen,
+                                "breaker opened while the request waited for a place",
+                            )
+                            .await;
+                    }
+                    Some(permit)
                 }
             }
         };
@@ -143,7 +164,8 @@ impl RealConsumer {
         } else {
             health
         };
-        done.record_call(&request, &result, window_health, view_open);
+        let opened_slow = view.as_ref().is_some_and(|r| r.opened_slow);
+        done.record_call(&request, &result, window_health, (view_open, opened_slow));
         let (outcome, refused) = self.outcome_of(result, health);
         self.cache_answer(&request, &outcome, refused).await;
         self.write_answer(done, &request, outcome).await

@@ -195,7 +195,12 @@ impl MemorySuite {
             concurrency: config.concurrency,
             call_log_share: real_consumer::DEFAULT_CALL_LOG_SHARE,
             remembered: real_consumer::Remembered::default(),
-            limits: real_consumer::limit::Limits::for_concurrency(config.concurrency),
+            // One consumer serves every batch of a lane here, where Lambda
+            // runs up to `parallelization` instances with a limit each: the
+            // limit tops out at all of theirs, and a cut is shared.
+            limits: real_consumer::limit::Limits::for_concurrency(
+                config.concurrency * config.parallelization.max(1),
+            ),
         };
         let fallback = FallbackConsumer {
             requests: metered_requests,

@@ -43,6 +43,9 @@ pub(super) struct BreakerItem {
     /// Absent on items written before lanes were marked: not confirmed.
     #[serde(default)]
     routed_version: u64,
+    /// Absent on items written before: not opened for slowness.
+    #[serde(default)]
+    opened_slow: bool,
     /// Epoch milliseconds (a number, so the probe claim's condition can
     /// compare it); absent unless an open period was probed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,6 +69,7 @@ impl From<&BreakerRecord> for BreakerItem {
             trial_failures: r.trial_failures,
             announced_version: r.announced_version,
             routed_version: r.routed_version,
+            opened_slow: r.opened_slow,
             probed_at_ms: r.probed_at.map(|t| t.timestamp_millis()),
         }
     }
@@ -99,6 +103,7 @@ impl TryFrom<BreakerItem> for BreakerRecord {
             trial_failures: i.trial_failures,
             announced_version: i.announced_version,
             routed_version: i.routed_version,
+            opened_slow: i.opened_slow,
             probed_at: i.probed_at_ms.and_then(DateTime::from_timestamp_millis),
         })
     }

@@ -476,6 +476,18 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// The rules' mechanics on a 10-second window of at least 10 calls
+    /// tripping at 50 % (the defaults before the rate rule looked back 20
+    /// seconds): the numbers these tests were written with.
+    fn ten_seconds() -> WindowConfig {
+        WindowConfig {
+            length: std::time::Duration::from_secs(10),
+            min_calls: 10,
+            failure_rate: 0.5,
+            ..WindowConfig::default()
+        }
+    }
     use crate::window::tests::any_config;
 
     fn at(ms: i64) -> DateTime<Utc> {
@@ -575,7 +587,7 @@ mod tests {
 
     #[test]
     fn five_timeouts_in_a_row_trip_and_a_success_resets_them() {
-        let mut w = RollingWindow::new(WindowConfig::default());
+        let mut w = RollingWindow::new(ten_seconds());
         for i in 0..4 {
             w.record(Health::Timeout, at(i * 100));
         }
