@@ -458,6 +458,10 @@ mod tests {
         assert_eq!(property(&mapping, "BatchSize"), t.batch_size.to_string());
         assert_eq!(
             property(&mapping, "ParallelizationFactor"),
+            "!Ref LaneParallelization"
+        );
+        assert_eq!(
+            parameter_default(template, "LaneParallelization"),
             t.parallelization.to_string()
         );
         assert_eq!(

@@ -160,10 +160,7 @@ fn the_mapping_has_the_templates_settings() {
             "MaximumBatchingWindowInSeconds: {}",
             template::MAXIMUM_BATCHING_WINDOW_IN_SECONDS
         ),
-        format!(
-            "ParallelizationFactor: {}",
-            template::PARALLELIZATION_FACTOR
-        ),
+        "ParallelizationFactor: !Ref LaneParallelization".to_owned(),
         format!("MaximumRetryAttempts: {}", template::MAXIMUM_RETRY_ATTEMPTS),
         format!(
             "MaximumRecordAgeInSeconds: {}",
@@ -179,6 +176,13 @@ fn the_mapping_has_the_templates_settings() {
     ] {
         assert!(mapping.contains(&line), "template mapping lacks {line:?}");
     }
+    // `lifeboat local` provisions the parameter's default.
+    assert!(
+        entry("LaneParallelization").contains(&format!(
+            "Default: {}",
+            template::PARALLELIZATION_FACTOR
+        ))
+    );
 }
 
 #[test]
