@@ -220,6 +220,19 @@ impl SwitchReport {
         self.streams.iter().any(|s| s.repointed)
     }
 
+    /// Take in what another part of the same invocation did.
+    fn absorb(&mut self, other: SwitchReport) {
+        self.decisions.extend(other.decisions);
+        self.streams.extend(other.streams);
+        self.announced.extend(other.announced);
+        self.probe_calls += other.probe_calls;
+        self.skipped.extend(other.skipped);
+        self.lanes_left += other.lanes_left;
+        self.response
+            .batch_item_failures
+            .extend(other.response.batch_item_failures);
+    }
+
     /// Note that `operator` could not be handled, and why.
     pub(crate) fn skip(&mut self, operator: &OperatorId, error: &SwitchError) {
         if self
@@ -362,20 +375,37 @@ impl CircuitSwitch {
             }
             SwitchInput::Tick => self.tick(&mut report).await?,
             SwitchInput::Timers(timers) => {
-                for (message_id, timer) in timers {
-                    match timer {
-                        Err(why) => {
-                            tracing::warn!(message_id, why, "timer message dropped");
-                        }
-                        Ok(timer) if !self.operators.contains(&timer.operator) => {
-                            tracing::warn!(operator = %timer.operator, message_id, "timer for an operator not in OPERATORS dropped");
-                        }
-                        Ok(timer) => {
-                            if let Err(e) = self.on_timer(&timer, &mut report).await {
-                                tracing::error!(operator = %timer.operator, version = timer.version, error = %e, "timer not handled; it comes back");
-                                report.response.add_failure(message_id);
+                // Side by side: in a mass outage each timer's probe may wait
+                // out a whole budget, and ten of them one after another
+                // would not keep the 10 s cadence.
+                let handled = futures::future::join_all(timers.into_iter().map(
+                    |(message_id, timer)| async move {
+                        let mut own = SwitchReport::default();
+                        let failed = match timer {
+                            Err(why) => {
+                                tracing::warn!(message_id, why, "timer message dropped");
+                                false
                             }
-                        }
+                            Ok(timer) if !self.operators.contains(&timer.operator) => {
+                                tracing::warn!(operator = %timer.operator, message_id, "timer for an operator not in OPERATORS dropped");
+                                false
+                            }
+                            Ok(timer) => match self.on_timer(&timer, &mut own).await {
+                                Ok(()) => false,
+                                Err(e) => {
+                                    tracing::error!(operator = %timer.operator, version = timer.version, error = %e, "timer not handled; it comes back");
+                                    true
+                                }
+                            },
+                        };
+                        (message_id, own, failed)
+                    },
+                ))
+                .await;
+                for (message_id, own, failed) in handled {
+                    report.absorb(own);
+                    if failed {
+                        report.response.add_failure(message_id);
                     }
                 }
             }

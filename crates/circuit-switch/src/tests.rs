@@ -1131,3 +1131,77 @@ async fn after_any_other_trip_a_slow_answer_is_a_pass() {
     switch.handle(&timer_batch(&batch)).await.unwrap();
     assert_eq!(state(&w).await.state, BreakerState::Closed);
 }
+
+/// Every operator down, its probe waiting out its whole budget.
+struct Hanging;
+
+impl lifeboat_core::ports::OperatorApi for Hanging {
+    fn knows(&self, _: &OperatorId) -> bool {
+        true
+    }
+
+    fn call<'a, 'b, 'f>(
+        &'a self,
+        call: &'b lifeboat_core::request::OperatorCall,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = lifeboat_core::request::CallResult> + Send + 'f>,
+    >
+    where
+        'a: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        let timeout = call.budget.timeout;
+        Box::pin(async move {
+            tokio::time::sleep(timeout).await;
+            lifeboat_core::request::CallResult {
+                class: lifeboat_core::request::CallClass::Timeout,
+                elapsed: timeout,
+                body: None,
+                detail: "no answer".into(),
+            }
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_timers_probes_side_by_side() {
+    // A mass outage: ten operators' probe timers due at once, each probe
+    // hanging for its 3 s budget. One after another they took 30 s, three
+    // gaps; side by side the batch takes one budget.
+    let w = world();
+    let (switch, _) = many_lanes(&w, 10);
+    let timers = Arc::new(MemoryTimers::new());
+    let mut settings = switch.settings.clone();
+    settings.default.probe = Some(
+        serde_json::from_value(json!({"operation": "search",
+            "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
+        .unwrap(),
+    );
+    let switch = CircuitSwitch {
+        settings,
+        timers: Some(timers.clone()),
+        prober: Some(Arc::new(Hanging)),
+        ..switch
+    };
+    for op in operators(10) {
+        switch.handle(&trip_of(&op)).await.unwrap();
+    }
+    let due = timers.next_due().unwrap();
+    w.clock.set(due);
+    let batch = timers.take_due(due);
+    assert_eq!(batch.len(), 10);
+    let began = tokio::time::Instant::now();
+    let report = switch.handle(&timer_batch(&batch)).await.unwrap();
+    let took = began.elapsed();
+    assert_eq!(report.probe_calls, 10);
+    assert!(
+        took < Duration::from_secs(4),
+        "ten probes took {took:?}: one after another"
+    );
+    assert_eq!(
+        timers.take_due(due + TimeDelta::minutes(1)).len(),
+        10,
+        "each armed again"
+    );
+}

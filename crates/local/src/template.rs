@@ -72,7 +72,7 @@ pub const OFFSALE_BATCH_SIZE: i32 = 10;
 /// `BreakerTimerQueue`'s `VisibilityTimeout`.
 pub const TIMER_QUEUE_VISIBILITY_S: u32 = 30;
 /// `BreakerTimerQueueMapping`'s `BatchSize`.
-pub const TIMER_BATCH_SIZE: i32 = 1;
+pub const TIMER_BATCH_SIZE: i32 = 10;
 /// `BREAKER_CACHE_MS` of search and cart.
 pub const BREAKER_CACHE_MS: u32 = 1000;
 /// The `SaleRetryMaxAttempts` default.

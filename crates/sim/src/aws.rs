@@ -454,6 +454,10 @@ mod tests {
         let schedule = resource(template, "HalfOpenScheduleRule");
         assert_eq!(property(&schedule, "ScheduleExpression"), "rate(1 minute)");
         assert_eq!(t.tick_every, Duration::from_secs(60));
+        assert_eq!(
+            property(&resource(template, "BreakerTimerQueueMapping"), "BatchSize"),
+            crate::suite::TIMER_BATCH_SIZE.to_string()
+        );
         let mapping = resource(template, "RequestsMapping&{Operator}");
         assert_eq!(property(&mapping, "BatchSize"), t.batch_size.to_string());
         assert_eq!(

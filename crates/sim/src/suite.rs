@@ -34,6 +34,10 @@ use real_consumer::RealConsumer;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
+/// The template's `BreakerTimerQueueMapping` `BatchSize`: the most timers one
+/// switch invocation gets.
+pub const TIMER_BATCH_SIZE: usize = 10;
+
 /// When a timer the switch failed comes back (the timer queue's visibility
 /// timeout).
 const TIMER_VISIBILITY: Duration = Duration::from_secs(30);
@@ -379,21 +383,23 @@ impl MemorySuite {
             .cloned()
             .collect();
         due.extend(again);
-        let records: Vec<SqsMessage> = due
-            .iter()
-            .enumerate()
-            .map(|(i, timer)| {
-                let mut message = SqsMessage::default();
-                message.message_id = Some(format!("timer-{i}"));
-                message.event_source = Some("aws:sqs".to_owned());
-                message.body = serde_json::to_string(timer).ok();
-                message
-            })
-            .collect();
-        let mut event = SqsEvent::default();
-        event.records = records;
-        let payload = serde_json::to_value(&event).unwrap_or(Value::Null);
-        self.invoke_switch(payload, due, InvocationKind::Switch);
+        for batch in due.chunks(TIMER_BATCH_SIZE) {
+            let records: Vec<SqsMessage> = batch
+                .iter()
+                .enumerate()
+                .map(|(i, timer)| {
+                    let mut message = SqsMessage::default();
+                    message.message_id = Some(format!("timer-{i}"));
+                    message.event_source = Some("aws:sqs".to_owned());
+                    message.body = serde_json::to_string(timer).ok();
+                    message
+                })
+                .collect();
+            let mut event = SqsEvent::default();
+            event.records = records;
+            let payload = serde_json::to_value(&event).unwrap_or(Value::Null);
+            self.invoke_switch(payload, batch.to_vec(), InvocationKind::Switch);
+        }
     }
 
     fn deliver_bus_events(&mut self) {

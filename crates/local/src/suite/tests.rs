@@ -178,10 +178,8 @@ fn the_mapping_has_the_templates_settings() {
     }
     // `lifeboat local` provisions the parameter's default.
     assert!(
-        entry("LaneParallelization").contains(&format!(
-            "Default: {}",
-            template::PARALLELIZATION_FACTOR
-        ))
+        entry("LaneParallelization")
+            .contains(&format!("Default: {}", template::PARALLELIZATION_FACTOR))
     );
 }
 
