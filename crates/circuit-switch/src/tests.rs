@@ -1030,13 +1030,18 @@ async fn one_unreadable_breaker_costs_only_its_operator() {
     );
 }
 
-/// An operator in a brownout at its worst: every answer in time, every one
-/// slow.
-struct Crawling;
+/// An operator that answers every call the same way: `Crawling`, a
+/// brownout at its worst (every answer in time, every one slow), or
+/// `Hanging`, down with every call waiting out its whole budget.
+#[derive(Clone, Copy)]
+enum Answering {
+    Crawling,
+    Hanging,
+}
 
-impl lifeboat_core::ports::OperatorApi for Crawling {
-    fn knows(&self, operator: &OperatorId) -> bool {
-        operator == &nordic()
+impl lifeboat_core::ports::OperatorApi for Answering {
+    fn knows(&self, _: &OperatorId) -> bool {
+        true
     }
 
     fn call<'a, 'b, 'f>(
@@ -1050,14 +1055,26 @@ impl lifeboat_core::ports::OperatorApi for Crawling {
         'b: 'f,
         Self: 'f,
     {
-        let elapsed = call.budget.slow_after + Duration::from_millis(100);
-        Box::pin(async move {
-            lifeboat_core::request::CallResult {
-                class: lifeboat_core::request::CallClass::Slow,
-                elapsed,
+        use lifeboat_core::request::{CallClass, CallResult};
+        let result = match self {
+            Answering::Crawling => CallResult {
+                class: CallClass::Slow,
+                elapsed: call.budget.slow_after + Duration::from_millis(100),
                 body: Some("{\"sailings\":[]}".into()),
                 detail: String::new(),
+            },
+            Answering::Hanging => CallResult {
+                class: CallClass::Timeout,
+                elapsed: call.budget.timeout,
+                body: None,
+                detail: "no answer".into(),
+            },
+        };
+        Box::pin(async move {
+            if result.class == CallClass::Timeout {
+                tokio::time::sleep(result.elapsed).await;
             }
+            result
         })
     }
 }
@@ -1074,7 +1091,7 @@ async fn after_a_slow_call_trip_slow_answers_neither_close_nor_flap_the_breaker(
     let switch = CircuitSwitch {
         settings,
         timers: Some(timers.clone()),
-        prober: Some(Arc::new(Crawling)),
+        prober: Some(Arc::new(Answering::Crawling)),
         ..switch_like(&w)
     };
     // Opened by the slow-call rule: only quick answers close it.
@@ -1121,7 +1138,7 @@ async fn after_any_other_trip_a_slow_answer_is_a_pass() {
     let switch = CircuitSwitch {
         settings,
         timers: Some(timers.clone()),
-        prober: Some(Arc::new(Crawling)),
+        prober: Some(Arc::new(Answering::Crawling)),
         ..switch_like(&w)
     };
     switch.handle(&trip(0)).await.unwrap();
@@ -1130,38 +1147,6 @@ async fn after_any_other_trip_a_slow_answer_is_a_pass() {
     let batch = timers.take_due(due);
     switch.handle(&timer_batch(&batch)).await.unwrap();
     assert_eq!(state(&w).await.state, BreakerState::Closed);
-}
-
-/// Every operator down, its probe waiting out its whole budget.
-struct Hanging;
-
-impl lifeboat_core::ports::OperatorApi for Hanging {
-    fn knows(&self, _: &OperatorId) -> bool {
-        true
-    }
-
-    fn call<'a, 'b, 'f>(
-        &'a self,
-        call: &'b lifeboat_core::request::OperatorCall,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = lifeboat_core::request::CallResult> + Send + 'f>,
-    >
-    where
-        'a: 'f,
-        'b: 'f,
-        Self: 'f,
-    {
-        let timeout = call.budget.timeout;
-        Box::pin(async move {
-            tokio::time::sleep(timeout).await;
-            lifeboat_core::request::CallResult {
-                class: lifeboat_core::request::CallClass::Timeout,
-                elapsed: timeout,
-                body: None,
-                detail: "no answer".into(),
-            }
-        })
-    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -1181,7 +1166,7 @@ async fn a_batch_of_timers_probes_side_by_side() {
     let switch = CircuitSwitch {
         settings,
         timers: Some(timers.clone()),
-        prober: Some(Arc::new(Hanging)),
+        prober: Some(Arc::new(Answering::Hanging)),
         ..switch
     };
     for op in operators(10) {
