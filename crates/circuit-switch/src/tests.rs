@@ -436,13 +436,28 @@ async fn inputs_for_operators_not_served_are_refused() {
 /// operator refusing every call from `start()` for `outage`, probed with the
 /// probe its settings name.
 fn probing_world(outage: Duration) -> (World, Arc<CircuitSwitch>, Arc<MemoryTimers>) {
+    world_probed_with(outage, probed())
+}
+
+/// The default settings with a search as every operator's probe.
+fn probed() -> Settings {
     let mut settings = Settings::default();
     settings.default.probe = Some(
         serde_json::from_value(json!({"operation": "search",
             "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
         .unwrap(),
     );
-    world_probed_with(outage, settings)
+    settings
+}
+
+/// A switch over `w`'s nordic, probed on `timers` by `prober`.
+fn probed_by(w: &World, timers: &Arc<MemoryTimers>, prober: Answering) -> CircuitSwitch {
+    CircuitSwitch {
+        settings: probed(),
+        timers: Some(timers.clone()),
+        prober: Some(Arc::new(prober)),
+        ..switch_like(w)
+    }
 }
 
 fn world_probed_with(
@@ -1082,18 +1097,7 @@ impl lifeboat_core::ports::OperatorApi for Answering {
 #[tokio::test(start_paused = true)]
 async fn after_a_slow_call_trip_slow_answers_neither_close_nor_flap_the_breaker() {
     let (w, _, timers) = probing_world(Duration::ZERO);
-    let mut settings = Settings::default();
-    settings.default.probe = Some(
-        serde_json::from_value(json!({"operation": "search",
-            "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
-        .unwrap(),
-    );
-    let switch = CircuitSwitch {
-        settings,
-        timers: Some(timers.clone()),
-        prober: Some(Arc::new(Answering::Crawling)),
-        ..switch_like(&w)
-    };
+    let switch = probed_by(&w, &timers, Answering::Crawling);
     // Opened by the slow-call rule: only quick answers close it.
     let mut slow_trip = trip(0);
     slow_trip["detail"]["reason"]["verdict"] =
@@ -1129,18 +1133,7 @@ async fn after_any_other_trip_a_slow_answer_is_a_pass() {
     // An operator whose healthy answers are often slow recovers as fast as
     // any other from a hang.
     let (w, _, timers) = probing_world(Duration::ZERO);
-    let mut settings = Settings::default();
-    settings.default.probe = Some(
-        serde_json::from_value(json!({"operation": "search",
-            "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
-        .unwrap(),
-    );
-    let switch = CircuitSwitch {
-        settings,
-        timers: Some(timers.clone()),
-        prober: Some(Arc::new(Answering::Crawling)),
-        ..switch_like(&w)
-    };
+    let switch = probed_by(&w, &timers, Answering::Crawling);
     switch.handle(&trip(0)).await.unwrap();
     let due = timers.next_due().unwrap();
     w.clock.set(due);
@@ -1157,12 +1150,8 @@ async fn a_batch_of_timers_probes_side_by_side() {
     let w = world();
     let (switch, _) = many_lanes(&w, 10);
     let timers = Arc::new(MemoryTimers::new());
-    let mut settings = switch.settings.clone();
-    settings.default.probe = Some(
-        serde_json::from_value(json!({"operation": "search",
-            "params": {"from": "HEL", "to": "TLL", "date": "today+7", "passengers": "1"}}))
-        .unwrap(),
-    );
+    let mut settings = probed();
+    settings.default.breaker = switch.settings.default.breaker;
     let switch = CircuitSwitch {
         settings,
         timers: Some(timers.clone()),
