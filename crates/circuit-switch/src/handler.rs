@@ -61,12 +61,6 @@ use serde_json::Value;
 
 use crate::input::{AlarmMap, InputError, SwitchInput};
 
-/// Whether an invocation is the schedule's tick.
-enum Kind {
-    Tick,
-    Other,
-}
-
 /// The queue whose delayed messages wake the switch (`BreakerTimerQueue`).
 pub const BREAKER_TIMER_QUEUE_URL: &str = "BREAKER_TIMER_QUEUE_URL";
 
@@ -357,11 +351,7 @@ impl CircuitSwitch {
     /// Handle one payload.
     pub async fn handle(&self, payload: &Value) -> Result<SwitchReport, SwitchError> {
         let parsed = input::parse(payload, &self.alarms)?;
-        let parsed_kind = if matches!(parsed, SwitchInput::Tick) {
-            Kind::Tick
-        } else {
-            Kind::Other
-        };
+        let is_tick = matches!(parsed, SwitchInput::Tick);
         let mut report = SwitchReport::default();
         match parsed {
             SwitchInput::One { operator, input } => {
@@ -411,7 +401,7 @@ impl CircuitSwitch {
             }
         }
         self.follow_up(&mut report).await;
-        let tick = matches!(parsed_kind, Kind::Tick).then(|| {
+        let tick = is_tick.then(|| {
             u64::try_from(self.clock.now().timestamp().div_euclid(60)).unwrap_or_default()
         });
         let reconciled = self.reconcile(&mut report, tick).await;

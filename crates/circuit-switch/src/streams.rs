@@ -32,20 +32,21 @@ impl CircuitSwitch {
         report: &mut SwitchReport,
         tick: Option<u64>,
     ) -> Result<(), SwitchError> {
-        let candidates: Vec<&Lane> = self
+        let decided: Vec<(OperatorId, bool)> = report
+            .decisions
+            .iter()
+            .map(|d| (d.operator.clone(), d.changed))
+            .collect();
+        let in_scope = |lane: &Lane| tick.is_some() || decided.iter().any(|(o, _)| lane.serves(o));
+        let operators: Vec<OperatorId> = self
             .lanes
             .iter()
-            .filter(|lane| {
-                tick.is_some() || report.decisions.iter().any(|d| lane.serves(&d.operator))
-            })
-            .collect();
-        if candidates.is_empty() {
-            return Ok(());
-        }
-        let operators: Vec<OperatorId> = candidates
-            .iter()
+            .filter(|lane| in_scope(lane))
             .flat_map(|lane| lane.operators.iter().cloned())
             .collect();
+        if operators.is_empty() {
+            return Ok(());
+        }
         let (mut records, unreadable) = self.load_isolated(&operators).await?;
         let mut first_error = None;
         let mut unknown: Vec<OperatorId> = Vec::new();
@@ -57,19 +58,16 @@ impl CircuitSwitch {
         }
         let sweep = tick.map(|n| sweep_slice(n, self.lanes.len()));
         for (index, lane) in self.lanes.iter().enumerate() {
-            if !candidates.iter().any(|c| std::ptr::eq(*c, lane))
-                || unknown.iter().any(|o| lane.serves(o))
-            {
+            if !in_scope(lane) || unknown.iter().any(|o| lane.serves(o)) {
                 continue;
             }
             let must = match &sweep {
                 None => true,
                 Some(slice) => {
                     slice.contains(&index)
-                        || report
-                            .decisions
+                        || decided
                             .iter()
-                            .any(|d| d.changed && lane.serves(&d.operator))
+                            .any(|(o, changed)| *changed && lane.serves(o))
                         || records
                             .iter()
                             .any(|r| lane.serves(&r.operator) && r.routed_version < r.version)
@@ -261,10 +259,8 @@ impl CircuitSwitch {
 
 /// The lanes (by index among `lanes`) the `n`th tick verifies whatever
 /// their marks say: [`SWEEP_LANES_PER_TICK`] of them, in turn.
-pub(crate) fn sweep_slice(n: u64, lanes: usize) -> Vec<usize> {
-    if lanes <= SWEEP_LANES_PER_TICK {
-        return (0..lanes).collect();
-    }
-    let start = (n as usize % lanes.div_ceil(SWEEP_LANES_PER_TICK)) * SWEEP_LANES_PER_TICK;
-    (start..(start + SWEEP_LANES_PER_TICK).min(lanes)).collect()
+pub(crate) fn sweep_slice(n: u64, lanes: usize) -> std::ops::Range<usize> {
+    let turns = lanes.div_ceil(SWEEP_LANES_PER_TICK).max(1);
+    let start = (n as usize % turns) * SWEEP_LANES_PER_TICK;
+    start..(start + SWEEP_LANES_PER_TICK).min(lanes)
 }

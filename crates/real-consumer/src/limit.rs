@@ -95,7 +95,8 @@ pub struct Permit {
     /// Calls to the operator in flight when this one started, itself
     /// included.
     pub in_flight: u32,
-    done: bool,
+    /// What the answer said; nothing until [`Permit::finish`].
+    signal: Signal,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -131,7 +132,7 @@ impl AdaptiveLimit {
             limit: self.clone(),
             round: state.round,
             in_flight: state.in_flight,
-            done: false,
+            signal: Signal::Nothing,
         })
     }
 
@@ -175,16 +176,14 @@ impl AdaptiveLimit {
 impl Permit {
     /// Free the place with what the answer said.
     pub fn finish(mut self, signal: Signal) {
-        self.done = true;
-        self.limit.release(self.round, signal);
+        self.signal = signal;
     }
 }
 
 impl Drop for Permit {
+    /// Freed when dropped, finished or not (a dropped call says nothing).
     fn drop(&mut self) {
-        if !self.done {
-            self.limit.release(self.round, Signal::Nothing);
-        }
+        self.limit.release(self.round, self.signal);
     }
 }
 

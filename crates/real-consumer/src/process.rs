@@ -42,7 +42,7 @@ impl Processed {
         request: &RequestRecord,
         result: &CallResult,
         health: Health,
-        (view_open, opened_slow): (bool, bool),
+        view: Option<&BreakerRecord>,
     ) {
         self.called = Some(health);
         if matches!(health, Health::Success | Health::SlowSuccess) {
@@ -53,14 +53,14 @@ impl Processed {
             operation: request.operation,
             class: result.class.name(),
             elapsed_ms: result.elapsed.as_secs_f64() * 1000.0,
-            while_open: view_open,
+            while_open: view.is_some_and(|r| r.state.is_open()),
         });
         if self.trial.is_some() {
             // A neutral answer (a 4xx the operator's settings do not name)
             // says nothing of its health, nor a slow one after a slow-call
             // trip (up, not well): the trial is neither passed nor failed,
             // and the round waits for the other slots.
-            self.trial = health.recovered(opened_slow);
+            self.trial = health.recovered(view.is_some_and(|r| r.opened_slow));
         }
     }
 }
@@ -94,37 +94,11 @@ impl RealConsumer {
         let permit = if done.trial.is_some() {
             None
         } else {
-            let limit = self.limits.of(&request.operator);
-            match limit.try_acquire() {
-                Some(permit) => Some(permit),
-                None => {
-                    let wait = request.remaining(self.clock.now()).unwrap_or_default();
-                    let Some(permit) = limit.acquire(wait).await else {
-                        let detail = "held back: the operator's limit on calls in flight had no place before the deadline";
-                        return self.fail(done, &request, FailureReason::Shed, detail).await;
-                    };
-                    // The batch read the breaker before the wait; the
-                    // operator may have been tripped meanwhile (a hang
-                    // holds every place for a whole budget).
-                    if let Ok(Some(now)) = self.breakers.load(&request.operator).await
-                        && now.state != BreakerState::Closed
-                        && now.state != BreakerState::ForcedClosed
-                    {
-                        drop(permit);
-                        return self
-                            .fail(
-                                done,
-                                &request,
-                                FailureReason::BreakerOpen,
-                                "breaker opened while the request waited for a place",
-                            )
-                            .await;
-                    }
-                    Some(permit)
-                }
+            match self.place(&request).await {
+                Ok(permit) => Some(permit),
+                Err((reason, detail)) => return self.fail(done, &request, reason, detail).await,
             }
         };
-        let view_open = view.as_ref().is_some_and(|r| r.state.is_open());
         // The hang check watches calls to a closed operator only (only those
         // can ask for a trip), one call per operator and batch.
         let watched = view
@@ -148,8 +122,7 @@ impl RealConsumer {
                 // deadline, so the customer still gets a live answer.
                 tracing::info!(operator = %request.operator, request_id = %request.request_id, "429 to our own burst: calls in flight to the operator cut, asking again");
                 done.backpressure = true;
-                let wait = request.remaining(self.clock.now()).unwrap_or_default();
-                if let Some(again) = self.limits.of(&request.operator).acquire(wait).await {
+                if let Ok(again) = self.place(&request).await {
                     let (second, second_health, _) = self.call_operator(&request, false).await;
                     let (signal, counted) = limit::judge(&second.class, again.in_flight);
                     again.finish(signal);
@@ -164,11 +137,43 @@ impl RealConsumer {
         } else {
             health
         };
-        let opened_slow = view.as_ref().is_some_and(|r| r.opened_slow);
-        done.record_call(&request, &result, window_health, (view_open, opened_slow));
+        done.record_call(&request, &result, window_health, view.as_ref());
         let (outcome, refused) = self.outcome_of(result, health);
         self.cache_answer(&request, &outcome, refused).await;
         self.write_answer(done, &request, outcome).await
+    }
+
+    /// A place among the operator's calls in flight ([`limit`]): at once if
+    /// one is free, else waiting up to the request's deadline, after which
+    /// the breaker is read again (the batch read it before the wait, and a
+    /// hang holds every place for a whole budget). `Err`: fail the request
+    /// without a call, with this reason and detail.
+    async fn place(
+        &self,
+        request: &RequestRecord,
+    ) -> Result<limit::Permit, (FailureReason, &'static str)> {
+        let limit = self.limits.of(&request.operator);
+        if let Some(permit) = limit.try_acquire() {
+            return Ok(permit);
+        }
+        let wait = request.remaining(self.clock.now()).unwrap_or_default();
+        let Some(permit) = limit.acquire(wait).await else {
+            return Err((
+                FailureReason::Shed,
+                "held back: the operator's limit on calls in flight had no place before the deadline",
+            ));
+        };
+        match self.breakers.load(&request.operator).await {
+            Ok(Some(now))
+                if now.state != BreakerState::Closed && now.state != BreakerState::ForcedClosed =>
+            {
+                Err((
+                    FailureReason::BreakerOpen,
+                    "breaker opened while the request waited for a place",
+                ))
+            }
+            _ => Ok(permit),
+        }
     }
 
     /// `Some`: the request needs no call, and this is what to report as
