@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use lifeboat_core::operator::OperatorId;
 use lifeboat_core::ports::{StoreError, WindowStore};
 use lifeboat_core::window::{Bucket, CallCounts};
@@ -25,8 +25,7 @@ use crate::item::ItemError;
 /// The sort-key prefix of bucket items.
 pub const BUCKET_PREFIX: &str = "bucket#";
 
-/// How long a bucket outlives its start before DynamoDB's TTL removes it.
-pub const BUCKET_TTL: TimeDelta = TimeDelta::hours(1);
+pub use lifeboat_core::window::BUCKET_TTL;
 
 /// The greatest bucket key.
 const LAST_BUCKET_KEY: &str = "bucket#999999999999999";

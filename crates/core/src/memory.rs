@@ -11,7 +11,7 @@ pub use sale::{
     SwitchWrite,
 };
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -28,7 +28,7 @@ use crate::ports::{
 };
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::request::{CLOSED_BY_ASKER, Outcome, RequestRecord};
-use crate::window::{Bucket, CallCounts};
+use crate::window::{BUCKET_TTL, Bucket, CallCounts};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // The data behind a poisoned lock is still consistent: every critical
@@ -39,8 +39,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug, Default)]
 struct Requests {
     items: HashMap<String, StoredRequest>,
-    /// Insertion order: the in-memory stream.
-    log: Vec<String>,
+    /// Insertion order: the in-memory stream, from position `trimmed` on.
+    log: VecDeque<String>,
+    /// Stream positions before the log's first: requests evicted
+    /// ([`MemoryRequestStore::evict`]).
+    trimmed: usize,
+    evicted: usize,
+    evicted_with_outcome: usize,
     condition: OutcomeCondition,
     outcome_writes: u64,
     refused_outcome_writes: u64,
@@ -80,7 +85,10 @@ pub struct MemoryRequestStore {
 /// condition's verdict (so a broken condition shows in these counts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RequestCounts {
+    /// Requests ever put, evicted ones included.
     pub total: usize,
+    /// Of them, those with an outcome (an evicted request counts as it was
+    /// when evicted).
     pub with_outcome: usize,
     /// Outcome writes that landed on a request without an outcome.
     pub outcome_writes: u64,
@@ -125,8 +133,11 @@ impl MemoryRequestStore {
         keep: impl Fn(&RequestRecord) -> bool,
     ) -> (Vec<(usize, RequestRecord)>, usize) {
         let inner = lock(&self.inner);
+        let end = inner.trimmed + inner.log.len();
+        let from = from.max(inner.trimmed);
         let mut taken = Vec::new();
-        for (position, id) in inner.log.iter().enumerate().skip(from) {
+        for (offset, id) in inner.log.iter().enumerate().skip(from - inner.trimmed) {
+            let position = inner.trimmed + offset;
             if taken.len() >= max {
                 return (taken, position);
             }
@@ -136,14 +147,59 @@ impl MemoryRequestStore {
                 taken.push((position, stored.request.clone()));
             }
         }
-        (taken, inner.log.len().max(from))
+        (taken, end.max(from))
+    }
+
+    /// Remove the requests at stream positions before `below` created
+    /// before `created_before`, oldest first, showing each to `visit` as it
+    /// goes (as the table's TTL removes items, but sooner: a long simulated
+    /// day cannot keep every request). Stops at the first request too new
+    /// or too far along the stream; returns how many went.
+    pub fn evict(
+        &self,
+        created_before: DateTime<Utc>,
+        below: usize,
+        mut visit: impl FnMut(&StoredRequest),
+    ) -> usize {
+        let mut inner = lock(&self.inner);
+        let mut gone = 0;
+        while inner.trimmed < below {
+            let Some(id) = inner.log.front() else {
+                break;
+            };
+            if inner
+                .items
+                .get(id)
+                .is_some_and(|s| s.request.created_at >= created_before)
+            {
+                break;
+            }
+            let Some(id) = inner.log.pop_front() else {
+                break;
+            };
+            inner.trimmed += 1;
+            if let Some(stored) = inner.items.remove(&id) {
+                inner.evicted += 1;
+                inner.evicted_with_outcome += usize::from(stored.outcome.is_some());
+                visit(&stored);
+                gone += 1;
+            }
+        }
+        gone
+    }
+
+    /// The stream position the next request put takes.
+    pub fn stream_end(&self) -> usize {
+        let inner = lock(&self.inner);
+        inner.trimmed + inner.log.len()
     }
 
     pub fn counts(&self) -> RequestCounts {
         let inner = lock(&self.inner);
         RequestCounts {
-            total: inner.items.len(),
-            with_outcome: inner.items.values().filter(|s| s.outcome.is_some()).count(),
+            total: inner.items.len() + inner.evicted,
+            with_outcome: inner.items.values().filter(|s| s.outcome.is_some()).count()
+                + inner.evicted_with_outcome,
             outcome_writes: inner.outcome_writes,
             refused_outcome_writes: inner.refused_outcome_writes,
             closes_replaced: inner.closes_replaced,
@@ -151,8 +207,8 @@ impl MemoryRequestStore {
         }
     }
 
-    /// Visit every request in stream order, without copying the table (a
-    /// day's requests are too many to clone for a report).
+    /// Visit every request still kept in stream order, without copying the
+    /// table (a day's requests are too many to clone for a report).
     pub fn for_each(&self, mut visit: impl FnMut(&StoredRequest)) {
         let inner = lock(&self.inner);
         for stored in inner.log.iter().filter_map(|id| inner.items.get(id)) {
@@ -187,7 +243,7 @@ impl RequestStore for MemoryRequestStore {
                 outcome: None,
             },
         );
-        inner.log.push(request.request_id.clone());
+        inner.log.push_back(request.request_id.clone());
         Ok(())
     }
 
@@ -409,12 +465,15 @@ impl WindowStore for MemoryWindowStore {
         counts: &CallCounts,
     ) -> Result<(), StoreError> {
         let mut buckets = lock(&self.buckets);
-        buckets
-            .entry(operator.clone())
-            .or_default()
-            .entry(bucket_start)
-            .or_default()
-            .add(counts);
+        let operator = buckets.entry(operator.clone()).or_default();
+        operator.entry(bucket_start).or_default().add(counts);
+        // The table's TTL: a bucket an hour older than the newest is gone.
+        let newest = operator.last_key_value().map(|(start, _)| *start);
+        while let (Some(oldest), Some(newest)) = (operator.first_entry(), newest)
+            && *oldest.key() < newest - BUCKET_TTL
+        {
+            oldest.remove();
+        }
         Ok(())
     }
 
@@ -622,6 +681,65 @@ mod tests {
             created_at: t(),
             deadline: t(),
         }
+    }
+
+    /// Old requests go oldest first, each shown once, counted as they
+    /// were; none a lane may still deliver (at or after `below`) nor any
+    /// newer than the cutoff; the stream's positions keep their numbers.
+    #[tokio::test]
+    async fn eviction_lets_old_requests_go_and_keeps_counting_them() {
+        let store = MemoryRequestStore::new();
+        let at = |s: i64| t() + chrono::TimeDelta::seconds(s);
+        for (i, s) in [0, 1, 2, 3, 10].into_iter().enumerate() {
+            let mut r = request(&format!("r{i}"));
+            r.created_at = at(s);
+            store.put_request(&r).await.unwrap();
+        }
+        let op = request("r0").operator;
+        let answer = Outcome::failed(FailureReason::Timeout, "t", t(), "real-consumer");
+        store.write_outcome(&op, "r0", &answer).await.unwrap();
+        let mut seen = Vec::new();
+        // r3 is still to be delivered: it and what follows stay.
+        let gone = store.evict(at(5), 3, |s| seen.push(s.request.request_id.clone()));
+        assert_eq!(
+            (gone, seen.as_slice()),
+            (3, ["r0", "r1", "r2"].map(String::from).as_slice())
+        );
+        let gone = store.evict(at(5), 100, |s| seen.push(s.request.request_id.clone()));
+        assert_eq!((gone, seen.last().map(String::as_str)), (1, Some("r3")));
+        assert!(store.get(&op, "r1").await.unwrap().is_none());
+        assert!(store.get(&op, "r4").await.unwrap().is_some());
+        let counts = store.counts();
+        assert_eq!((counts.total, counts.with_outcome), (5, 1));
+        // A reader behind the trim starts at the first request kept, at
+        // its own position.
+        let (read, next) = store.read_stream_where(1, 10, |_| true);
+        let positions: Vec<usize> = read.iter().map(|(p, _)| *p).collect();
+        assert_eq!((positions, next, store.stream_end()), (vec![4], 5, 5));
+    }
+
+    /// As the table's TTL: a bucket an hour older than the operator's
+    /// newest is gone, younger ones stay.
+    #[tokio::test]
+    async fn window_buckets_older_than_their_ttl_go() {
+        let window = MemoryWindowStore::new();
+        let op = OperatorId::new("op").unwrap();
+        let at = |s: i64| t() + chrono::TimeDelta::seconds(s);
+        let one = CallCounts {
+            calls: 1,
+            ..CallCounts::default()
+        };
+        for s in [0, 1, 3_601] {
+            window.add(&op, at(s), &one).await.unwrap();
+        }
+        let kept: Vec<DateTime<Utc>> = window
+            .since(&op, at(-10))
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.start)
+            .collect();
+        assert_eq!(kept, vec![at(1), at(3_601)]);
     }
 
     #[tokio::test]

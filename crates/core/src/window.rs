@@ -99,6 +99,10 @@ impl CallCounts {
     }
 }
 
+/// How long a bucket outlives its start before the store removes it (the
+/// Breaker table's TTL): far longer than any window or streak looks back.
+pub const BUCKET_TTL: TimeDelta = TimeDelta::hours(1);
+
 /// One bucket of the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bucket {

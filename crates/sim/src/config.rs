@@ -42,6 +42,13 @@ pub struct MemorySuiteConfig {
     pub aws: Option<AwsModel>,
     /// Seeds the AWS model's draws.
     pub aws_seed: u64,
+    /// How long the Requests store keeps a request after its creation
+    /// (`None`: for the whole run). The table's TTL keeps one a day past its
+    /// deadline; a long simulated day at a marketplace's load cannot keep
+    /// them all in memory, and nothing reads a request minutes after its
+    /// customer was answered. A request a lane has yet to deliver is kept
+    /// whatever its age.
+    pub retain_requests: Option<Duration>,
 }
 
 /// How requests flow from the Requests table(s) to the consumers.
@@ -70,6 +77,7 @@ impl Default for MemorySuiteConfig {
             function_timeout: Duration::from_secs(15),
             aws: None,
             aws_seed: 0,
+            retain_requests: None,
         }
     }
 }

@@ -96,6 +96,17 @@ impl SimLane {
         }
     }
 
+    /// The first stream position this lane may still deliver: its next
+    /// read, or an older record it holds to deliver (again).
+    pub(crate) fn oldest_needed(&self) -> usize {
+        self.redeliver
+            .iter()
+            .chain(&self.unseen)
+            .chain(self.in_flight_batches.values().flatten())
+            .map(|d| d.position)
+            .fold(self.position, usize::min)
+    }
+
     /// Records of the stream the pollers see now, up to `room`: in the AWS
     /// world a poll at most every `poll`, of records written at least a
     /// propagation delay ago (the rest wait, in order, for a later poll).

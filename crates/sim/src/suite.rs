@@ -16,7 +16,9 @@ use lifeboat_core::memory::{
     MemoryTimers, MemoryWindowStore,
 };
 use lifeboat_core::metrics::MemoryMetrics;
-use lifeboat_core::ports::{BreakerStore, BreakerTimers, OperatorApi, RequestStore, StreamRouter};
+use lifeboat_core::ports::{
+    BreakerStore, BreakerTimers, OperatorApi, RequestStore, StoredRequest, StreamRouter,
+};
 use lifeboat_core::probe::BreakerTimer;
 
 use crate::aws::{AwsRuntime, World};
@@ -63,6 +65,13 @@ pub struct Transition {
 /// Reads how many calls the operator has received.
 pub type CallCounter = Box<dyn Fn() -> u64 + Send + Sync>;
 
+/// Shown each request the Requests store lets go
+/// ([`MemorySuiteConfig::retain_requests`]).
+pub type EvictionVisitor = Box<dyn FnMut(&StoredRequest) + Send>;
+
+/// How often the suite lets old requests go, when it keeps them for a while.
+const EVICT_EVERY: Duration = Duration::from_secs(10);
+
 /// The suite in memory (the product's gateway, its functions and the AWS parts around them).
 pub struct MemorySuite {
     pub clock: Arc<dyn Clock>,
@@ -91,6 +100,9 @@ pub struct MemorySuite {
     /// trials included), counted as they are made.
     probes: Arc<AtomicU64>,
     call_counter: Option<CallCounter>,
+    /// Sees each request before it is evicted, and when the next eviction runs.
+    on_evicted: Option<EvictionVisitor>,
+    next_eviction: DateTime<Utc>,
     config: MemorySuiteConfig,
     /// Records given up on after `max_retries` failed deliveries (the
     /// mapping's OnFailure destination).
@@ -259,6 +271,8 @@ impl MemorySuite {
             ledger,
             probes,
             call_counter: None,
+            on_evicted: None,
+            next_eviction: next_tick,
             config,
             discarded: Vec::new(),
             faults,
@@ -331,6 +345,36 @@ impl MemorySuite {
         self.call_counter = Some(counter);
     }
 
+    /// Show `visit` each request the store lets go when it keeps them only
+    /// for [`MemorySuiteConfig::retain_requests`] (the store's counts keep
+    /// counting them; [`MemoryRequestStore::for_each`] no longer sees them).
+    pub fn on_evicted(&mut self, visit: EvictionVisitor) {
+        self.on_evicted = Some(visit);
+    }
+
+    /// Let the requests older than the retention go, none a lane may still
+    /// deliver.
+    fn evict_requests(&mut self) {
+        let Some(retain) = self.config.retain_requests else {
+            return;
+        };
+        let now = self.clock.now();
+        if now < self.next_eviction {
+            return;
+        }
+        self.next_eviction = now + chrono::TimeDelta::from_std(EVICT_EVERY).unwrap_or_default();
+        let below = self
+            .lanes
+            .iter()
+            .map(SimLane::oldest_needed)
+            .fold(self.requests.stream_end(), usize::min);
+        let before = now - chrono::TimeDelta::from_std(retain).unwrap_or_default();
+        match &mut self.on_evicted {
+            Some(visit) => self.requests.evict(before, below, visit),
+            None => self.requests.evict(before, below, |_| {}),
+        };
+    }
+
     /// Run the gateway's side of AWS until the clock reaches `until`.
     pub async fn run_until(&mut self, until: DateTime<Utc>) {
         while self.clock.now() < until {
@@ -357,6 +401,7 @@ impl MemorySuite {
                 InvocationKind::Tick,
             );
         }
+        self.evict_requests();
         self.deliver_timers();
         self.deliver_bus_events();
         // Let the switch run: an invocation that does not wait on the

@@ -19,7 +19,7 @@ use search::Search;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::report::{self, FleetReport};
+use super::report::{self, FleetReport, SearchTally};
 use super::{FLAP, FleetScript, Incident, IncidentKind};
 use crate::demo::customer::ROUTES;
 use crate::demo::suite::SaleDesk;
@@ -33,6 +33,11 @@ const DAYS_AHEAD: u32 = 60;
 /// but under the budget's `slow_after` (0.8), so the breaker never trips and
 /// the slowness stays for the whole incident.
 const BROWNOUT_FACTOR: f64 = 0.78;
+
+/// How long the Requests store keeps a request: ten minutes, far past any
+/// search's budget and a stream record's retries, so that a day at the
+/// priced load keeps minutes of requests, not the day's.
+const REQUESTS_KEPT: Duration = Duration::from_secs(600);
 
 /// One operator call, as the operators saw it.
 #[derive(Debug, Clone)]
@@ -61,10 +66,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Every simulated operator behind one [`OperatorApi`], noting each call.
+/// Every simulated operator behind one [`OperatorApi`], noting each call
+/// to an operator with an incident (the report looks at no other).
 #[derive(Clone)]
 struct Operators {
     by_id: Arc<HashMap<OperatorId, (usize, SimulatedOperator)>>,
+    noted: Arc<BTreeSet<usize>>,
     calls: Arc<Mutex<Vec<CallSeen>>>,
     clock: Arc<dyn Clock>,
     probe: bool,
@@ -86,12 +93,14 @@ impl OperatorApi for Operators {
                 detail: format!("unknown operator {}", call.operator),
             };
         };
-        lock(&self.calls).push(CallSeen {
-            at: self.clock.now(),
-            rank: *rank,
-            probe: self.probe,
-            ping: call.operation == lifeboat_core::Operation::Ping,
-        });
+        if self.noted.contains(rank) {
+            lock(&self.calls).push(CallSeen {
+                at: self.clock.now(),
+                rank: *rank,
+                probe: self.probe,
+                ping: call.operation == lifeboat_core::Operation::Ping,
+            });
+        }
         sim.call(call).await
     }
 }
@@ -106,7 +115,7 @@ pub(crate) struct Day {
     desk: SaleDesk,
     search: Arc<Search>,
     calls: Arc<Mutex<Vec<CallSeen>>>,
-    searches: Arc<Mutex<Vec<SearchSeen>>>,
+    searches: Arc<Mutex<SearchTally>>,
 }
 
 impl Day {
@@ -142,8 +151,10 @@ impl Day {
             })
             .collect();
         let calls = Arc::new(Mutex::new(Vec::new()));
+        let noted: Arc<BTreeSet<usize>> = Arc::new(incidents.iter().map(|i| i.rank).collect());
         let api = |probe: bool| Operators {
             by_id: Arc::new(by_id.clone()),
+            noted: noted.clone(),
             calls: calls.clone(),
             clock: clock.clone(),
             probe,
@@ -155,9 +166,13 @@ impl Day {
                 operators: operators.clone(),
                 settings: script.settings.clone(),
                 lanes: script.lanes,
+                retain_requests: Some(REQUESTS_KEPT),
                 ..MemorySuiteConfig::in_world(script.world, script.seed)
             },
         );
+        let searches = Arc::new(Mutex::new(SearchTally::new(script, &operators)));
+        let tally = searches.clone();
+        gateway.on_evicted(Box::new(move |stored| lock(&tally).request(stored)));
         gateway.requests.set_condition(script.outcome_condition);
         // Probes counted apart from the consumers' calls. The switch is not
         // shared yet: nothing has run.
@@ -185,7 +200,7 @@ impl Day {
             desk,
             search,
             calls,
-            searches: Arc::new(Mutex::new(Vec::new())),
+            searches,
         }
     }
 
@@ -200,6 +215,10 @@ impl Day {
             self.gateway.ledger.clone(),
         ));
         self.desk.play(&mut self.gateway, traffic, |_| {}).await;
+        // The requests still kept, as the store would have let them go.
+        self.gateway
+            .requests
+            .for_each(|stored| lock(&self.searches).request(stored));
         let mut report = report::build(report::Inputs {
             script: &self.script,
             operators: &self.operators,
@@ -209,7 +228,6 @@ impl Day {
             sale_writes: &self.desk.switch.writes(),
             calls: &lock(&self.calls),
             searches: &lock(&self.searches),
-            requests: &self.gateway.requests,
             counts: self.gateway.requests.counts(),
             ledger: &self.gateway.ledger,
             settings: &self.script.settings,
@@ -252,7 +270,7 @@ async fn traffic(
     operators: Vec<OperatorId>,
     (search, http): (Arc<Search>, HttpFunction),
     clock: Arc<TokioClock>,
-    seen: Arc<Mutex<Vec<SearchSeen>>>,
+    seen: Arc<Mutex<SearchTally>>,
     ledger: Arc<Ledger>,
 ) {
     let mut rng = SimRng::new(script.seed);
@@ -307,7 +325,7 @@ async fn traffic(
 async fn one_search(
     (search, http): (Arc<Search>, HttpFunction),
     clock: Arc<TokioClock>,
-    seen: Arc<Mutex<Vec<SearchSeen>>>,
+    seen: Arc<Mutex<SearchTally>>,
     ledger: Arc<Ledger>,
     operator: OperatorId,
     rank: usize,
@@ -332,7 +350,7 @@ async fn one_search(
         _ => InvocationKind::SearchOther,
     };
     ledger.note(kind, 1, calls);
-    lock(&seen).push(SearchSeen {
+    lock(&seen).search(SearchSeen {
         at,
         rank,
         latency: began.elapsed(),
