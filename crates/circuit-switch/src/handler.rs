@@ -30,6 +30,7 @@
 //! other operator: nothing it does grows with what else the Breaker table
 //! holds.
 
+pub mod capacity;
 pub mod input;
 mod streams;
 #[cfg(test)]

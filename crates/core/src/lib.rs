@@ -7,6 +7,7 @@
 pub mod breaker;
 pub mod budget;
 pub mod cache;
+pub mod capacity;
 pub mod cart;
 pub mod clock;
 pub mod cloudwatch;
