@@ -267,6 +267,12 @@ pub(crate) struct FleetArgs {
     /// Seed of every random choice.
     #[arg(long)]
     pub(crate) seed: Option<u64>,
+    /// The real consumer's reserved concurrency in the AWS world (the
+    /// template's RealConsumerConcurrency). By default the template's 100,
+    /// raised to what the stack's capacity check asks of the lanes
+    /// (operators x LaneParallelization).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) real_consumer_concurrency: Option<u64>,
     #[command(flatten)]
     pub(crate) world: WorldArgs,
 }

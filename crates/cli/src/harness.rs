@@ -92,6 +92,7 @@ pub(crate) fn fleet(args: FleetArgs) -> ExitCode {
         searches_per_s,
         lanes,
         seed,
+        real_consumer_concurrency,
         world,
     } = args;
     let defaults = FleetScript::default();
@@ -103,6 +104,7 @@ pub(crate) fn fleet(args: FleetArgs) -> ExitCode {
         duration: std::time::Duration::from_secs_f64(hours * 3600.0),
         searches_per_s,
         lanes,
+        real_consumer_concurrency: real_consumer_concurrency.and_then(|n| usize::try_from(n).ok()),
         ..defaults
     };
     print_report(

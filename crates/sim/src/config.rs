@@ -49,6 +49,9 @@ pub struct MemorySuiteConfig {
     /// customer was answered. A request a lane has yet to deliver is kept
     /// whatever its age.
     pub retain_requests: Option<Duration>,
+    /// The real consumer's reserved concurrency in the AWS world (the
+    /// template's `RealConsumerConcurrency`; shared by every lane).
+    pub real_consumer_concurrency: usize,
 }
 
 /// How requests flow from the Requests table(s) to the consumers.
@@ -78,6 +81,7 @@ impl Default for MemorySuiteConfig {
             aws: None,
             aws_seed: 0,
             retain_requests: None,
+            real_consumer_concurrency: TEMPLATE.real_consumer_concurrency,
         }
     }
 }

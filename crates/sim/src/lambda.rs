@@ -143,12 +143,13 @@ pub(crate) struct Pools {
 }
 
 impl Pools {
-    /// The template's reservations in the AWS world (`charged`); nothing
-    /// capped in the ideal world.
-    pub(crate) fn new(charged: bool) -> Self {
+    /// The template's reservations in the AWS world (`charged`), the real
+    /// consumer's at `real_consumer` (its `RealConsumerConcurrency`);
+    /// nothing capped in the ideal world.
+    pub(crate) fn new(charged: bool, real_consumer: usize) -> Self {
         let capped = |reserved: usize| charged.then_some(reserved);
         Self {
-            real: FunctionPool::new(capped(TEMPLATE.real_consumer_concurrency)),
+            real: FunctionPool::new(capped(real_consumer)),
             fallback: FunctionPool::new(capped(TEMPLATE.fallback_concurrency)),
             switch: FunctionPool::new(capped(TEMPLATE.switch_concurrency)),
             http: FunctionPool::new(None),

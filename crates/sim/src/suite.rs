@@ -158,7 +158,7 @@ impl MemorySuite {
             .aws
             .clone()
             .map(|model| AwsRuntime::new(model, config.aws_seed));
-        let pools = Pools::new(aws.is_some());
+        let pools = Pools::new(aws.is_some(), config.real_consumer_concurrency);
         let control_plane = aws.as_ref().map(ControlPlane::new);
         let metrics = Arc::new(MemoryMetrics::folded());
         let faults = config

@@ -167,6 +167,7 @@ impl Day {
                 settings: script.settings.clone(),
                 lanes: script.lanes,
                 retain_requests: Some(REQUESTS_KEPT),
+                real_consumer_concurrency: script.real_consumer_concurrency(),
                 ..MemorySuiteConfig::in_world(script.world, script.seed)
             },
         );

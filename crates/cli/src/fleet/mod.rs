@@ -13,12 +13,13 @@ pub mod report;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use lifeboat_core::capacity::Lanes;
 use lifeboat_core::memory::OutcomeCondition;
 use lifeboat_core::settings::Settings;
 use lifeboat_operator::OutageMode;
 use lifeboat_sim::LaneLayout;
 use lifeboat_sim::World;
-use lifeboat_sim::aws::template_settings;
+use lifeboat_sim::aws::{TEMPLATE, template_settings};
 
 pub use report::FleetReport;
 
@@ -45,6 +46,10 @@ pub struct FleetScript {
     pub world: World,
     /// The gateway's `OPERATOR_SETTINGS` (by default the template's).
     pub settings: Settings,
+    /// The real consumer's reserved concurrency (`RealConsumerConcurrency`);
+    /// `None`: the template's default, raised to what the stack's capacity
+    /// check asks of this many lanes ([`FleetScript::real_consumer_concurrency`]).
+    pub real_consumer_concurrency: Option<usize>,
 }
 
 impl Default for FleetScript {
@@ -61,6 +66,7 @@ impl Default for FleetScript {
             outcome_condition: OutcomeCondition::default(),
             world: World::default(),
             settings: template_settings(),
+            real_consumer_concurrency: None,
         }
     }
 }
@@ -131,6 +137,25 @@ impl FleetScript {
         let weight = |k: usize| 1.0 / ((k + 1) as f64).powf(self.zipf);
         let total: f64 = (0..self.operators).map(weight).sum();
         self.searches_per_s * weight(rank) / total
+    }
+
+    /// The real consumer's reservation the day runs with: the one given, or
+    /// the template's default raised to what the capacity check
+    /// (`lifeboat_core::capacity`) accepts for the day's lanes at the
+    /// template's parallelization.
+    pub fn real_consumer_concurrency(&self) -> usize {
+        let lanes = Lanes {
+            operators: match self.lanes {
+                LaneLayout::PerOperator => self.operators,
+                LaneLayout::Shared => 1,
+            },
+            parallelization: TEMPLATE.parallelization,
+        };
+        self.real_consumer_concurrency.unwrap_or_else(|| {
+            lanes
+                .real_consumer_needed()
+                .max(TEMPLATE.real_consumer_concurrency)
+        })
     }
 
     /// The operators' names, by traffic rank.

@@ -38,6 +38,10 @@ pub struct FleetReport {
     /// the fleet folds its figures as they happen, so this follows the
     /// operators and the requests kept, not the searches played.
     pub peak_resident_mb: Option<f64>,
+    /// The real consumer's reserved concurrency the day ran with (the
+    /// template's `RealConsumerConcurrency`, as the capacity check asks for
+    /// this many lanes unless given).
+    pub real_consumer_concurrency: usize,
     pub incidents: Vec<IncidentReport>,
     /// Openings (from closed) outside the operator's own incidents and
     /// their aftermath: of any operator, the busiest ones with an incident
@@ -371,6 +375,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         },
         searches_per_s: inputs.script.searches_per_s,
         peak_resident_mb: peak_resident_mb(),
+        real_consumer_concurrency: inputs.script.real_consumer_concurrency(),
         incidents,
         false_trips,
         false_trips_by_operator,
