@@ -405,7 +405,7 @@ impl Lookup {
             .budgets
             .for_operation(operation);
         let created_at = self.clock.now();
-        let wait = TimeDelta::from_std(budget.timeout).unwrap_or(TimeDelta::zero());
+        let wait = TimeDelta::from_std(budget.asker_wait()).unwrap_or(TimeDelta::zero());
         let deadline = created_at + wait;
         let mut request = RequestRecord {
             request_id: merged_request_id(&CacheKey::new(operator, operation, params), created_at),
@@ -445,7 +445,8 @@ impl Lookup {
         };
         let close = written.then_some(&request);
         (
-            self.await_outcome(&request, budget.timeout, close).await,
+            self.await_outcome(&request, budget.asker_wait(), close)
+                .await,
             written,
         )
     }
