@@ -126,8 +126,8 @@ class Operator(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def serve_operator():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Operator)
+def serve_operator(address):
+    server = http.server.ThreadingHTTPServer((address, 0), Operator)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -184,7 +184,19 @@ def provision(moto):
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
         return url, arn["Attributes"]["QueueArn"]
 
-    offsale_url, _ = queue("lifeboat-offsale", {"VisibilityTimeout": "90"})
+    offsale_url, offsale_arn = queue("lifeboat-offsale", {"VisibilityTimeout": "90"})
+    # BreakerStateChangedRule: the switch's Breaker State Changed events
+    # reach OffsaleQueue (moto delivers a rule's events to an SQS target).
+    events.put_rule(
+        Name="lifeboat-breaker-state-changed",
+        EventBusName=NAMES["bus"],
+        EventPattern='{"source": ["lifeboat"], "detail-type": ["Breaker State Changed"]}',
+    )
+    events.put_targets(
+        Rule="lifeboat-breaker-state-changed",
+        EventBusName=NAMES["bus"],
+        Targets=[{"Id": "offsale-queue", "Arn": offsale_arn}],
+    )
     timer_url, _ = queue("lifeboat-breaker-timer", {"VisibilityTimeout": "30"})
     _, failed_arn = queue("lifeboat-requests-failed")
 
@@ -218,7 +230,9 @@ def provision(moto):
     for op, stream in streams.items():
         lam.create_event_source_mapping(
             EventSourceArn=stream,
-            FunctionName=functions["real-consumer"],
+            # by name, as lifeboat-local does: moto lists a function's
+            # mappings only under the name they were created with
+            FunctionName="real-consumer",
             StartingPosition="LATEST",
             BatchSize=50,
             FilterCriteria={
@@ -236,6 +250,8 @@ def provision(moto):
         "lambda": lam,
         "streams": streams,
         "offsale_url": offsale_url,
+        "offsale_arn": offsale_arn,
+        "sqs": sqs,
         "timer_url": timer_url,
         "functions": functions,
     }
@@ -277,7 +293,8 @@ def function_env(moto, operator_base, res):
             "SALE_RETRY_MAX_ATTEMPTS": "8",
             "SALE_SWITCH_TIMEOUT_MS": "2000",
             "SALE_ON_SALE_AT": "closed",
-            "SALE_ON_SALE_HOLD_S": "60",
+            # no holds: each change is written at once, within one invoke
+            "SALE_ON_SALE_HOLD_S": "0",
             "SALE_OFF_SALE_HOLD_S": "0",
             "SELF_FAULT_SHARE": "0.5",
         }
@@ -379,9 +396,10 @@ def http_event(method, path, query="", body=None):
 
 
 class Invoker:
-    def __init__(self, template, env_file, state, arch):
+    def __init__(self, template, env_file, state, arch, host_address):
         self.template = template
         self.arch = arch
+        self.host_address = host_address
         self.env_file = env_file
         self.state = state
         self.rows = []
@@ -400,7 +418,7 @@ class Invoker:
                 "--template", str(self.template),
                 "--event", str(path),
                 "--env-vars", str(self.env_file),
-                "--docker-network", "host",
+                "--add-host", f"localhost:{self.host_address}",
                 "--skip-pull-image",
                 "--language-extensions",
                 "--parameter-overrides", f"Architecture={self.arch}",
@@ -429,7 +447,14 @@ class Invoker:
         answer, run, seconds, log = self.invoke(function, label, event)
         try:
             check(run.returncode == 0, f"sam local invoke exited {run.returncode}")
-            check(answer is not None, "no JSON answer on stdout")
+            if answer is None:
+                # An init failure (the function exited before answering)
+                # prints no answer: name its error from the log.
+                errors = [
+                    line.strip() for line in run.stderr.splitlines()
+                    if line.startswith("Error:") or "[ERROR]" in line or "panicked" in line
+                ]
+                raise Failed("no answer: " + (" / ".join(errors[:2]) or "nothing on stdout"))
             check(
                 not (isinstance(answer, dict) and "errorType" in answer),
                 f"function error {answer.get('errorType') if isinstance(answer, dict) else ''}: "
@@ -502,14 +527,16 @@ def run_all(inv, res, operator):
 
         inv.step(function, "dynamodb-foreign-and-malformed", event, malformed)
 
-    # Search: no cached answer yet, so it writes a request and waits its
-    # budget for an outcome nobody delivers (no stream poller here) ...
+    # Search: nothing cached for this question yet, so it writes a request
+    # and waits its budget (3 s) for an outcome that nothing delivers here
+    # (no stream poller runs under `sam local`): 503, reason timeout ...
     search_event = fixture("http-api-get-sailings.json")
     question = search_event["queryStringParameters"]
     written = {}
 
     def first_search(answer):
-        body = http_answer(answer, 200)
+        body = http_answer(answer, 503)
+        check(body.get("reason") == "timeout", f"reason {body.get('reason')!r}, expected 'timeout': {body}")
         items = ddb.scan(TableName=PREFIX + "nordic")["Items"]
         mine = [
             i for i in items
@@ -518,7 +545,7 @@ def run_all(inv, res, operator):
         ]
         check(mine, "search wrote no request to lifeboat-requests-nordic")
         written["item"] = mine[-1]
-        return f"HTTP 200, request {mine[-1]['request_id']['S'][:8]} written"
+        return f"HTTP 503 (timeout), request {mine[-1]['request_id']['S'][:8]} written"
 
     first = inv.step("SearchFunction", "http-api-get-sailings", search_event, first_search)
 
@@ -527,6 +554,15 @@ def run_all(inv, res, operator):
     if "item" in written:
         calls_before = len(Operator.calls)
         rid = written["item"]["request_id"]["S"]
+        # As the stream would deliver it while search waits: as search
+        # wrote it (without the "expired" outcome search wrote when its
+        # budget ran out), created now and its deadline ahead.
+        item = written["item"]
+        item.pop("outcome", None)
+        now = datetime.now(timezone.utc)
+        item["created_at"] = {"S": iso(now)}
+        item["deadline"] = {"S": iso(now + timedelta(seconds=60))}
+        ddb.put_item(TableName=PREFIX + "nordic", Item=item)
 
         def answered(answer):
             check(batch_failures(answer) == [], f"batchItemFailures {answer['batchItemFailures']}")
@@ -593,12 +629,33 @@ def run_all(inv, res, operator):
         for m in lam.list_event_source_mappings(EventSourceArn=res["streams"][op])["EventSourceMappings"]:
             return m["FunctionArn"]
 
-    def no_error(answer):
-        return json.dumps(answer)[:60]
+    def decisions(answer, expected):
+        """The switch's report: one decision per operator named in
+        `expected` (operator: (from, to, changed, reason or None))."""
+        check(isinstance(answer, dict) and "decisions" in answer, f"no decisions in {answer}")
+        got = {d["operator"]: d for d in answer["decisions"]}
+        for op, (frm, to, changed, reason) in expected.items():
+            d = got.get(op)
+            check(d is not None, f"no decision for {op}: {answer['decisions']}")
+            check(
+                (d["from"], d["to"], d["changed"]) == (frm, to, changed)
+                and (reason is None or d["reason"] == reason),
+                f"{op}: {d['from']} -> {d['to']} changed={d['changed']} ({d['reason']}), "
+                f"expected {frm} -> {to} changed={changed}" + (f" ({reason})" if reason else ""),
+            )
+        check(answer.get("batchItemFailures", []) == [], f"batchItemFailures {answer.get('batchItemFailures')}")
+        return "; ".join(f"{op} {d[0]} -> {d[1]}" for op, d in expected.items())
 
-    inv.step("CircuitSwitchFunction", "schedule-tick", fixture("schedule-tick.json"), no_error)
+    inv.step(
+        "CircuitSwitchFunction", "schedule-tick", fixture("schedule-tick.json"),
+        lambda a: decisions(a, {
+            "nordic": ("closed", "closed", False, None),
+            "baltic": ("closed", "closed", False, None),
+        }),
+    )
 
     def alarm_opened(answer):
+        decisions(answer, {"nordic": ("closed", "open", True, f"alarm {ALARM} in ALARM")})
         item = breaker()
         check(item, f"no breaker item for nordic in {NAMES['breaker']}")
         state = json.dumps(item)
@@ -608,25 +665,89 @@ def run_all(inv, res, operator):
         return "nordic open, lane on the fallback consumer"
 
     inv.step("CircuitSwitchFunction", "cloudwatch-alarm-state-change", fixture("cloudwatch-alarm-state-change.json"), alarm_opened)
-    for name in ("cloudwatch-alarm-lambda-action", "trip-requested", "trials-passed"):
-        inv.step("CircuitSwitchFunction", name, fixture(name), no_error)
 
+    # What the switch announced, as BreakerStateChangedRule put it on
+    # OffsaleQueue, handed to the off-sale listener as OffsaleQueueMapping
+    # would: the listener takes nordic off sale, and later back on.
+    def sale_status():
+        item = ddb.get_item(TableName=NAMES["sale_status"], Key={"operator": {"S": "nordic"}}).get("Item", {})
+        return item.get("applied_status", {}).get("S")
+
+    def announced_changes(label, status):
+        messages = []
+        deadline = time.monotonic() + 10
+        while not messages and time.monotonic() < deadline:
+            messages = res["sqs"].receive_message(
+                QueueUrl=res["offsale_url"], MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                AttributeNames=["All"],
+            ).get("Messages", [])
+        base = fixture("sqs-breaker-state-changed.json")["Records"][0]
+        records = []
+        for m in messages:
+            record = copy.deepcopy(base)
+            record.update(
+                messageId=m["MessageId"], receiptHandle=m["ReceiptHandle"], body=m["Body"],
+                md5OfBody=m["MD5OfBody"], eventSourceARN=res["offsale_arn"],
+            )
+            record["attributes"].update(
+                {k: v for k, v in m.get("Attributes", {}).items() if k in record["attributes"]}
+            )
+            records.append(record)
+
+        def applied(answer):
+            check(records, "no Breaker State Changed reached lifeboat-offsale from the bus")
+            check(batch_failures(answer) == [], f"batchItemFailures {answer['batchItemFailures']}")
+            check(sale_status() == status, f"nordic's applied_status is {sale_status()!r}, expected {status!r}")
+            return f"{len(records)} change from the bus, nordic {status}"
+
+        inv.step("OffsaleListenerFunction", label, {"Records": records}, applied)
+
+    announced_changes("Breaker State Changed (open)", "off_sale")
+
+    for name, reason in (
+        ("cloudwatch-alarm-lambda-action", "alarm only opens a closed breaker"),
+        ("trip-requested", "trip request for an older version"),
+        ("trials-passed", "not half-open"),
+    ):
+        inv.step(
+            "CircuitSwitchFunction", name, fixture(f"{name}.json"),
+            lambda a, reason=reason: decisions(a, {"nordic": ("open", "open", False, reason)}),
+        )
+
+    # nordic's timer: the switch probes the open breaker with the last
+    # search nordic answered (the one above), the stub answers, and two
+    # trials later the breaker is closed and the lane back on the real
+    # consumer.
     def timer(answer):
+        got = [(d["operator"], d["from"], d["to"]) for d in answer.get("decisions", [])]
+        expected = [("nordic", "open", "half_open"), ("nordic", "half_open", "closed")]
+        check(got == expected, f"decisions {got}, expected {expected}")
+        check(answer.get("probe_calls", 0) >= 1, "no probe call")
         check(batch_failures(answer) == [], f"batchItemFailures {answer['batchItemFailures']}")
-        return "no batch item failures"
+        target = lane_target()
+        check(target == res["functions"]["real-consumer"], f"nordic's lane points at {target}")
+        return f"probed ({answer['probe_calls']} calls), nordic closed, lane on the real consumer"
 
     inv.step("CircuitSwitchFunction", "sqs-breaker-timer", fixture("sqs-breaker-timer.json"), timer)
+    announced_changes("Breaker State Changed (closed)", "on_sale")
 
     def forced(answer):
+        decisions(answer, {"nordic": ("closed", "forced_open", True, None)})
         state = json.dumps(breaker())
         check("forced_open" in state, f"nordic's breaker is not forced open: {state[:300]}")
         return "nordic forced open"
 
     inv.step("CircuitSwitchFunction", "operator-command", fixture("operator-command.json"), forced)
 
+    before = sale_status()
+
     def listener(answer):
-        failures = batch_failures(answer)
-        return f"{len(failures)} batch item failures"
+        # Versions 7 and 8 of nordic's breaker, which the Breaker table has
+        # never seen: not believed, dropped and acknowledged (no retry), and
+        # the sale status stays as it was.
+        check(batch_failures(answer) == [], f"batchItemFailures {answer['batchItemFailures']}")
+        check(sale_status() == before, f"nordic's applied_status moved from {before!r} to {sale_status()!r}")
+        return "changes the Breaker table never made dropped"
 
     inv.step("OffsaleListenerFunction", "sqs-breaker-state-changed", fixture("sqs-breaker-state-changed.json"), listener)
 
@@ -645,7 +766,7 @@ def start_api(inv, question):
                 "sam", "local", "start-api",
                 "--template", str(inv.template),
                 "--env-vars", str(inv.env_file),
-                "--docker-network", "host",
+                "--add-host", f"localhost:{inv.host_address}",
                 "--skip-pull-image",
                 "--language-extensions",
                 "--parameter-overrides", f"Architecture={inv.arch}",
@@ -728,6 +849,7 @@ def free_port():
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--moto", required=True)
+    parser.add_argument("--host-address", required=True, help="this machine's address on podman's network")
     parser.add_argument("--build-dir", required=True, type=Path)
     parser.add_argument("--state", required=True, type=Path)
     parser.add_argument("--arch", required=True, choices=["arm64", "x86_64"], help="the template's Architecture")
@@ -736,13 +858,17 @@ def main():
     state = args.state.resolve()
     state.mkdir(parents=True, exist_ok=True)
 
-    operator = serve_operator()
-    operator_base = f"http://127.0.0.1:{operator.server_address[1]}"
+    operator = serve_operator(args.host_address)
+    # The functions call operators over http only on loopback: in their
+    # containers `localhost` also names this machine (--add-host), and with
+    # nothing listening on the container's own loopback their HTTP client
+    # goes on to that address, where the stub listens.
+    operator_base = f"http://localhost:{operator.server_address[1]}"
     res = provision(args.moto)
     env_file = state / "env.json"
     env_file.write_text(json.dumps(function_env(args.moto, operator_base, res), indent=1))
     template = local_template(args.build_dir.resolve())
-    inv = Invoker(template, env_file, state, args.arch)
+    inv = Invoker(template, env_file, state, args.arch, args.host_address)
     print(f"{'function':<26} {'event':<34} {'time':>7}  result", flush=True)
     try:
         run_all(inv, res, operator)
