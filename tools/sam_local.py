@@ -24,6 +24,7 @@ import copy
 import http.server
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -450,11 +451,12 @@ class Invoker:
             if answer is None:
                 # An init failure (the function exited before answering)
                 # prints no answer: name its error from the log.
+                lines = [line.strip() for line in run.stderr.splitlines() if line.strip()]
                 errors = [
-                    line.strip() for line in run.stderr.splitlines()
+                    line for line in lines
                     if line.startswith("Error:") or "[ERROR]" in line or "panicked" in line
                 ]
-                raise Failed("no answer: " + (" / ".join(errors[:2]) or "nothing on stdout"))
+                raise Failed("no answer: " + " / ".join(errors[:2] or lines[-2:] or ["nothing printed"]))
             check(
                 not (isinstance(answer, dict) and "errorType" in answer),
                 f"function error {answer.get('errorType') if isinstance(answer, dict) else ''}: "
@@ -488,42 +490,51 @@ def run_all(inv, res, operator):
     ddb = res["ddb"]
     lam = res["lambda"]
 
-    def outcomes(stored):
-        missing = [
-            rid for op, rid in stored
-            if "outcome" not in ddb.get_item(TableName=PREFIX + op, Key={"request_id": {"S": rid}}).get("Item", {})
-        ]
-        check(not missing, f"no outcome written on {missing}")
+    def outcomes(stored, status, by):
+        """Every stored request has an outcome of `status` written by `by`."""
+        for op, rid in stored:
+            item = ddb.get_item(TableName=PREFIX + op, Key={"request_id": {"S": rid}}).get("Item", {})
+            check("outcome" in item, f"no outcome written on {rid}")
+            outcome = item["outcome"]["M"]
+            got = (outcome.get("status", {}).get("S"), outcome.get("by", {}).get("S"))
+            check(got == (status, by), f"{rid}: outcome {got}, expected {(status, by)}: {outcome}")
 
     def outcome_of(op, rid):
         return ddb.get_item(TableName=PREFIX + op, Key={"request_id": {"S": rid}})["Item"]["outcome"]
 
     # The consumers, each on freshly stored requests (an outcome already
     # written would be left alone).
+    written_by = {
+        "RealConsumerFunction": ("answered", "real-consumer"),
+        "FallbackConsumerFunction": ("failed", "fallback-consumer"),
+    }
     for function in ("RealConsumerFunction", "FallbackConsumerFunction"):
         calls_before = len(Operator.calls)
         event, stored = fresh_requests(fixture("dynamodb-insert-requests.json"), ddb)
 
         def inserts(answer, stored=stored, function=function, calls_before=calls_before):
             check(batch_failures(answer) == [], f"batchItemFailures {answer['batchItemFailures']}")
-            outcomes(stored)
+            check(len(stored) == 3, f"{len(stored)} requests stored, expected 3")
+            outcomes(stored, *written_by[function])
             calls = len(Operator.calls) - calls_before
             if function == "RealConsumerFunction":
                 check(calls == 3, f"{calls} operator calls, expected 3 (two searches, one price)")
-                return f"3 outcomes, {calls} operator calls"
+                return f"3 answered, {calls} operator calls"
             check(calls == 0, f"the fallback consumer called the operator {calls} times")
-            return "3 outcomes, failed fast"
+            return "3 failed fast, no operator call"
 
         inv.step(function, "dynamodb-insert-requests", event, inserts)
 
         event, stored = fresh_requests(fixture("dynamodb-foreign-and-malformed.json"), ddb)
 
-        def malformed(answer, stored=stored):
+        def malformed(answer, stored=stored, function=function):
             # One bad record fails that record (quarantined, an Operator
-            # Request Failed event), never the batch.
+            # Request Failed event), never the batch; the one good request
+            # gets its outcome.
             check(batch_failures(answer) == [], f"batchItemFailures {answer['batchItemFailures']}")
-            outcomes(stored)
-            return f"no batch item failures, {len(stored)} outcome"
+            check(len(stored) == 1, f"{len(stored)} requests stored, expected the one good request")
+            outcomes(stored, *written_by[function])
+            return f"no batch item failures, the good request {written_by[function][0]}"
 
         inv.step(function, "dynamodb-foreign-and-malformed", event, malformed)
 
@@ -847,6 +858,9 @@ def free_port():
 
 
 def main():
+    # Stopped by tools/sam-local's trap: unwind, so the `sam local` child
+    # (invoke or start-api) is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--moto", required=True)
     parser.add_argument("--host-address", required=True, help="this machine's address on podman's network")
