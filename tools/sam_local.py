@@ -3,27 +3,29 @@
 Run by tools/sam-local (with the pinned venv's python, which has boto3 from
 moto and SAM CLI's own YAML reader) once podman serves the Docker API, the
 base image is there, the functions are built for this machine and moto
-listens:
+listens on the podman bridge's gateway address:
 
-    python tools/sam_local.py --moto http://127.0.0.1:PORT \
-        --build-dir .aws-sam/host-build --state target/sam-local [--api]
+    python tools/sam_local.py --moto http://GATEWAY:PORT --host-address GATEWAY \
+        --build-dir .aws-sam/host-build --state target/sam-local --arch x86_64 [--api]
 
 It provisions in moto what the template declares for the functions (the
 Requests tables of nordic and baltic with their streams and mappings, the
-Breaker, Cache, Carts and SaleStatus tables, the bus, the queues), serves a
-stub operator API on a free loopback port, and invokes every function with
-`sam local invoke` on the payloads of tests/events/, checking each answer and
-what the function wrote to moto. `sam local invoke` exits 0 when the function
-fails, so an answer with `errorType`, an HTTP status other than the one
-expected, or a missing write fails the run. Prints one line per invocation
-(function, event, result, seconds) and exits non-zero on any failure.
+Breaker, Cache, Carts and SaleStatus tables, the bus with
+BreakerStateChangedRule, the queues), serves a stub operator API beside moto,
+and invokes every function with `sam local invoke` on the payloads of
+tests/events/, checking each answer and what the function wrote to moto.
+`sam local invoke` exits 0 when the function fails, so an answer with
+`errorType`, no answer (a function that did not start), an HTTP status or a
+report other than the one expected, or a missing write fails the run. With
+--api it then serves search and cart with `sam local start-api` and takes a
+search and two cart steps over HTTP. Prints one line per invocation
+(function, event, seconds, result) and exits non-zero on any failure.
 """
 
 import argparse
 import copy
 import http.server
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -154,7 +156,8 @@ def provision(moto):
     def table(name, keys, stream=False):
         attrs = [{"AttributeName": k, "AttributeType": "S"} for k in keys]
         schema = [
-            {"AttributeName": k, "KeyType": t} for k, t in zip(keys, ["HASH", "RANGE"])
+            {"AttributeName": k, "KeyType": t}
+            for k, t in zip(keys, ["HASH", "RANGE"], strict=False)
         ]
         extra = {}
         if stream:
@@ -171,8 +174,7 @@ def provision(moto):
         )["TableDescription"]
 
     streams = {
-        op: table(PREFIX + op, ["request_id"], stream=True)["LatestStreamArn"]
-        for op in OPERATORS
+        op: table(PREFIX + op, ["request_id"], stream=True)["LatestStreamArn"] for op in OPERATORS
     }
     table(NAMES["breaker"], ["operator", "item"])
     table(NAMES["cache"], ["cache_key"])
@@ -228,7 +230,7 @@ def provision(moto):
             Handler="bootstrap",
             Code={"ZipFile": b"PK\x05\x06" + b"\0" * 18},
         )["FunctionArn"]
-    for op, stream in streams.items():
+    for stream in streams.values():
         lam.create_event_source_mapping(
             EventSourceArn=stream,
             # by name, as lifeboat-local does: moto lists a function's
@@ -415,15 +417,24 @@ class Invoker:
         started = time.monotonic()
         run = subprocess.run(
             [
-                "sam", "local", "invoke", function,
-                "--template", str(self.template),
-                "--event", str(path),
-                "--env-vars", str(self.env_file),
-                "--add-host", f"localhost:{self.host_address}",
+                "sam",
+                "local",
+                "invoke",
+                function,
+                "--template",
+                str(self.template),
+                "--event",
+                str(path),
+                "--env-vars",
+                str(self.env_file),
+                "--add-host",
+                f"localhost:{self.host_address}",
                 "--skip-pull-image",
                 "--language-extensions",
-                "--parameter-overrides", f"Architecture={self.arch}",
-                "--region", REGION,
+                "--parameter-overrides",
+                f"Architecture={self.arch}",
+                "--region",
+                REGION,
             ],
             capture_output=True,
             text=True,
@@ -432,7 +443,9 @@ class Invoker:
         seconds = time.monotonic() - started
         log = self.state / "logs" / f"{function}-{label}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(f"$ sam local invoke {function} ({label})\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}")
+        log.write_text(
+            f"$ sam local invoke {function} ({label})\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
+        )
         answer = None
         for line in reversed(run.stdout.strip().splitlines()):
             try:
@@ -453,10 +466,13 @@ class Invoker:
                 # prints no answer: name its error from the log.
                 lines = [line.strip() for line in run.stderr.splitlines() if line.strip()]
                 errors = [
-                    line for line in lines
+                    line
+                    for line in lines
                     if line.startswith("Error:") or "[ERROR]" in line or "panicked" in line
                 ]
-                raise Failed("no answer: " + " / ".join(errors[:2] or lines[-2:] or ["nothing printed"]))
+                raise Failed(
+                    "no answer: " + " / ".join(errors[:2] or lines[-2:] or ["nothing printed"])
+                )
             check(
                 not (isinstance(answer, dict) and "errorType" in answer),
                 f"function error {answer.get('errorType') if isinstance(answer, dict) else ''}: "
@@ -473,34 +489,44 @@ class Invoker:
 
 
 def batch_failures(answer):
-    check(isinstance(answer, dict) and "batchItemFailures" in answer, f"no batchItemFailures in {answer}")
+    check(
+        isinstance(answer, dict) and "batchItemFailures" in answer,
+        f"no batchItemFailures in {answer}",
+    )
     return answer["batchItemFailures"]
 
 
 def http_answer(answer, status):
     check(isinstance(answer, dict) and "statusCode" in answer, f"not an HTTP answer: {answer}")
-    check(answer["statusCode"] == status, f"HTTP {answer['statusCode']}, expected {status}: {answer.get('body')}")
+    check(
+        answer["statusCode"] == status,
+        f"HTTP {answer['statusCode']}, expected {status}: {answer.get('body')}",
+    )
     try:
         return json.loads(answer.get("body") or "null")
     except ValueError:
-        raise Failed(f"body is not JSON: {answer.get('body')!r}")
+        raise Failed(f"body is not JSON: {answer.get('body')!r}") from None
 
 
-def run_all(inv, res, operator):
+def run_all(inv, res):
     ddb = res["ddb"]
     lam = res["lambda"]
 
     def outcomes(stored, status, by):
         """Every stored request has an outcome of `status` written by `by`."""
         for op, rid in stored:
-            item = ddb.get_item(TableName=PREFIX + op, Key={"request_id": {"S": rid}}).get("Item", {})
+            item = ddb.get_item(TableName=PREFIX + op, Key={"request_id": {"S": rid}}).get(
+                "Item", {}
+            )
             check("outcome" in item, f"no outcome written on {rid}")
             outcome = item["outcome"]["M"]
             got = (outcome.get("status", {}).get("S"), outcome.get("by", {}).get("S"))
             check(got == (status, by), f"{rid}: outcome {got}, expected {(status, by)}: {outcome}")
 
     def outcome_of(op, rid):
-        return ddb.get_item(TableName=PREFIX + op, Key={"request_id": {"S": rid}})["Item"]["outcome"]
+        return ddb.get_item(TableName=PREFIX + op, Key={"request_id": {"S": rid}})["Item"][
+            "outcome"
+        ]
 
     # The consumers, each on freshly stored requests (an outcome already
     # written would be left alone).
@@ -547,10 +573,14 @@ def run_all(inv, res, operator):
 
     def first_search(answer):
         body = http_answer(answer, 503)
-        check(body.get("reason") == "timeout", f"reason {body.get('reason')!r}, expected 'timeout': {body}")
+        check(
+            body.get("reason") == "timeout",
+            f"reason {body.get('reason')!r}, expected 'timeout': {body}",
+        )
         items = ddb.scan(TableName=PREFIX + "nordic")["Items"]
         mine = [
-            i for i in items
+            i
+            for i in items
             if i.get("operation", {}).get("S") == "search"
             and i.get("params", {}).get("M", {}).get("date", {}).get("S") == question["date"]
         ]
@@ -558,7 +588,7 @@ def run_all(inv, res, operator):
         written["item"] = mine[-1]
         return f"HTTP 503 (timeout), request {mine[-1]['request_id']['S'][:8]} written"
 
-    first = inv.step("SearchFunction", "http-api-get-sailings", search_event, first_search)
+    inv.step("SearchFunction", "http-api-get-sailings", search_event, first_search)
 
     # ... the real consumer answers that request as the stream would hand it
     # over, which fills the cache ...
@@ -593,7 +623,10 @@ def run_all(inv, res, operator):
         def cached_search(answer):
             body = http_answer(answer, 200)
             text = json.dumps(body)
-            check("NRD-HEL-TLL-20261224-0730" in text, f"the operator's sailings are not in the answer: {text[:300]}")
+            check(
+                "NRD-HEL-TLL-20261224-0730" in text,
+                f"the operator's sailings are not in the answer: {text[:300]}",
+            )
             return "HTTP 200 with the operator's sailings"
 
         inv.step("SearchFunction", "http-api-get-sailings (cached)", search_event, cached_search)
@@ -614,30 +647,45 @@ def run_all(inv, res, operator):
     inv.step(
         "CartFunction",
         "POST /carts",
-        http_event("POST", "/carts", body={
-            "operator": "nordic", "sailing_id": sailing, "from": "HEL", "to": "TLL",
-            "date": question["date"], "passengers": 2,
-        }),
+        http_event(
+            "POST",
+            "/carts",
+            body={
+                "operator": "nordic",
+                "sailing_id": sailing,
+                "from": "HEL",
+                "to": "TLL",
+                "date": question["date"],
+                "passengers": 2,
+            },
+        ),
         opened,
     )
     if "id" in cart:
+
         def got(answer):
             body = http_answer(answer, 200)
             check(cart["id"] in json.dumps(body), "another cart came back")
             return "HTTP 200, the stored cart"
 
-        inv.step("CartFunction", "GET /carts/{cart_id}", http_event("GET", f"/carts/{cart['id']}"), got)
+        inv.step(
+            "CartFunction", "GET /carts/{cart_id}", http_event("GET", f"/carts/{cart['id']}"), got
+        )
 
     # The circuit switch, through the events that wake it, in an order that
     # moves nordic's breaker: the alarm opens it (and re-points nordic's
     # lane to the fallback consumer), the duplicate alarm payload and the
     # stale trip and trials change nothing, the operator's command pins it.
     def breaker(op="nordic"):
-        item = ddb.get_item(TableName=NAMES["breaker"], Key={"operator": {"S": op}, "item": {"S": "breaker"}}).get("Item")
+        item = ddb.get_item(
+            TableName=NAMES["breaker"], Key={"operator": {"S": op}, "item": {"S": "breaker"}}
+        ).get("Item")
         return item
 
     def lane_target(op="nordic"):
-        for m in lam.list_event_source_mappings(EventSourceArn=res["streams"][op])["EventSourceMappings"]:
+        for m in lam.list_event_source_mappings(EventSourceArn=res["streams"][op])[
+            "EventSourceMappings"
+        ]:
             return m["FunctionArn"]
 
     def decisions(answer, expected):
@@ -654,15 +702,23 @@ def run_all(inv, res, operator):
                 f"{op}: {d['from']} -> {d['to']} changed={d['changed']} ({d['reason']}), "
                 f"expected {frm} -> {to} changed={changed}" + (f" ({reason})" if reason else ""),
             )
-        check(answer.get("batchItemFailures", []) == [], f"batchItemFailures {answer.get('batchItemFailures')}")
+        check(
+            answer.get("batchItemFailures", []) == [],
+            f"batchItemFailures {answer.get('batchItemFailures')}",
+        )
         return "; ".join(f"{op} {d[0]} -> {d[1]}" for op, d in expected.items())
 
     inv.step(
-        "CircuitSwitchFunction", "schedule-tick", fixture("schedule-tick.json"),
-        lambda a: decisions(a, {
-            "nordic": ("closed", "closed", False, None),
-            "baltic": ("closed", "closed", False, None),
-        }),
+        "CircuitSwitchFunction",
+        "schedule-tick",
+        fixture("schedule-tick.json"),
+        lambda a: decisions(
+            a,
+            {
+                "nordic": ("closed", "closed", False, None),
+                "baltic": ("closed", "closed", False, None),
+            },
+        ),
     )
 
     def alarm_opened(answer):
@@ -675,30 +731,46 @@ def run_all(inv, res, operator):
         check(target == res["functions"]["fallback-consumer"], f"nordic's lane points at {target}")
         return "nordic open, lane on the fallback consumer"
 
-    inv.step("CircuitSwitchFunction", "cloudwatch-alarm-state-change", fixture("cloudwatch-alarm-state-change.json"), alarm_opened)
+    inv.step(
+        "CircuitSwitchFunction",
+        "cloudwatch-alarm-state-change",
+        fixture("cloudwatch-alarm-state-change.json"),
+        alarm_opened,
+    )
 
     # What the switch announced, as BreakerStateChangedRule put it on
     # OffsaleQueue, handed to the off-sale listener as OffsaleQueueMapping
     # would: the listener takes nordic off sale, and later back on.
     def sale_status():
-        item = ddb.get_item(TableName=NAMES["sale_status"], Key={"operator": {"S": "nordic"}}).get("Item", {})
+        item = ddb.get_item(TableName=NAMES["sale_status"], Key={"operator": {"S": "nordic"}}).get(
+            "Item", {}
+        )
         return item.get("applied_status", {}).get("S")
 
     def announced_changes(label, status):
         messages = []
         deadline = time.monotonic() + 10
         while not messages and time.monotonic() < deadline:
-            messages = res["sqs"].receive_message(
-                QueueUrl=res["offsale_url"], MaxNumberOfMessages=10, WaitTimeSeconds=1,
-                AttributeNames=["All"],
-            ).get("Messages", [])
+            messages = (
+                res["sqs"]
+                .receive_message(
+                    QueueUrl=res["offsale_url"],
+                    MaxNumberOfMessages=10,
+                    WaitTimeSeconds=1,
+                    AttributeNames=["All"],
+                )
+                .get("Messages", [])
+            )
         base = fixture("sqs-breaker-state-changed.json")["Records"][0]
         records = []
         for m in messages:
             record = copy.deepcopy(base)
             record.update(
-                messageId=m["MessageId"], receiptHandle=m["ReceiptHandle"], body=m["Body"],
-                md5OfBody=m["MD5OfBody"], eventSourceARN=res["offsale_arn"],
+                messageId=m["MessageId"],
+                receiptHandle=m["ReceiptHandle"],
+                body=m["Body"],
+                md5OfBody=m["MD5OfBody"],
+                eventSourceARN=res["offsale_arn"],
             )
             record["attributes"].update(
                 {k: v for k, v in m.get("Attributes", {}).items() if k in record["attributes"]}
@@ -708,7 +780,10 @@ def run_all(inv, res, operator):
         def applied(answer):
             check(records, "no Breaker State Changed reached lifeboat-offsale from the bus")
             check(batch_failures(answer) == [], f"batchItemFailures {answer['batchItemFailures']}")
-            check(sale_status() == status, f"nordic's applied_status is {sale_status()!r}, expected {status!r}")
+            check(
+                sale_status() == status,
+                f"nordic's applied_status is {sale_status()!r}, expected {status!r}",
+            )
             return f"{len(records)} change from the bus, nordic {status}"
 
         inv.step("OffsaleListenerFunction", label, {"Records": records}, applied)
@@ -721,7 +796,9 @@ def run_all(inv, res, operator):
         ("trials-passed", "not half-open"),
     ):
         inv.step(
-            "CircuitSwitchFunction", name, fixture(f"{name}.json"),
+            "CircuitSwitchFunction",
+            name,
+            fixture(f"{name}.json"),
             lambda a, reason=reason: decisions(a, {"nordic": ("open", "open", False, reason)}),
         )
 
@@ -757,10 +834,18 @@ def run_all(inv, res, operator):
         # never seen: not believed, dropped and acknowledged (no retry), and
         # the sale status stays as it was.
         check(batch_failures(answer) == [], f"batchItemFailures {answer['batchItemFailures']}")
-        check(sale_status() == before, f"nordic's applied_status moved from {before!r} to {sale_status()!r}")
+        check(
+            sale_status() == before,
+            f"nordic's applied_status moved from {before!r} to {sale_status()!r}",
+        )
         return "changes the Breaker table never made dropped"
 
-    inv.step("OffsaleListenerFunction", "sqs-breaker-state-changed", fixture("sqs-breaker-state-changed.json"), listener)
+    inv.step(
+        "OffsaleListenerFunction",
+        "sqs-breaker-state-changed",
+        fixture("sqs-breaker-state-changed.json"),
+        listener,
+    )
 
 
 def start_api(inv, question):
@@ -774,16 +859,25 @@ def start_api(inv, question):
     with open(log, "w") as out:
         api = subprocess.Popen(
             [
-                "sam", "local", "start-api",
-                "--template", str(inv.template),
-                "--env-vars", str(inv.env_file),
-                "--add-host", f"localhost:{inv.host_address}",
+                "sam",
+                "local",
+                "start-api",
+                "--template",
+                str(inv.template),
+                "--env-vars",
+                str(inv.env_file),
+                "--add-host",
+                f"localhost:{inv.host_address}",
                 "--skip-pull-image",
                 "--language-extensions",
-                "--parameter-overrides", f"Architecture={inv.arch}",
-                "--region", REGION,
-                "--host", "127.0.0.1",
-                "--port", str(port),
+                "--parameter-overrides",
+                f"Architecture={inv.arch}",
+                "--region",
+                REGION,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -795,7 +889,10 @@ def start_api(inv, question):
                         break
                 except OSError:
                     check(api.poll() is None, f"sam local start-api ended (log: {shown(log)})")
-                    check(time.monotonic() - started < 120, "sam local start-api did not listen in 120 s")
+                    check(
+                        time.monotonic() - started < 120,
+                        "sam local start-api did not listen in 120 s",
+                    )
                     time.sleep(0.5)
             up = time.monotonic() - started
 
@@ -817,10 +914,18 @@ def start_api(inv, question):
             status, text, seconds = call("GET", f"/sailings?{query}")
             ok = status == 200 and "NRD-HEL-TLL-20261224-0730" in text
             rows.append(("GET /sailings", ok, f"HTTP {status}", seconds, text))
-            status, text, seconds = call("POST", "/carts", {
-                "operator": "nordic", "sailing_id": "NRD-HEL-TLL-20261224-0730", "from": "HEL",
-                "to": "TLL", "date": question["date"], "passengers": 2,
-            })
+            status, text, seconds = call(
+                "POST",
+                "/carts",
+                {
+                    "operator": "nordic",
+                    "sailing_id": "NRD-HEL-TLL-20261224-0730",
+                    "from": "HEL",
+                    "to": "TLL",
+                    "date": question["date"],
+                    "passengers": 2,
+                },
+            )
             cart_id = None
             if status == 201:
                 try:
@@ -830,7 +935,9 @@ def start_api(inv, question):
                     pass
             rows.append(("POST /carts", bool(cart_id), f"HTTP {status}", seconds, text))
             if cart_id:
-                status, text, seconds = call("PUT", f"/carts/{cart_id}/accommodation", {"code": "cabin"})
+                status, text, seconds = call(
+                    "PUT", f"/carts/{cart_id}/accommodation", {"code": "cabin"}
+                )
                 ok = status == 200 and cart_id in text and "cabin" in text
                 rows.append(("PUT /carts/{id}/accommodation", ok, f"HTTP {status}", seconds, text))
         finally:
@@ -861,13 +968,21 @@ def main():
     # Stopped by tools/sam-local's trap: unwind, so the `sam local` child
     # (invoke or start-api) is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--moto", required=True)
-    parser.add_argument("--host-address", required=True, help="this machine's address on podman's network")
+    parser.add_argument(
+        "--host-address", required=True, help="this machine's address on podman's network"
+    )
     parser.add_argument("--build-dir", required=True, type=Path)
     parser.add_argument("--state", required=True, type=Path)
-    parser.add_argument("--arch", required=True, choices=["arm64", "x86_64"], help="the template's Architecture")
-    parser.add_argument("--api", action="store_true", help="also sam local start-api: one search and one cart step")
+    parser.add_argument(
+        "--arch", required=True, choices=["arm64", "x86_64"], help="the template's Architecture"
+    )
+    parser.add_argument(
+        "--api", action="store_true", help="also sam local start-api: one search and one cart step"
+    )
     args = parser.parse_args()
     state = args.state.resolve()
     state.mkdir(parents=True, exist_ok=True)
@@ -885,7 +1000,7 @@ def main():
     inv = Invoker(template, env_file, state, args.arch, args.host_address)
     print(f"{'function':<26} {'event':<34} {'time':>7}  result", flush=True)
     try:
-        run_all(inv, res, operator)
+        run_all(inv, res)
         if args.api:
             start_api(inv, fixture("http-api-get-sailings.json")["queryStringParameters"])
     except Failed as e:
