@@ -26,6 +26,8 @@ import argparse
 import copy
 import http.server
 import json
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -57,6 +59,11 @@ ALARM = "lifeboat-nordic-errors"
 
 class Failed(Exception):
     """A check that did not hold."""
+
+
+def file_name(function, label):
+    """`function` and `label` as one file name: no '/', no spaces."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{function}-{label}").strip("_")
 
 
 def shown(path):
@@ -411,7 +418,7 @@ class Invoker:
     def invoke(self, function, label, event):
         """`sam local invoke` with `event`; returns the function's answer
         (parsed JSON) and its log."""
-        path = self.state / "events" / f"{function}-{label}.json"
+        path = self.state / "events" / f"{file_name(function, label)}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(event, indent=1))
         started = time.monotonic()
@@ -441,7 +448,7 @@ class Invoker:
             timeout=300,
         )
         seconds = time.monotonic() - started
-        log = self.state / "logs" / f"{function}-{label}.log"
+        log = self.state / "logs" / f"{file_name(function, label)}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(
             f"$ sam local invoke {function} ({label})\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
@@ -986,6 +993,9 @@ def main():
     args = parser.parse_args()
     state = args.state.resolve()
     state.mkdir(parents=True, exist_ok=True)
+    # This run's payloads and outputs only.
+    for old in ("events", "logs"):
+        shutil.rmtree(state / old, ignore_errors=True)
 
     operator = serve_operator(args.host_address)
     # The functions call operators over http only on loopback: in their
