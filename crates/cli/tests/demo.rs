@@ -96,13 +96,19 @@ async fn the_default_day_keeps_its_promises() {
 async fn a_broken_outcome_condition_shows_in_the_request_counts() {
     // Second outcomes come from races (a record delivered to both consumers
     // while the mapping moves, a search closing a request as its answer
-    // lands): a handful per run, and none on some seeds. This seed has five
-    // (seeds 0-7 had 1 to 5 each).
+    // lands): a handful per run, and none on some seeds. The searches here
+    // wait their budget from the request's creation (`queue` 0), which
+    // makes the second race common enough to count on: the default second
+    // of queue took most of them away.
+    let mut settings = Script::default().settings;
+    settings.default.budgets.search.queue = Duration::ZERO;
+    settings.default.budgets.price.queue = Duration::ZERO;
     let script = Script {
         healthy: Duration::from_secs(180),
         outage: Duration::from_secs(120),
         recovery: Duration::from_secs(180),
         seed: 3,
+        settings,
         ..Script::default()
     };
     let honest = demo::run(&script).await.requests;

@@ -37,17 +37,18 @@ struct Shares {
 
 #[test]
 fn every_incident_is_caught_and_recovers_and_nobody_else_pays() {
-    // In the AWS world the targets (99 %, 0.5 %) are missed: the stream,
-    // the invocations and the stores take their time out of the search's
-    // 3 s budget, which counts from the request's creation, so answers of
-    // the operator's 2.3 s cluster miss it more often (docs/aws-model.md).
-    // Held here at what it keeps today, so a regression still fails.
+    // In the AWS world the stream, the invocations and the stores take
+    // their time before the call; with the search's wait counted from the
+    // call (`budgets.search.queue`, a second) the answer targets (99 %,
+    // 0.5 %) hold here too. One slow moment of op002's (busy, a hang
+    // earlier in the hour) trips its timeouts' streak: held at that, so a
+    // regression still fails.
     check(
         hour(LaneLayout::PerOperator, World::Aws),
         Shares {
-            bystanders_at_least: 0.97,
-            healthy_degraded_at_most: 0.03,
-            false_trips_at_most: 0,
+            bystanders_at_least: 0.99,
+            healthy_degraded_at_most: 0.005,
+            false_trips_at_most: 1,
         },
     );
 }
@@ -168,11 +169,18 @@ fn check(report: FleetReport, shares: Shares) {
 #[test]
 fn a_broken_outcome_condition_shows_in_the_request_counts() {
     let day = |outcome_condition| {
+        // The searches wait their budget from the request's creation
+        // (`queue` 0): a search's close then often lands just before the
+        // consumer's answer, the race whose second outcome the condition
+        // must refuse (the default second of queue makes it rare).
+        let mut settings = FleetScript::default().settings;
+        settings.default.budgets.search.queue = Duration::ZERO;
         let script = FleetScript {
             operators: 8,
             duration: Duration::from_secs(1200),
             searches_per_s: 4.0,
             outcome_condition,
+            settings,
             ..FleetScript::default()
         };
         fleet::run_paused(&script)
