@@ -177,6 +177,14 @@ pub async fn put(
     };
     let current = store.load().await.map_err(failed)?;
     let item = next_item(current.as_ref(), endpoints, settings, now)?;
+    // What is kept from the item is checked too: it may have been written
+    // by hand, and the functions would refuse to start on it.
+    if let Some(kept) = &item.endpoints {
+        checked_endpoints(kept, "the item's endpoints")?;
+    }
+    if let Some(kept) = &item.settings {
+        checked_settings(kept, "the item's settings")?;
+    }
     store
         .save(&item, current.as_ref().map(|c| c.revision))
         .await
@@ -443,6 +451,21 @@ mod tests {
             put(&store, None, None, at(9)).await,
             Err(ConfigCommandError::NothingToPut)
         ));
+        // Settings written by hand that the functions would refuse: a put
+        // of the endpoints alone does not keep them silently.
+        let broken = OperatorConfigItem {
+            settings: Some("{".into()),
+            revision: 3,
+            ..item.clone()
+        };
+        assert!(store.save(&broken, Some(2)).await.is_ok());
+        let err = put(&store, Some("nordic=https://n".into()), None, at(7)).await;
+        assert!(
+            err.as_ref()
+                .is_err_and(|e| e.to_string().starts_with("the item's settings: ")),
+            "{err:?}"
+        );
+        assert!(store.save(&item, Some(3)).await.is_ok());
         let shown = show(&store).await.ok();
         assert!(
             shown
