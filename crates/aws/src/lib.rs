@@ -12,6 +12,7 @@
 //! | [`EventPublisher`](lifeboat_core::ports::EventPublisher) | [`EventBridgePublisher`] | EventBridge `PutEvents` |
 //! | [`StreamRouter`](lifeboat_core::ports::StreamRouter) | [`LambdaStreamRouter`] | Lambda event source mappings |
 //! | [`SecretStore`](lifeboat_core::ports::SecretStore) | [`secrets::SsmSecretStore`] | SSM `GetParametersByPath`, operator credentials |
+//! | [`OperatorConfigStore`](lifeboat_core::operator_config::OperatorConfigStore) | [`DynamoOperatorConfigStore`] | DynamoDB, operator config table (one item) |
 //!
 //! Every adapter has the semantics of its in-memory twin in
 //! [`lifeboat_core::memory`]: conditions that the memory adapters check under a
@@ -32,6 +33,7 @@ mod error;
 pub mod events;
 pub mod item;
 pub mod logs;
+pub mod operator_config;
 pub mod requests;
 pub mod router;
 pub mod sale;
@@ -46,6 +48,7 @@ pub use carts::DynamoCartStore;
 pub use clients::{Clients, ConfigError, Env, REQUESTS_TABLE_PREFIX};
 pub use events::EventBridgePublisher;
 pub use item::ItemError;
+pub use operator_config::DynamoOperatorConfigStore;
 pub use requests::{
     DynamoRequestStore, RequestHints, RequestTables, request_from_item, request_hints,
     request_to_item,

@@ -120,11 +120,24 @@ const HISTORY_WRITE_LIMIT: std::time::Duration = std::time::Duration::from_milli
 const MAX_EXTRAS: usize = 10;
 
 impl CartService {
-    pub fn from_env(
+    /// Build the cart on AWS from the function's environment; the
+    /// operators' settings from the operator config table's item when
+    /// `OPERATOR_CONFIG_TABLE` names one that has them.
+    pub async fn from_env(
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
-        let lookup = lifeboat_lookup::config::lookup(env, clients)?;
+        let config = lifeboat_lookup::config::operator_config(env, clients).await?;
+        Self::from_config(env, clients, &config)
+    }
+
+    /// [`Self::from_env`] with the operators' settings already read.
+    pub fn from_config(
+        env: &lifeboat_aws::Env,
+        clients: &lifeboat_aws::Clients,
+        config: &lifeboat_core::operator_config::OperatorConfig,
+    ) -> Result<Self, StartupError> {
+        let lookup = lifeboat_lookup::config::lookup(env, clients, config)?;
         let (metrics, clock) = (lookup.metrics.clone(), lookup.clock.clone());
         Ok(Self {
             carts: watch(Arc::new(clients.cart_store(env)?), &metrics, &clock),

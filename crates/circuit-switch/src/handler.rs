@@ -123,16 +123,22 @@ pub enum StartupError {
     Config(#[from] lifeboat_aws::ConfigError),
     #[error(transparent)]
     Input(#[from] InputError),
+    /// The endpoints or settings, from the environment or the operator
+    /// config table.
     #[error(transparent)]
-    Settings(#[from] lifeboat_core::settings::SettingsError),
+    OperatorConfig(#[from] lifeboat_core::operator_config::OperatorConfigError),
     #[error("OPERATORS: {0}")]
     Operators(#[from] lifeboat_core::operator::InvalidOperatorId),
     #[error("OPERATORS names no operator: the switch has no breaker to keep")]
     NoOperators,
     #[error("ALARM_OPERATORS names {0}, which is not in OPERATORS")]
     AlarmForUnknownOperator(OperatorId),
-    #[error("OPERATOR_ENDPOINTS: {0}")]
-    Endpoints(#[from] lifeboat_operator::HttpApiError),
+    #[error("{from}: {source}")]
+    Endpoints {
+        from: lifeboat_core::operator_config::Source,
+        #[source]
+        source: lifeboat_operator::HttpApiError,
+    },
     #[error("the lanes of REQUESTS_TABLE_PREFIX: {0}")]
     Lanes(#[from] lifeboat_aws::LaneDiscoveryError),
 }
@@ -267,9 +273,24 @@ impl CircuitSwitch {
     /// each operator's mapping is found among the consumers' event source
     /// mappings by its stream's table; otherwise one lane, the mapping
     /// `REQUESTS_MAPPING_UUID`, carries every operator.
+    ///
+    /// With `OPERATOR_CONFIG_TABLE`, the endpoints and settings of that
+    /// table's item where it has them
+    /// ([`lifeboat_aws::operator_config::load`]).
     pub async fn from_env(
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
+    ) -> Result<Self, StartupError> {
+        let config = lifeboat_aws::operator_config::load(env, clients).await?;
+        Self::from_config(env, clients, &config).await
+    }
+
+    /// [`Self::from_env`] with the operators' endpoints and settings
+    /// already read.
+    pub async fn from_config(
+        env: &lifeboat_aws::Env,
+        clients: &lifeboat_aws::Clients,
+        config: &lifeboat_core::operator_config::OperatorConfig,
     ) -> Result<Self, StartupError> {
         let operators = env
             .optional(lifeboat_core::settings::OPERATORS)?
@@ -319,10 +340,7 @@ impl CircuitSwitch {
             ),
             events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
             lanes: lanes.watched(&metrics, &clock),
-            settings: Settings::from_json(
-                env.optional(lifeboat_core::settings::OPERATOR_SETTINGS)?
-                    .unwrap_or(""),
-            )?,
+            settings: config.settings()?,
             alarms,
             operators,
             repoint_backoff: Duration::from_millis(500),
@@ -336,13 +354,17 @@ impl CircuitSwitch {
             },
             clock,
             metrics,
-            prober: match env.optional(lifeboat_operator::OPERATOR_ENDPOINTS)? {
+            prober: match config.endpoints.as_deref() {
                 Some(endpoints) => Some(Arc::new(
                     lifeboat_operator::HttpOperatorApi::configured(
                         endpoints,
                         clients.operator_credentials(env)?,
                     )
-                    .await?,
+                    .await
+                    .map_err(|source| StartupError::Endpoints {
+                        from: config.endpoints_from.clone(),
+                        source,
+                    })?,
                 )),
                 None => None,
             },

@@ -1179,3 +1179,94 @@ async fn a_batch_of_timers_probes_side_by_side() {
         "each armed again"
     );
 }
+
+/// The switch's start-up with its endpoints and settings in the operator
+/// config table (in memory): the item's are used, the environment's lose.
+#[tokio::test]
+async fn the_switch_starts_with_the_operator_config_tables_endpoints_and_settings() {
+    use lifeboat_core::memory::MemoryOperatorConfigStore;
+    use lifeboat_core::operator_config::{OperatorConfigItem, Source};
+    let env = lifeboat_aws::Env::from_pairs([
+        ("OPERATORS", "nordic,baltic"),
+        ("BREAKER_TABLE", "breakers"),
+        ("EVENT_BUS_NAME", "bus"),
+        ("REQUESTS_MAPPING_UUID", "uuid"),
+        ("REAL_CONSUMER_FUNCTION", "real"),
+        ("FALLBACK_CONSUMER_FUNCTION", "fallback"),
+        (
+            "OPERATOR_SETTINGS",
+            r#"{"default": {"breaker": {"open_base": 5000}}}"#,
+        ),
+    ]);
+    let clients = lifeboat_aws::Clients::load_in_function().await;
+    // No table, no endpoints: no prober, the environment's settings.
+    let alone = lifeboat_aws::operator_config::load_from(&env, None)
+        .await
+        .unwrap();
+    let switch = CircuitSwitch::from_config(&env, &clients, &alone)
+        .await
+        .unwrap();
+    assert!(switch.prober.is_none());
+    assert_eq!(
+        switch.settings.default.breaker.open_base,
+        Duration::from_secs(5)
+    );
+
+    let store = MemoryOperatorConfigStore::holding(
+        "operator-config",
+        OperatorConfigItem {
+            endpoints: Some("nordic=https://api.nordic.example,baltic=https://api.baltic.example".into()),
+            settings: Some(
+                r#"{"operators": {"nordic": {"probe": {"operation": "search", "params": {"from": "a"}}}}}"#.into(),
+            ),
+            revision: 4,
+            updated_at: None,
+        },
+    );
+    let config = lifeboat_aws::operator_config::load_from(&env, Some(&store))
+        .await
+        .unwrap();
+    let switch = CircuitSwitch::from_config(&env, &clients, &config)
+        .await
+        .unwrap();
+    assert!(
+        switch.prober.is_some(),
+        "probes go to the table's endpoints"
+    );
+    assert!(switch.settings.for_operator(&nordic()).probe.is_some());
+    assert_eq!(
+        switch.settings.default.breaker.open_base,
+        lifeboat_core::BreakerConfig::default().open_base,
+        "the item's settings replace the environment's whole"
+    );
+
+    // A malformed item stops the start, naming the table and attribute.
+    let broken = MemoryOperatorConfigStore::holding(
+        "operator-config",
+        OperatorConfigItem {
+            endpoints: Some("nordic=ftp://x".into()),
+            revision: 5,
+            ..OperatorConfigItem::default()
+        },
+    );
+    let config = lifeboat_aws::operator_config::load_from(&env, Some(&broken))
+        .await
+        .unwrap();
+    let err = CircuitSwitch::from_config(&env, &clients, &config)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("operator config table operator-config")
+            && err.contains("attribute endpoints"),
+        "{err}"
+    );
+    assert_eq!(
+        config.endpoints_from,
+        Source::Table {
+            table: "operator-config".into(),
+            attribute: "endpoints"
+        }
+    );
+}

@@ -70,6 +70,13 @@ pub(crate) enum Command {
     /// reaching payment, carts stopped and price changes shown, from the
     /// Carts table and the breaker's recorded state changes.
     Carts(lifeboat_cli::ops::carts_cmd::CartsArgs),
+    /// The operator config table's item, every operator's endpoints and
+    /// settings for stacks too large for the environment: `put` checks
+    /// them as the functions parse them and writes them; `show` prints them.
+    Config {
+        #[command(subcommand)]
+        action: lifeboat_cli::ops::operator_config::ConfigAction,
+    },
     /// Run the whole wired suite on this machine (moto_server, the six
     /// functions under cargo lambda watch, the simulated operator, customers)
     /// and print what the breaker does; `--outage 60s` scripts an outage.

@@ -4,8 +4,8 @@
 //! in-memory adapters, a simulated operator and virtual time, through a
 //! scripted day with an outage, and reports what happened.
 //!
-//! `lifeboat status`, `lifeboat breaker …`, `lifeboat detection` and
-//! `lifeboat carts --minutes` work on a
+//! `lifeboat status`, `lifeboat breaker …`, `lifeboat detection`,
+//! `lifeboat carts --minutes` and `lifeboat config put|show` work on a
 //! deployed (or local) suite through the AWS APIs, configured like the
 //! functions themselves (the same environment variables), with flags
 //! overriding them.
@@ -50,6 +50,9 @@ fn main() -> ExitCode {
         Command::AdviseTimeouts(args) => lifeboat_cli::ops::advise_cmd::main(args),
         Command::Replay(args) => lifeboat_cli::replay::main(args),
         Command::Carts(args) => block_on("carts", lifeboat_cli::ops::carts_cmd::run(args)),
+        Command::Config { action } => {
+            block_on("config", lifeboat_cli::ops::operator_config::run(action))
+        }
         Command::Status(args) => block_on("status", status(args)),
         Command::Breaker { action } => {
             let (command, args) = match action {

@@ -18,6 +18,7 @@ pub mod lane;
 pub mod memory;
 pub mod metrics;
 pub mod operator;
+pub mod operator_config;
 pub mod ports;
 pub mod price;
 pub mod probe;

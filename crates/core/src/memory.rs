@@ -6,6 +6,8 @@
 
 mod sale;
 
+pub use crate::operator_config::MemoryOperatorConfigStore;
+
 pub use sale::{
     MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, ReceivedMessage, SwitchOutcome,
     SwitchWrite,

@@ -174,7 +174,7 @@ pub struct Settings {
 
 #[derive(Debug, thiserror::Error)]
 #[error("OPERATOR_SETTINGS is not valid settings JSON: {0}")]
-pub struct SettingsError(#[from] serde_json::Error);
+pub struct SettingsError(#[from] pub serde_json::Error);
 
 impl Settings {
     /// Parse settings JSON; an empty string means all defaults.

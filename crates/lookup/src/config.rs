@@ -7,7 +7,8 @@ use std::time::Duration;
 use lifeboat_aws::{Clients, ConfigError, Env};
 use lifeboat_core::OperatorId;
 use lifeboat_core::operator::InvalidOperatorId;
-use lifeboat_core::settings::{Settings, SettingsError};
+use lifeboat_core::operator_config::{OperatorConfig, OperatorConfigError};
+use lifeboat_core::settings::SettingsError;
 use lifeboat_core::watched::watch;
 
 use crate::{BreakerCache, Lookup, MAX_BREAKER_CACHE, Polling};
@@ -25,6 +26,9 @@ pub enum StartupError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Settings(#[from] SettingsError),
+    /// The settings, from the environment or the operator config table.
+    #[error(transparent)]
+    OperatorConfig(#[from] OperatorConfigError),
     #[error("OPERATORS: {0}")]
     Operator(#[from] InvalidOperatorId),
     #[error("OPERATORS names no operator")]
@@ -53,8 +57,20 @@ pub fn parse_operators(text: &str) -> Result<BTreeSet<OperatorId>, StartupError>
     Ok(operators)
 }
 
-/// A [`Lookup`] on the Requests, Cache and Breaker tables the environment names.
-pub fn lookup(env: &Env, clients: &Clients) -> Result<Lookup, StartupError> {
+/// The operators' settings (and endpoints) a function starts with: the
+/// environment's `OPERATOR_SETTINGS`, or the operator config table's item
+/// when `OPERATOR_CONFIG_TABLE` names one that has them.
+pub async fn operator_config(env: &Env, clients: &Clients) -> Result<OperatorConfig, StartupError> {
+    Ok(lifeboat_aws::operator_config::load(env, clients).await?)
+}
+
+/// A [`Lookup`] on the Requests, Cache and Breaker tables the environment
+/// names, with the settings of `config`.
+pub fn lookup(
+    env: &Env,
+    clients: &Clients,
+    config: &OperatorConfig,
+) -> Result<Lookup, StartupError> {
     let clock: Arc<dyn lifeboat_core::Clock> = Arc::new(lifeboat_core::SystemClock);
     let metrics: Arc<dyn lifeboat_core::metrics::MetricsSink> =
         Arc::new(lifeboat_core::metrics::StdoutMetrics::from_env());
@@ -82,7 +98,7 @@ pub fn lookup(env: &Env, clients: &Clients) -> Result<Lookup, StartupError> {
             breaker_cache,
         ),
         clock,
-        settings: Settings::from_json(env.optional(OPERATOR_SETTINGS)?.unwrap_or(""))?,
+        settings: config.settings()?,
         polling: Polling::default(),
         metrics,
     })

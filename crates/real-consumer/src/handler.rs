@@ -94,10 +94,16 @@ impl From<ConsumerError> for Diagnostic {
 pub enum StartupError {
     #[error(transparent)]
     Config(#[from] lifeboat_aws::ConfigError),
-    #[error("OPERATOR_ENDPOINTS: {0}")]
-    Endpoints(#[from] lifeboat_operator::HttpApiError),
+    #[error("{from}: {source}")]
+    Endpoints {
+        from: lifeboat_core::operator_config::Source,
+        #[source]
+        source: lifeboat_operator::HttpApiError,
+    },
+    /// The endpoints or settings, from the environment or the operator
+    /// config table.
     #[error(transparent)]
-    Settings(#[from] lifeboat_core::settings::SettingsError),
+    OperatorConfig(#[from] lifeboat_core::operator_config::OperatorConfigError),
     #[error("CALL_CONCURRENCY must be a whole number from 1 to 1000, got {0:?}")]
     Concurrency(String),
     #[error(
@@ -198,12 +204,25 @@ impl RealConsumer {
     /// Build the consumer on AWS from the function's environment:
     /// `REQUESTS_TABLE`, `BREAKER_TABLE`, `EVENT_BUS_NAME`,
     /// `OPERATOR_ENDPOINTS` (`nordic=https://…,baltic=https://…`), and the
-    /// optional `CALL_CONCURRENCY` and `OPERATOR_SETTINGS`.
+    /// optional `CALL_CONCURRENCY` and `OPERATOR_SETTINGS`; with
+    /// `OPERATOR_CONFIG_TABLE`, the endpoints and settings of that table's
+    /// item where it has them ([`lifeboat_aws::operator_config::load`]).
     pub async fn from_env(
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
-        let endpoints = env.required(lifeboat_operator::OPERATOR_ENDPOINTS)?;
+        let config = lifeboat_aws::operator_config::load(env, clients).await?;
+        Self::from_config(env, clients, &config).await
+    }
+
+    /// [`Self::from_env`] with the operators' endpoints and settings
+    /// already read.
+    pub async fn from_config(
+        env: &lifeboat_aws::Env,
+        clients: &lifeboat_aws::Clients,
+        config: &lifeboat_core::operator_config::OperatorConfig,
+    ) -> Result<Self, StartupError> {
+        let endpoints = config.required_endpoints()?;
         let concurrency = match env.optional(CALL_CONCURRENCY)? {
             None => DEFAULT_CONCURRENCY,
             Some(text) => match text.trim().parse::<usize>() {
@@ -211,10 +230,7 @@ impl RealConsumer {
                 _ => return Err(StartupError::Concurrency(text.to_owned())),
             },
         };
-        let settings = Settings::from_json(
-            env.optional(lifeboat_core::settings::OPERATOR_SETTINGS)?
-                .unwrap_or(""),
-        )?;
+        let settings = config.settings()?;
         let call_log_share = match env.optional(CALL_LOG_SHARE)? {
             None => DEFAULT_CALL_LOG_SHARE,
             Some(text) => match text.trim().parse::<f64>() {
@@ -243,7 +259,11 @@ impl RealConsumer {
                     endpoints,
                     clients.operator_credentials(env)?,
                 )
-                .await?,
+                .await
+                .map_err(|source| StartupError::Endpoints {
+                    from: config.endpoints_from.clone(),
+                    source,
+                })?,
             ),
             clock,
             settings,

@@ -927,3 +927,83 @@ async fn an_operator_refusing_even_a_lone_call_with_429_still_trips() {
     }
     assert!(trips > 0, "an operator that refuses everything must trip");
 }
+
+/// The consumer's start-up with its settings and endpoints in the operator
+/// config table (in memory), and with neither there nor in the environment.
+#[tokio::test]
+async fn the_consumer_starts_with_the_operator_config_tables_settings() {
+    use lifeboat_core::memory::MemoryOperatorConfigStore;
+    use lifeboat_core::operator_config::OperatorConfigItem;
+    let env = lifeboat_aws::Env::from_pairs([
+        ("REQUESTS_TABLE_PREFIX", "lifeboat-requests-"),
+        ("BREAKER_TABLE", "breakers"),
+        ("EVENT_BUS_NAME", "bus"),
+        ("CACHE_TABLE", "cache"),
+        (
+            "OPERATOR_SETTINGS",
+            r#"{"default": {"breaker": {"open_base": 5000}}}"#,
+        ),
+    ]);
+    let clients = lifeboat_aws::Clients::load_in_function().await;
+    let empty = MemoryOperatorConfigStore::new("operator-config");
+    let config = lifeboat_aws::operator_config::load_from(&env, Some(&empty))
+        .await
+        .unwrap();
+    let err = RealConsumer::from_config(&env, &clients, &config)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("no operator endpoints") && err.contains("operator-config"),
+        "{err}"
+    );
+
+    let store = MemoryOperatorConfigStore::holding(
+        "operator-config",
+        OperatorConfigItem {
+            endpoints: Some("nordic=https://api.nordic.example".into()),
+            settings: Some(r#"{"operators": {"nordic": {"hang_check": {}}}}"#.into()),
+            revision: 2,
+            updated_at: None,
+        },
+    );
+    let config = lifeboat_aws::operator_config::load_from(&env, Some(&store))
+        .await
+        .unwrap();
+    let consumer = RealConsumer::from_config(&env, &clients, &config)
+        .await
+        .unwrap();
+    let nordic = OperatorId::new("nordic").unwrap();
+    assert!(consumer.operator.knows(&nordic));
+    assert!(!consumer.operator.knows(&OperatorId::new("baltic").unwrap()));
+    assert!(consumer.settings.for_operator(&nordic).hang_check.is_some());
+    assert_eq!(
+        consumer.settings.default.breaker.open_base,
+        lifeboat_core::BreakerConfig::default().open_base,
+        "the item's settings, not the environment's"
+    );
+
+    // Settings that are not settings JSON stop the start, naming the table.
+    let broken = MemoryOperatorConfigStore::holding(
+        "operator-config",
+        OperatorConfigItem {
+            endpoints: Some("nordic=https://api.nordic.example".into()),
+            settings: Some(r#"{"operatorz": {"nordic": {}}}"#.into()),
+            revision: 3,
+            updated_at: None,
+        },
+    );
+    let config = lifeboat_aws::operator_config::load_from(&env, Some(&broken))
+        .await
+        .unwrap();
+    let err = RealConsumer::from_config(&env, &clients, &config)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("operator config table operator-config") && err.contains("attribute settings"),
+        "{err}"
+    );
+}

@@ -43,12 +43,25 @@ struct Question {
 }
 
 impl Search {
-    pub fn from_env(
+    /// Build search on AWS from the function's environment; the settings
+    /// from the operator config table's item when `OPERATOR_CONFIG_TABLE`
+    /// names one that has them.
+    pub async fn from_env(
         env: &lifeboat_aws::Env,
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, StartupError> {
+        let config = lifeboat_lookup::config::operator_config(env, clients).await?;
+        Self::from_config(env, clients, &config)
+    }
+
+    /// [`Self::from_env`] with the operators' settings already read.
+    pub fn from_config(
+        env: &lifeboat_aws::Env,
+        clients: &lifeboat_aws::Clients,
+        config: &lifeboat_core::operator_config::OperatorConfig,
+    ) -> Result<Self, StartupError> {
         Ok(Self {
-            lookup: lifeboat_lookup::config::lookup(env, clients)?,
+            lookup: lifeboat_lookup::config::lookup(env, clients, config)?,
             operators: lifeboat_lookup::config::operators(env)?,
         })
     }

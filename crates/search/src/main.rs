@@ -8,7 +8,7 @@ use search::Search;
 async fn main() -> Result<(), Error> {
     lifeboat_aws::logs::init();
     let env = Env::from_process();
-    let function = Search::from_env(&env, &Clients::load_in_function().await)?;
+    let function = Search::from_env(&env, &Clients::load_in_function().await).await?;
     let function = &function;
     lifeboat_lookup::http::serve(|request| async move { function.handle(&request).await }).await
 }

@@ -45,6 +45,11 @@ pub struct LocalArgs {
     /// `lifeboat demo --operator-settings advised` gives them].
     #[arg(long)]
     pub settings: Option<String>,
+    /// Keep the endpoints and settings in the operator config table's item
+    /// instead of OPERATOR_ENDPOINTS and OPERATOR_SETTINGS (left empty), as
+    /// a stack of hundreds of operators does (docs/configuration.md).
+    #[arg(long)]
+    pub config_in_table: bool,
     /// The schedule's period (the template's rule runs every minute; 1 s
     /// by default here, so a short run sees the tick's work).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
@@ -302,6 +307,7 @@ pub fn main(args: LocalArgs) -> ExitCode {
             config.exit_after_recovery = args.exit_after_recovery;
             config.concurrency = args.concurrency;
             config.run_for = args.run_for;
+            config.operator_config_in_table = args.config_in_table;
             if let Some(settings) = args.settings {
                 config.operator_settings = match operator_settings(&settings) {
                     Ok(s) => s,

@@ -77,6 +77,9 @@ pub struct LocalConfig {
     pub run_for: Option<Duration>,
     /// `AWS_LAMBDA_LOG_LEVEL` of the functions (the template's `LogLevel`).
     pub log_level: String,
+    /// Endpoints and settings in the operator config table's item, not the
+    /// environment ([`SuiteOptions::operator_config_in_table`]).
+    pub operator_config_in_table: bool,
 }
 
 impl LocalConfig {
@@ -98,6 +101,7 @@ impl LocalConfig {
             attach: Attach::default(),
             run_for: None,
             log_level: "INFO".to_owned(),
+            operator_config_in_table: false,
         }
     }
 }
@@ -243,6 +247,7 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     options.concurrency = config.concurrency;
     options.tick_every = config.tick_every;
     options.log_level = config.log_level.clone();
+    options.operator_config_in_table = config.operator_config_in_table;
     let start = LocalSuite::start(options);
     let gateway = tokio::select! {
         gateway = start => Arc::new(gateway.map_err(LocalError::Start)?),

@@ -15,7 +15,9 @@
 //!   breaker, from the Carts table and the breaker's state-change history
 //!   ([`carts_cmd`] reads them);
 //! * [`config`]: resource names from the functions' environment variables,
-//!   overridden by flags.
+//!   overridden by flags;
+//! * [`operator_config`]: `config put` and `config show`, the operator
+//!   config table's item (every operator's endpoints and settings).
 
 pub mod advise;
 pub mod advise_cmd;
@@ -26,6 +28,7 @@ pub mod carts;
 pub mod carts_cmd;
 pub mod config;
 pub mod detection;
+pub mod operator_config;
 pub mod status;
 pub mod table;
 

@@ -263,6 +263,15 @@ pub async fn create_sale_status_table(
     create_keyed_table(client, name, "operator", false).await
 }
 
+/// Create the operator config table `name` (template: `OperatorConfigTable`,
+/// key `name`): one item holding every operator's endpoints and settings.
+pub async fn create_operator_config_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+) -> Result<String, ResourceError> {
+    create_keyed_table(client, name, "name", false).await
+}
+
 /// A standard SQS queue with default settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Queue {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use lifeboat_aws::clients;
-use lifeboat_core::{OperatorId, settings};
+use lifeboat_core::{OperatorId, operator_config, settings};
 use serde_json::{Value, json};
 
 use crate::moto::{MotoServer, REGION};
@@ -56,12 +56,28 @@ pub fn function_env(
         ),
         (
             lifeboat_operator::OPERATOR_ENDPOINTS,
-            join(&|(o, url)| format!("{o}={url}")),
+            if options.operator_config_in_table {
+                String::new()
+            } else {
+                endpoints_text(endpoints)
+            },
         ),
         (settings::OPERATORS, join(&|(o, _)| o.to_string())),
         (
             settings::OPERATOR_SETTINGS,
-            options.operator_settings.clone(),
+            if options.operator_config_in_table {
+                String::new()
+            } else {
+                options.operator_settings.clone()
+            },
+        ),
+        (
+            operator_config::OPERATOR_CONFIG_TABLE,
+            names.operator_config_table.clone(),
+        ),
+        (
+            operator_config::OPERATOR_CONFIG_REVISION,
+            "local".to_owned(),
         ),
         ("BREAKER_TIMER_QUEUE_URL", resources.timer_queue.url.clone()),
         (
@@ -118,6 +134,47 @@ pub fn function_env(
         );
     }
     env
+}
+
+/// `OPERATOR_ENDPOINTS`'s text for `endpoints`.
+pub fn endpoints_text(endpoints: &[(OperatorId, String)]) -> String {
+    endpoints
+        .iter()
+        .map(|(o, url)| format!("{o}={url}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// With [`SuiteOptions::operator_config_in_table`], write the operators'
+/// endpoints and settings as the operator config table's item (over any
+/// item an attached moto kept from an earlier run), before a function
+/// starts.
+pub async fn put_operator_config(
+    sdk: &aws_config::SdkConfig,
+    resources: &SuiteResources,
+    options: &SuiteOptions,
+    endpoints: &[(OperatorId, String)],
+) -> Result<(), SuiteError> {
+    use lifeboat_core::operator_config::{OperatorConfigItem, OperatorConfigStore};
+    if !options.operator_config_in_table {
+        return Ok(());
+    }
+    let store = lifeboat_aws::DynamoOperatorConfigStore::new(
+        aws_sdk_dynamodb::Client::new(sdk),
+        &resources.names.operator_config_table,
+    );
+    let failed = |e: lifeboat_core::ports::StoreError| SuiteError::OperatorConfig(e.to_string());
+    let current = store.load().await.map_err(failed)?;
+    let item = OperatorConfigItem {
+        endpoints: Some(endpoints_text(endpoints)),
+        settings: Some(options.operator_settings.clone()),
+        revision: current.as_ref().map_or(1, |c| c.revision + 1),
+        updated_at: Some(chrono::Utc::now()),
+    };
+    store
+        .save(&item, current.map(|c| c.revision))
+        .await
+        .map_err(failed)
 }
 
 /// The functions' environment as a file for cargo-lambda's `--env-file`:

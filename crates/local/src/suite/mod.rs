@@ -148,6 +148,7 @@ impl LocalSuite {
                         .map(|(o, _, _, sim)| (o.clone(), sim.base_url())),
                 )
                 .collect();
+        env::put_operator_config(&sdk, &resources, &options, &endpoints).await?;
         let mut env = function_env(&moto, &resources, &options, &endpoints);
         let faults = match options.aws_faults {
             Some(seed) => {

@@ -40,6 +40,8 @@ pub enum SuiteError {
     Pump(#[from] PumpError),
     #[error("starting the fault proxy: {0}")]
     FaultProxy(#[source] std::io::Error),
+    #[error("writing the operator config table's item: {0}")]
+    OperatorConfig(String),
     #[error("operator control endpoint: {0}")]
     Control(#[source] reqwest::Error),
     #[error("warming up {function} over HTTP (its log is {log}): {detail}")]
@@ -118,6 +120,9 @@ pub struct SuiteNames {
     pub offsale_queue: String,
     pub offsale_dead_letter_queue: String,
     pub offsale_rule: String,
+    /// `OperatorConfigTable`: the operators' endpoints and settings, when
+    /// [`SuiteOptions::operator_config_in_table`] puts them there.
+    pub operator_config_table: String,
 }
 
 impl SuiteNames {
@@ -138,6 +143,7 @@ impl SuiteNames {
             offsale_queue: format!("{prefix}OffsaleQueue"),
             offsale_dead_letter_queue: format!("{prefix}OffsaleDeadLetterQueue"),
             offsale_rule: format!("{prefix}BreakerStateChangedRule"),
+            operator_config_table: format!("{prefix}OperatorConfig"),
         }
     }
 }
@@ -196,6 +202,13 @@ pub struct SuiteOptions {
     /// `OPERATOR_CREDENTIALS_PATH`), and required by the simulated operator
     /// on every call, which answers 401 without it. Default none.
     pub operator_credential: Option<OperatorCredential>,
+    /// Keep the operators' endpoints and `operator_settings` in the
+    /// operator config table's item (written before any function starts)
+    /// and leave `OPERATOR_ENDPOINTS` and `OPERATOR_SETTINGS` empty, as a
+    /// stack of hundreds of operators does. Default: in the environment
+    /// (the table exists, with no item: every function reads it and falls
+    /// back to its environment).
+    pub operator_config_in_table: bool,
 }
 
 /// One operator's credential as docs/configuration.md says to keep it: the
@@ -311,6 +324,7 @@ impl SuiteOptions {
             neighbours: Vec::new(),
             aws_faults: None,
             operator_credential: None,
+            operator_config_in_table: false,
             operator,
         }
     }

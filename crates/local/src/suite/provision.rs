@@ -76,6 +76,7 @@ pub async fn create_resources(
 
     resources::create_breaker_table(&dynamodb, &names.breaker_table).await?;
     resources::create_cache_table(&dynamodb, &names.cache_table).await?;
+    resources::create_operator_config_table(&dynamodb, &names.operator_config_table).await?;
     let bus_arn = resources::create_event_bus(&eventbridge, &names.bus).await?;
     let switch_queue = resources::create_queue_target(
         &eventbridge,
