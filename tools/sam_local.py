@@ -283,6 +283,9 @@ def function_env(moto, operator_base, res):
             "OPERATOR_SETTINGS": "",
             "OPERATOR_ENDPOINTS": ",".join(f"{op}={operator_base}/{op}" for op in OPERATORS),
             "OPERATOR_CREDENTIALS_PATH": "",
+            # The endpoints and settings above, not an operator config table's.
+            "OPERATOR_CONFIG_TABLE": "",
+            "OPERATOR_CONFIG_REVISION": "sam-local",
             "OPERATORS": ",".join(OPERATORS),
             "ALARM_OPERATORS": f"{ALARM}=nordic",
             "REAL_CONSUMER_FUNCTION": res["functions"]["real-consumer"],

@@ -10,17 +10,28 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     lifeboat_aws::logs::init();
     let env = Env::from_process();
-    let function = CircuitSwitch::from_env(&env, &Clients::load_in_function().await).await?;
-    let function = &function;
-    // The stack's capacity check (a CloudFormation custom resource).
+    // The stack's capacity check (a CloudFormation custom resource) needs
+    // none of the switch's configuration: it is answered even when the
+    // switch cannot start, or a create or delete would wait an hour for an
+    // answer that never comes. Every other event gets the start-up error.
     let responder = HttpResponder::new()?;
     let responder = &responder;
+    let function = CircuitSwitch::from_env(&env, &Clients::load_in_function().await)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "circuit switch cannot start; only the capacity check is answered");
+            e.to_string()
+        });
+    let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         if let Some(request) = capacity::request(&event.payload) {
             capacity::respond(&request, responder).await?;
             return Ok(SwitchReport::default());
         }
-        function.handle(&event.payload).await.map_err(Error::from)
+        match function {
+            Ok(function) => function.handle(&event.payload).await.map_err(Error::from),
+            Err(e) => Err(Error::from(format!("circuit switch cannot start: {e}"))),
+        }
     }))
     .await
 }
