@@ -88,6 +88,16 @@ class Operator(http.server.BaseHTTPRequestHandler):
     price object whose parts add up. The base is /<operator>."""
 
     calls = []
+    # Answers PUT to a presigned URL (the capacity check's), as CloudFormation's
+    # S3 bucket would take them.
+    responses = []
+
+    def do_PUT(self):
+        length = int(self.headers.get("content-length", "0"))
+        Operator.responses.append((self.path, json.loads(self.rfile.read(length) or b"{}")))
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
 
     def do_GET(self):
         url = urllib.parse.urlsplit(self.path)
@@ -837,6 +847,23 @@ def run_all(inv, res):
 
     inv.step("CircuitSwitchFunction", "operator-command", fixture("operator-command.json"), forced)
 
+    # The stack's capacity check (CapacityCheck), answered at the presigned
+    # URL: three lanes at parallelization 4 on 10 reserved fail it.
+    check_event = fixture("cloudformation-capacity-check.json")
+    check_event["ResponseURL"] = f"{inv.operator_base}/cloudformation-response"
+
+    def capacity(answer):
+        check(not answer.get("decisions"), f"decisions for a capacity check: {answer.get('decisions')}")
+        put = [body for path, body in Operator.responses if path.endswith("/cloudformation-response")]
+        check(len(put) == 1, f"{len(put)} answers PUT to the response URL")
+        status, reason = put[0].get("Status"), put[0].get("Reason") or ""
+        check(status == "FAILED", f"capacity check answered {status}")
+        check("at least 12" in reason, f"capacity check's reason: {reason!r}")
+        check(put[0].get("PhysicalResourceId") == "lifeboat-capacity-check", f"answer {put[0]}")
+        return "capacity check FAILED at the response URL: at least 12 asked"
+
+    inv.step("CircuitSwitchFunction", "cloudformation-capacity-check", check_event, capacity)
+
     before = sale_status()
 
     def listener(answer):
@@ -1011,6 +1038,8 @@ def main():
     env_file.write_text(json.dumps(function_env(args.moto, operator_base, res), indent=1))
     template = local_template(args.build_dir.resolve())
     inv = Invoker(template, env_file, state, args.arch, args.host_address)
+    # Where the functions reach the stub: the capacity check's response URL.
+    inv.operator_base = operator_base
     print(f"{'function':<26} {'event':<34} {'time':>7}  result", flush=True)
     try:
         run_all(inv, res)
