@@ -359,6 +359,27 @@ mod tests {
         assert!(respond(&request, &down).await.is_err());
     }
 
+    /// The fixture `sam local` invokes the switch with
+    /// (tests/events/cloudformation-capacity-check.json).
+    #[tokio::test]
+    async fn the_recorded_create_request_fails_with_the_figure_to_set() {
+        let path = format!(
+            "{}/../../tests/events/cloudformation-capacity-check.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut payload: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        payload["ResponseURL"] = "https://cloudformation-answers.example/signed".into();
+        let answer = verdict(payload).await;
+        assert_eq!(
+            answer.status,
+            CloudFormationCustomResourceResponseStatus::Failed
+        );
+        let reason = answer.reason.unwrap_or_default();
+        assert!(reason.contains("at least 12"), "{reason}");
+        assert_eq!(answer.logical_resource_id, "CapacityCheck");
+    }
+
     #[test]
     fn only_custom_resource_requests_are_taken() {
         assert!(request(&serde_json::json!({"source": "aws.events"})).is_none());
