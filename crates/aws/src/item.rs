@@ -5,6 +5,8 @@
 //! every attribute the design requires must be there and valid, and nothing
 //! missing is filled in with a zero.
 
+use aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder;
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 
 /// Why a DynamoDB item is not what it should be.
@@ -44,4 +46,23 @@ pub(crate) fn parse_time(field: &'static str, value: &str) -> Result<DateTime<Ut
 /// anything that reads the item with serde (the stream consumers) agrees.
 pub(crate) fn format_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// A put that lands only on the revision its writer read: a new item (no
+/// `key` attribute yet) when `expected` is `None`, else the item whose
+/// `revision` is still `expected`.
+pub(crate) fn on_revision(
+    request: PutItemFluentBuilder,
+    key: &str,
+    expected: Option<u64>,
+) -> PutItemFluentBuilder {
+    match expected {
+        None => request
+            .condition_expression("attribute_not_exists(#key)")
+            .expression_attribute_names("#key", key),
+        Some(r) => request
+            .condition_expression("#revision = :expected")
+            .expression_attribute_names("#revision", "revision")
+            .expression_attribute_values(":expected", AttributeValue::N(r.to_string())),
+    }
 }

@@ -156,15 +156,7 @@ impl OperatorConfigStore for DynamoOperatorConfigStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(attributes));
-        let request = match expected_revision {
-            None => request
-                .condition_expression("attribute_not_exists(#name)")
-                .expression_attribute_names("#name", "name"),
-            Some(r) => request
-                .condition_expression("#revision = :expected")
-                .expression_attribute_names("#revision", "revision")
-                .expression_attribute_values(":expected", AttributeValue::N(r.to_string())),
-        };
+        let request = crate::item::on_revision(request, "name", expected_revision);
         match request.send().await {
             Ok(_) => Ok(()),
             Err(e)

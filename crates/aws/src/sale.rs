@@ -201,15 +201,7 @@ impl SaleStatusStore for DynamoSaleStatusStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item));
-        let request = match expected_revision {
-            None => request
-                .condition_expression("attribute_not_exists(#op)")
-                .expression_attribute_names("#op", "operator"),
-            Some(r) => request
-                .condition_expression("#revision = :expected")
-                .expression_attribute_names("#revision", "revision")
-                .expression_attribute_values(":expected", AttributeValue::N(r.to_string())),
-        };
+        let request = crate::item::on_revision(request, "operator", expected_revision);
         match request.send().await {
             Ok(_) => Ok(()),
             Err(e)

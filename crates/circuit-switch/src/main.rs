@@ -14,8 +14,8 @@ async fn main() -> Result<(), Error> {
     // none of the switch's configuration: it is answered even when the
     // switch cannot start, or a create or delete would wait an hour for an
     // answer that never comes. Every other event gets the start-up error.
-    let responder = HttpResponder::new()?;
-    let responder = &responder;
+    // Its HTTP client is made only for it (a deploy's few requests), not
+    // at every cold start.
     let function = CircuitSwitch::from_env(&env, &Clients::load_in_function().await)
         .await
         .map_err(|e| {
@@ -25,7 +25,7 @@ async fn main() -> Result<(), Error> {
     let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         if let Some(request) = capacity::request(&event.payload) {
-            capacity::respond(&request, responder).await?;
+            capacity::respond(&request, &HttpResponder::new()?).await?;
             return Ok(SwitchReport::default());
         }
         match function {
