@@ -9,6 +9,7 @@
 
 mod day;
 pub mod report;
+mod tally;
 
 use std::time::Duration;
 
