@@ -328,9 +328,14 @@ async fn scenario(gateway: &LocalSuite, seen: &Mutex<StreamSeen>, test_started: 
         opened.reason
     );
     assert!(
-        ["failure rate", "consecutive timeouts", "slow calls"]
-            .iter()
-            .any(|rule| opened.reason.contains(rule)),
+        [
+            "failure rate",
+            "consecutive timeouts",
+            "slow calls",
+            "no answer to the hang check"
+        ]
+        .iter()
+        .any(|rule| opened.reason.contains(rule)),
         "opened by the failure window (fast path), not {:?}",
         opened.reason
     );

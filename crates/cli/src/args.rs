@@ -222,9 +222,10 @@ pub(crate) struct WorldArgs {
     #[arg(long = "aws", default_value = "aws", value_parser = parse_world)]
     pub(crate) world: World,
     /// The gateway's OPERATOR_SETTINGS (the template's OperatorSettings
-    /// JSON). Empty, the default: the template's default, which probes no
-    /// operator and checks no hang. `advised`: every operator probed with
-    /// a search and hang-checked with a ping, as the README advises.
+    /// JSON). Empty, the default: the template's default, which probes an
+    /// open breaker with the last search its operator answered and confirms
+    /// a late call with a ping (the built-in hang check). `advised`: every
+    /// operator probed with a fixed search and hang-checked with a ping.
     #[arg(long, default_value = "", value_parser = parse_settings)]
     pub(crate) operator_settings: Settings,
 }

@@ -166,7 +166,7 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
     config.log_level = "WARN".to_owned();
     config.operator_settings = LOCAL_SETTINGS.replace(
         r#""breaker""#,
-        r#""window":{"min_calls":100000,"consecutive_timeouts":100000,"consecutive_failures":0,"consecutive_errors":0},"breaker""#,
+        r#""window":{"min_calls":100000,"consecutive_timeouts":100000,"consecutive_failures":0,"consecutive_errors":0},"hang_check":null,"breaker""#,
     );
     let path = config.state_file.clone();
     let (progress, lines) = Progress::memory();

@@ -84,6 +84,19 @@ pub fn answered(class: &CallClass) -> bool {
     )
 }
 
+/// Whether a ping's answer says the check is not a call the operator's API
+/// answers (401, 403, 404, 405): a gateway refusing it or without the
+/// route answers at once whether the service behind it hangs or not, so
+/// the check cannot tell a hang from a slow answer. The status, if so.
+pub fn unusable(class: &CallClass) -> Option<u16> {
+    match class {
+        CallClass::ClientError { status } if matches!(status, 401 | 403 | 404 | 405) => {
+            Some(*status)
+        }
+        _ => None,
+    }
+}
+
 /// The check's verdict, from the pings of a train as they end. Time comes
 /// in with each event (offsets from the watched call's start), so the rule
 /// runs the same on a real, paused or made-up clock.
@@ -93,6 +106,8 @@ pub struct HangWatch {
     unanswered: usize,
     /// The first answer, as an offset from the call's start.
     answered_at: Option<Duration>,
+    /// The status of an answer that says the check is unusable.
+    unusable: Option<u16>,
 }
 
 /// What the watch says.
@@ -104,6 +119,10 @@ pub enum HangVerdict {
     Answered,
     /// Every ping went unanswered until the verdict: a hang.
     Hung { pings: usize },
+    /// A ping was answered with a status that says the check is not a call
+    /// the operator answers ([`unusable`]): it cannot see a hang, and the
+    /// window judges the call as for an operator without a check.
+    Unusable { status: u16 },
 }
 
 impl HangWatch {
@@ -115,6 +134,7 @@ impl HangWatch {
     /// A ping ended at `at` (an offset from the call's start) as `class`.
     pub fn ended(&mut self, at: Duration, class: &CallClass) {
         if answered(class) {
+            self.unusable = self.unusable.or(unusable(class));
             self.answered_at = Some(self.answered_at.map_or(at, |first| first.min(at)));
         } else {
             self.unanswered += 1;
@@ -135,7 +155,10 @@ impl HangWatch {
     /// due at `verdict_at`.
     pub fn verdict(&self, now: Duration, verdict_at: Duration) -> HangVerdict {
         if self.answered_at.is_some_and(|at| at <= verdict_at) {
-            return HangVerdict::Answered;
+            return match self.unusable {
+                Some(status) => HangVerdict::Unusable { status },
+                None => HangVerdict::Answered,
+            };
         }
         let all_ended = self.unanswered >= self.sent;
         if now < verdict_at && !all_ended {
@@ -225,6 +248,25 @@ mod tests {
     /// The default check (a ping, 1 s) watching a 3 s search.
     fn search_train() -> PingTrain {
         PingTrain::new(&HangCheck::default(), ms(3_000))
+    }
+
+    #[test]
+    fn a_check_the_operator_refuses_or_has_no_route_for_is_unusable() {
+        for status in [401, 403, 404, 405] {
+            let (verdict, _) = judge(&search_train(), |_| {
+                Some((ms(20), CallClass::ClientError { status }))
+            });
+            assert_eq!(verdict, HangVerdict::Unusable { status });
+        }
+        // Other answers say the operator is there, a rate limit included.
+        for class in [
+            CallClass::ClientError { status: 429 },
+            CallClass::BadPayload,
+            CallClass::Ok,
+        ] {
+            let (verdict, _) = judge(&search_train(), |_| Some((ms(20), class.clone())));
+            assert_eq!(verdict, HangVerdict::Answered);
+        }
     }
 
     #[test]

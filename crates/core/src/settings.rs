@@ -34,7 +34,7 @@ pub const OPERATOR_SETTINGS: &str = "OPERATOR_SETTINGS";
 pub const OPERATORS: &str = "OPERATORS";
 
 /// Everything tunable about one operator.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct OperatorSettings {
     pub budgets: Budgets,
@@ -50,14 +50,29 @@ pub struct OperatorSettings {
     /// without one ([`crate::probe`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeSpec>,
-    /// The quick call the real consumer confirms a timeout with; no hang
-    /// checks without one ([`HangCheck`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The quick call the real consumer confirms a timeout with
+    /// ([`HangCheck`]): `GET /ping` unless set; `null` for none, and then
+    /// the failure window judges timeouts alone.
     pub hang_check: Option<HangCheck>,
     /// How the operator compares the ids customers send back (sailing ids):
     /// the case they are put in before they reach a cache key, a request
     /// and the operator.
     pub ids: IdCase,
+}
+
+impl Default for OperatorSettings {
+    fn default() -> Self {
+        Self {
+            budgets: Budgets::default(),
+            window: WindowConfig::default(),
+            breaker: BreakerConfig::default(),
+            cache: CachePolicy::default(),
+            failure_statuses: FailureStatuses::default(),
+            probe: None,
+            hang_check: Some(HangCheck::default()),
+            ids: IdCase::default(),
+        }
+    }
 }
 
 /// How an operator compares ids, and so the one spelling lifeboat asks it
@@ -229,9 +244,11 @@ mod tests {
     #[test]
     fn a_hang_check_defaults_to_a_one_second_ping() {
         let s = Settings::from_json(
-            r#"{"operators": {"nordic": {"hang_check": {}},
+            r#"{"default": {"hang_check": null},
+                "operators": {"nordic": {"hang_check": {}},
                               "baltic": {"hang_check": {"operation": "search", "timeout": 500,
-                                                        "params": {"date": "today+7"}}}}}"#,
+                                                        "params": {"date": "today+7"}}},
+                              "viking": {"ids": "upper"}}}"#,
         )
         .unwrap();
         let check = |op: &str| {
@@ -240,7 +257,13 @@ mod tests {
                 .clone()
         };
         assert_eq!(check("nordic"), Some(HangCheck::default()));
-        assert_eq!(check("viking"), None, "no checks unless configured");
+        assert_eq!(check("viking"), Some(HangCheck::default()), "built in");
+        assert_eq!(check("other"), None, "turned off in `default`");
+        let empty = Settings::from_json("").unwrap();
+        assert_eq!(empty.default.hang_check, Some(HangCheck::default()));
+        // `null` survives a round trip: it is written, not left out.
+        let round: Settings = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(round, s);
         let baltic = check("baltic").unwrap();
         let now = DateTime::from_timestamp(1_796_033_700, 0).unwrap();
         let call = baltic.call(&OperatorId::new("baltic").unwrap(), now);

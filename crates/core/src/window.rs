@@ -17,15 +17,24 @@
 //! * consecutive timeouts: timeouts since the last success, counted back from
 //!   the newest bucket to the newest bucket that holds a success;
 //! * consecutive errors: fast failures (refused, 5xx, 429, …; not timeouts)
-//!   since the last success, over the same lookback as the next rule: three
+//!   since the last success, over the same lookback as the next rule: four
 //!   in a row open an operator with one call a second within about three
-//!   seconds, while a healthy operator's stray 5xx (about 1 %) makes three in
-//!   a row about once in a million calls;
+//!   seconds. Four, not three: a healthy operator's stray 5xx (about 1 %)
+//!   makes three in a row about once in a million calls, and "in a row"
+//!   counts the newest calls before their slower siblings' successes land,
+//!   so a marketplace making a thousand calls a second would see three in a
+//!   row a few times an hour; four, about once a month;
 //! * consecutive failures: failures of any kind (refused, 5xx, 429, timeouts)
 //!   since the last success, counted the same way over a longer lookback
 //!   (`streak_length`, a minute by default), so an operator too quiet for the
 //!   rate rule's minimum still trips: five failed calls in a row within a
 //!   minute, whatever its traffic.
+//!
+//! For an operator with a hang check (the default), timeouts are the check's
+//! to judge ([`WindowConfig::evaluate_checked`]): the rules above trip at
+//! once only on what they see without the timeouts, and timeouts the check
+//! did not confirm trip only when the failure rate holds over the last
+//! `sustained_length` and in each of its thirds, longer than a slow moment.
 //!
 //! The defaults open a hanging operator about one budget (3 s) after the outage
 //! starts and a refusing one within a few seconds, and keep normal noise (a few
@@ -93,6 +102,15 @@ impl CallCounts {
         self.refusals += other.refusals;
     }
 
+    /// The same calls with the timeouts left out, as if never made.
+    pub fn without_timeouts(&self) -> CallCounts {
+        CallCounts {
+            calls: self.calls.saturating_sub(self.timeouts),
+            timeouts: 0,
+            ..*self
+        }
+    }
+
     /// No call at all, neutral ones included.
     pub fn is_empty(&self) -> bool {
         self.calls == 0 && self.refusals == 0
@@ -146,6 +164,13 @@ pub struct WindowConfig {
     /// many calls, refusals included: a few 404s of a quiet operator say
     /// nothing.
     pub refusal_min_calls: u32,
+    /// For an operator with a hang check ([`Self::evaluate_checked`]): how
+    /// far back the failure-rate rule counts timeouts the check did not
+    /// confirm, the rate held in each third. Three times as long as a slow
+    /// moment of a few seconds lasts, so that only an operator timing out
+    /// for good trips this way. Read between `length` and `streak_length`.
+    #[serde(with = "crate::budget::millis")]
+    pub sustained_length: Duration,
 }
 
 impl Default for WindowConfig {
@@ -158,10 +183,11 @@ impl Default for WindowConfig {
             slow_rate: 0.8,
             consecutive_timeouts: 5,
             consecutive_failures: 5,
-            consecutive_errors: 3,
+            consecutive_errors: 4,
             streak_length: Duration::from_secs(60),
             refusal_rate: 0.5,
             refusal_min_calls: 20,
+            sustained_length: Duration::from_secs(30),
         }
     }
 }
@@ -313,6 +339,95 @@ impl WindowConfig {
         self.verdict(&tally)
     }
 
+    /// [`Self::evaluate`] for an operator whose timeouts a hang check
+    /// judges (`hang_check` in its settings).
+    ///
+    /// A timeout alone does not tell a hang from a slow moment: in a few
+    /// seconds of a healthy operator answering twice as slowly, its slower
+    /// answers time out, often several in a row and at a busy operator
+    /// enough to fill the failure-rate rule. The hang check tells them
+    /// apart (a hanging operator does not answer its pings, a slow one
+    /// does), so here the rules trip on timeouts only over
+    /// `sustained_length`: at once on fast failures, as [`Self::evaluate`]
+    /// does, and on timeouts only when the failure rate holds for longer
+    /// than a slow moment lasts. `None`: the hang check decides.
+    pub fn evaluate_checked(
+        &self,
+        buckets: &[Bucket],
+        now: DateTime<Utc>,
+    ) -> Option<WindowVerdict> {
+        self.evaluate(buckets, now)?;
+        let without_timeouts: Vec<Bucket> = buckets
+            .iter()
+            .map(|b| Bucket {
+                start: b.start,
+                counts: b.counts.without_timeouts(),
+            })
+            .collect();
+        self.evaluate(&without_timeouts, now)
+            .or_else(|| self.sustained(buckets, now))
+    }
+
+    /// The failure-rate rule, timeouts included, over `sustained_length`,
+    /// held in each of its thirds: a slow moment, or two back to back,
+    /// shorter than two thirds of the lookback leaves one third to the
+    /// operator's ordinary answers, however many calls the moment drew (a
+    /// timed-out question is not cached, so it is asked again while the
+    /// moment lasts).
+    fn sustained(&self, buckets: &[Bucket], now: DateTime<Utc>) -> Option<WindowVerdict> {
+        const PARTS: u32 = 3;
+        let lookback = self
+            .sustained_length
+            .clamp(self.length, self.length.max(self.streak_length));
+        let oldest = self.oldest_within(lookback, now);
+        // Part k (newest first) holds the buckets from the start of the
+        // last (k + 1) thirds on.
+        let starts: Vec<DateTime<Utc>> = (1..PARTS)
+            .map(|k| self.oldest_within(lookback * k / PARTS, now))
+            .collect();
+        let mut parts = [CallCounts::default(); PARTS as usize];
+        for bucket in buckets
+            .iter()
+            .filter(|b| b.start >= oldest && b.start <= now)
+        {
+            let part = starts
+                .iter()
+                .position(|start| bucket.start >= *start)
+                .unwrap_or(starts.len());
+            parts[part].add(&bucket.counts);
+        }
+        let failing = |part: &CallCounts| {
+            let (judged, _) = self.judged(part);
+            judged.calls > 0
+                && f64::from(judged.failures.saturating_add(judged.timeouts))
+                    >= self.failure_rate * f64::from(judged.calls)
+        };
+        if !parts.iter().all(failing) {
+            return None;
+        }
+        let mut total = CallCounts::default();
+        for part in &parts {
+            total.add(part);
+        }
+        self.failure_rate_of(&total)
+    }
+
+    /// The failure-rate rule over `total`: failures and timeouts (and
+    /// refusals, in a surge of them) over at least `min_calls` calls.
+    fn failure_rate_of(&self, total: &CallCounts) -> Option<WindowVerdict> {
+        let (judged, refused) = self.judged(total);
+        if judged.calls == 0 || judged.calls < self.min_calls {
+            return None;
+        }
+        let failed = judged.failures.saturating_add(judged.timeouts);
+        let rate = f64::from(failed) / f64::from(judged.calls);
+        (rate >= self.failure_rate).then_some(WindowVerdict::FailureRate {
+            rate,
+            calls: judged.calls,
+            refused,
+        })
+    }
+
     /// The rules, in the order they are asked.
     fn verdict(&self, tally: &Tally) -> Option<WindowVerdict> {
         // Consecutive timeouts: newest first, until a bucket holds a success.
@@ -343,17 +458,8 @@ impl WindowConfig {
 
     /// The failure-rate and slow-call rules over the calls of the window.
     fn rates(&self, total: &CallCounts) -> Option<WindowVerdict> {
-        let (judged, refused) = self.judged(total);
-        if judged.calls > 0 && judged.calls >= self.min_calls {
-            let failed = judged.failures.saturating_add(judged.timeouts);
-            let failure_rate = f64::from(failed) / f64::from(judged.calls);
-            if failure_rate >= self.failure_rate {
-                return Some(WindowVerdict::FailureRate {
-                    rate: failure_rate,
-                    calls: judged.calls,
-                    refused,
-                });
-            }
+        if let Some(verdict) = self.failure_rate_of(total) {
+            return Some(verdict);
         }
         if total.calls == 0 || total.calls < self.min_calls {
             return None;
@@ -560,21 +666,22 @@ mod tests {
     }
 
     #[test]
-    fn three_errors_in_a_row_trip_and_timeouts_between_them_do_not_reset_the_count() {
+    fn four_errors_in_a_row_trip_and_timeouts_between_them_do_not_reset_the_count() {
         let cfg = ten_seconds();
-        // One call a second: refused, a timeout, refused, refused.
+        // One call a second: refused, a timeout, refused three times.
         let buckets = [
             bucket(0, |c| many(c, Health::Success, 1)),
             bucket(1, |c| many(c, Health::Failure, 1)),
             bucket(2, |c| many(c, Health::Timeout, 1)),
             bucket(3, |c| many(c, Health::Failure, 1)),
+            bucket(4, |c| many(c, Health::Failure, 1)),
         ];
-        assert_eq!(cfg.evaluate(&buckets, at(3_500)), None);
-        let mut third = buckets.to_vec();
-        third.push(bucket(4, |c| many(c, Health::Failure, 1)));
+        assert_eq!(cfg.evaluate(&buckets, at(4_500)), None);
+        let mut fourth = buckets.to_vec();
+        fourth.push(bucket(5, |c| many(c, Health::Failure, 1)));
         assert_eq!(
-            cfg.evaluate(&third, at(4_500)),
-            Some(WindowVerdict::ConsecutiveErrors { count: 3 })
+            cfg.evaluate(&fourth, at(5_500)),
+            Some(WindowVerdict::ConsecutiveErrors { count: 4 })
         );
         // A busy operator's stray errors sit beside successes: no streak.
         let busy: Vec<Bucket> = (0..10)
@@ -586,11 +693,140 @@ mod tests {
             })
             .collect();
         assert_eq!(cfg.evaluate(&busy, at(9_500)), None);
+        // Off when set to 0 (and the five failures of any kind, the
+        // timeout among them, left to the rule of their own).
         let off = WindowConfig {
             consecutive_errors: 0,
+            consecutive_failures: 0,
             ..cfg
         };
-        assert_eq!(off.evaluate(&third, at(4_500)), None);
+        assert_eq!(off.evaluate(&fourth, at(5_500)), None);
+    }
+
+    /// A busy operator's slow moment: 8 s in which half its calls time
+    /// out, the last 8 in a row, after 20 s of healthy calls.
+    fn slow_moment() -> Vec<Bucket> {
+        (0..28)
+            .map(|s| {
+                bucket(s, |c| match s {
+                    20..=25 => {
+                        many(c, Health::Success, 3);
+                        many(c, Health::Timeout, 3);
+                    }
+                    26..=27 => many(c, Health::Timeout, 4),
+                    _ => {
+                        many(c, Health::Success, 5);
+                        if s % 7 == 0 {
+                            many(c, Health::Timeout, 1);
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_hang_check_judges_the_timeouts_of_a_slow_moment() {
+        let cfg = WindowConfig::default();
+        let moment = slow_moment();
+        let now = at(27_500);
+        // Without a hang check the window trips on it: 8 timeouts in a row.
+        assert_eq!(
+            cfg.evaluate(&moment, now),
+            Some(WindowVerdict::ConsecutiveTimeouts { count: 8 })
+        );
+        // With one, the check decides.
+        assert_eq!(cfg.evaluate_checked(&moment, now), None);
+    }
+
+    #[test]
+    fn a_slow_moment_that_draws_many_calls_is_not_sustained() {
+        // A quiet operator (a call a second) in two slow moments back to
+        // back, 20 s in which its timed-out questions are asked again:
+        // five calls a second, three of them timing out, and none cached.
+        // 55 % of the last 30 s's calls failed, none in its oldest third.
+        let cfg = WindowConfig::default();
+        let buckets: Vec<Bucket> = (0..30)
+            .map(|s| {
+                bucket(s, |c| {
+                    if s < 10 {
+                        many(c, Health::Success, 1);
+                    } else {
+                        many(c, Health::Success, 2);
+                        many(c, Health::Timeout, 3);
+                    }
+                })
+            })
+            .collect();
+        let now = at(29_500);
+        assert!(cfg.evaluate(&buckets, now).is_some());
+        assert_eq!(cfg.evaluate_checked(&buckets, now), None);
+    }
+
+    #[test]
+    fn with_a_hang_check_fast_failures_still_trip_at_once() {
+        let cfg = WindowConfig::default();
+        let mut buckets = slow_moment();
+        buckets.push(bucket(28, |c| many(c, Health::Failure, 4)));
+        assert_eq!(
+            cfg.evaluate_checked(&buckets, at(28_500)),
+            Some(WindowVerdict::ConsecutiveErrors { count: 4 })
+        );
+    }
+
+    #[test]
+    fn with_a_hang_check_timeouts_that_last_trip_on_the_sustained_rate() {
+        let cfg = WindowConfig::default();
+        // Half the calls time out, for good: from the 20th second on.
+        let buckets: Vec<Bucket> = (0..60)
+            .map(|s| {
+                bucket(s, |c| {
+                    many(c, Health::Success, 2);
+                    if s >= 20 {
+                        many(c, Health::Timeout, 2);
+                    }
+                })
+            })
+            .collect();
+        let checked_at =
+            |sec: i64| cfg.evaluate_checked(&buckets[..=sec as usize], at(sec * 1000 + 500));
+        // Fourteen seconds in, the 20 s window trips on them; over the 30 s
+        // lookback they are 31 %: the hang check's call.
+        assert!(matches!(
+            cfg.evaluate(&buckets[..=33], at(33_500)),
+            Some(WindowVerdict::FailureRate { .. })
+        ));
+        assert_eq!(checked_at(33), None);
+        // Twenty-six seconds in, the oldest third of the last 30 s holds
+        // 40 % too.
+        assert_eq!(checked_at(45), None);
+        match checked_at(46) {
+            Some(WindowVerdict::FailureRate { rate, calls, .. }) => {
+                assert!((rate - 54.0 / 114.0).abs() < 1e-9, "{rate}");
+                assert_eq!(calls, 114);
+            }
+            other => panic!("expected the sustained rate, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_timeouts_the_calls_are_as_if_never_made() {
+        let mut c = CallCounts::default();
+        many(&mut c, Health::Success, 2);
+        many(&mut c, Health::Timeout, 3);
+        many(&mut c, Health::Failure, 1);
+        many(&mut c, Health::Neutral, 1);
+        let left = c.without_timeouts();
+        assert_eq!(
+            (
+                left.calls,
+                left.timeouts,
+                left.failures,
+                left.successes,
+                left.refusals
+            ),
+            (3, 0, 1, 2, 1)
+        );
     }
 
     #[test]

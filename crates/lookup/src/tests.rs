@@ -92,7 +92,11 @@ async fn live_then_fresh_when_healthy() {
     assert_eq!(again.source, Source::Fresh);
     assert_eq!(again.body, answer.body);
     assert!(!second.requested);
-    assert_eq!(w.sim.stats().total, 1, "the fresh answer asked nobody");
+    assert_eq!(
+        w.sim.stats().questions(),
+        1,
+        "the fresh answer asked nobody"
+    );
     assert_eq!(w.gateway.requests.counts().total, 1);
 }
 
@@ -112,7 +116,7 @@ async fn last_good_without_a_request_while_open() {
     assert_eq!(looked.breaker, Some(BreakerState::Open));
     assert!(looked.store_reads <= 2, "{} reads", looked.store_reads);
     assert_eq!(w.gateway.requests.counts().total, 1, "no request record");
-    assert_eq!(w.sim.stats().total, 1, "no operator call");
+    assert_eq!(w.sim.stats().questions(), 1, "no operator call");
 }
 
 #[tokio::test(start_paused = true)]
@@ -185,7 +189,7 @@ async fn reprice_skips_the_recent_cache() {
     let looked = ask(&mut w, Mode::Reprice, 5).await;
     assert_eq!(looked.result.unwrap().source, Source::Live);
     assert!(looked.requested);
-    assert_eq!(w.sim.stats().total, 2);
+    assert_eq!(w.sim.stats().questions(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -221,7 +225,7 @@ async fn identical_questions_in_flight_share_one_request_and_one_call() {
     assert_eq!(looked.iter().filter(|l| l.requested).count(), 2);
     assert_eq!(looked.iter().filter(|l| l.joined).count(), 4);
     assert_eq!(gateway.requests.counts().total, 2, "a request per question");
-    assert_eq!(w.sim.stats().total, 2, "a call per question");
+    assert_eq!(w.sim.stats().questions(), 2, "a call per question");
     let bodies: std::collections::BTreeSet<&str> = looked[..5]
         .iter()
         .map(|l| l.result.as_ref().unwrap().body.as_str())
@@ -258,12 +262,12 @@ async fn an_operators_refusal_is_answered_as_such_and_cached_a_minute() {
         UnavailableReason::Rejected
     );
     assert!(!again.requested);
-    assert_eq!(w.sim.stats().total, 1);
+    assert_eq!(w.sim.stats().questions(), 1);
     // After it: asked again.
     tokio::time::advance(Duration::from_secs(40)).await;
     let later = ask_bad(&mut w, 5).await;
     assert!(later.requested);
-    assert_eq!(w.sim.stats().total, 2);
+    assert_eq!(w.sim.stats().questions(), 2);
     // A refusal is never shown as a last good answer, and does not trip.
     assert!(w.gateway.transitions.is_empty());
 }
@@ -324,7 +328,7 @@ async fn a_refusal_answers_for_a_minute_then_the_last_good_answer_shows_while_op
         assert_eq!(answer.body, good.body);
         assert!(!looked.requested);
     }
-    assert_eq!(w.sim.stats().total, 0);
+    assert_eq!(w.sim.stats().questions(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -339,7 +343,7 @@ async fn a_failed_call_after_a_refusal_shows_the_last_good_answer() {
     let answer = looked.result.unwrap();
     assert_eq!(answer.source, Source::LastGood);
     assert_eq!(answer.body, good.body);
-    assert_eq!(w.sim.stats().total, 1);
+    assert_eq!(w.sim.stats().questions(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -370,7 +374,7 @@ async fn a_recent_answer_the_operator_refused_since_is_not_fresh() {
     let again = ask(&mut w, Mode::AskOperator, 5).await;
     assert!(again.requested);
     assert_eq!(again.result.unwrap().source, Source::Live);
-    assert_eq!(w.sim.stats().total, 2);
+    assert_eq!(w.sim.stats().questions(), 2);
 }
 
 #[tokio::test(start_paused = true)]

@@ -204,6 +204,14 @@ pub struct SimStats {
     pub background_errors: u64,
 }
 
+impl SimStats {
+    /// The calls that asked a customer's question (searches and prices):
+    /// every call but the hang check's pings.
+    pub fn questions(&self) -> u64 {
+        self.total.saturating_sub(self.by_operation.ping)
+    }
+}
+
 /// A simulated operator. Cheap to clone: clones share the script, the mode
 /// switch, the generator and the counts.
 #[derive(Clone)]

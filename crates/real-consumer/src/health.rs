@@ -1,6 +1,6 @@
 //! What the batch's calls say of the operator's health: the counts go to the
-//! shared failure window (which may ask for a trip, after a hang check if
-//! the operator has one), and trial results to the breaker record (a failed
+//! shared failure window (which may ask for a trip; if the operator has a
+//! hang check, timeouts trip at once only when its pings went unanswered), and trial results to the breaker record (a failed
 //! trial asks for a trip, enough successes report the trials passed).
 
 use chrono::{DateTime, Utc};
@@ -50,9 +50,18 @@ impl RealConsumer {
                     return None;
                 }
             };
-        let verdict = match cfg.evaluate(&buckets, now) {
-            Some(verdict) => verdict,
-            None => self.check_hang(operator, counts, trains).await?,
+        let verdict = if self.settings.for_operator(operator).hang_check.is_none() {
+            cfg.evaluate(&buckets, now)?
+        } else if let Some(verdict) = cfg.evaluate_checked(&buckets, now) {
+            // Fast failures, or timeouts for longer than a slow moment.
+            verdict
+        } else {
+            // Timeouts are the hang check's to judge.
+            match self.check_hang(operator, counts, trains).await {
+                Checked::Hung(verdict) => verdict,
+                Checked::Answered => return None,
+                Checked::Unusable => cfg.evaluate(&buckets, now)?,
+            }
         };
         tracing::warn!(operator = %operator, state = %record.state, version = record.version, verdict = %verdict, "failure window asks for a trip");
         Some(LifeboatEvent::TripRequested(TripRequested {
@@ -64,17 +73,19 @@ impl RealConsumer {
         }))
     }
 
-    /// After a batch in which calls timed out and the window let them pass,
-    /// the hang check's verdict on them (lifeboat_core::hang): a hang only
-    /// if the pings sent while each of them was late all went unanswered.
-    /// No pings (no `hang_check` in the operator's settings): the window's.
+    /// After a batch in which calls timed out, the hang check's verdict on
+    /// them (lifeboat_core::hang): a hang only if the pings sent while each
+    /// of them was late all went unanswered. No pings (no call of the batch
+    /// was watched and late): answered, the next batch's check decides.
     async fn check_hang(
         &self,
         operator: &OperatorId,
         counts: &CallCounts,
         trains: Vec<Train>,
-    ) -> Option<WindowVerdict> {
-        let check_timeout = trains.first()?.check_timeout;
+    ) -> Checked {
+        let Some(check_timeout) = trains.first().map(|t| t.check_timeout) else {
+            return Checked::Answered;
+        };
         let mut pings = 0;
         for train in trains {
             match train.verdict().await {
@@ -83,12 +94,16 @@ impl RealConsumer {
                 // trains stop as they are dropped.
                 HangVerdict::Answered | HangVerdict::Pending => {
                     tracing::info!(operator = %operator, timeouts = counts.timeouts, "hang check answered");
-                    return None;
+                    return Checked::Answered;
+                }
+                HangVerdict::Unusable { status } => {
+                    tracing::warn!(operator = %operator, status, "the hang check is not a call the operator answers: its timeouts are judged by the window alone; set its hang_check to a call it answers quickly (docs/configuration.md), or to null");
+                    return Checked::Unusable;
                 }
             }
         }
         tracing::info!(operator = %operator, timeouts = counts.timeouts, pings, "hang check unanswered");
-        Some(WindowVerdict::HangConfirmed {
+        Checked::Hung(WindowVerdict::HangConfirmed {
             timeouts: counts.timeouts,
             check_ms: u64::try_from(check_timeout.as_millis()).unwrap_or(u64::MAX),
         })
@@ -151,4 +166,14 @@ impl RealConsumer {
         }
         events
     }
+}
+
+/// What the hang check says of a batch's timeouts.
+enum Checked {
+    /// Every ping unanswered: trip.
+    Hung(WindowVerdict),
+    /// The operator answered (or nothing was watched): no trip.
+    Answered,
+    /// The check cannot see a hang: the window's rules, as without one.
+    Unusable,
 }

@@ -210,7 +210,7 @@ async fn healthy_requests_are_answered_once() {
     // The same batch again (Lambda retrying it) calls nobody.
     let again = w.consumer.handle(&payload).await.unwrap();
     assert_eq!((again.calls, again.already_answered), (0, 20));
-    assert_eq!(w.sim.stats().total, 20);
+    assert_eq!(w.sim.stats().questions(), 20);
 }
 
 #[tokio::test(start_paused = true)]
@@ -347,7 +347,7 @@ async fn an_answer_too_big_to_keep_is_a_failed_outcome_not_a_retry() {
     // Called once each, answered failed, and nothing comes back.
     assert_eq!((report.calls, report.outcomes_written), (3, 3));
     assert!(report.response.batch_item_failures.is_empty());
-    assert_eq!(w.sim.stats().total, 3);
+    assert_eq!(w.sim.stats().questions(), 3);
     for stored in w.requests.all() {
         match stored.outcome.map(|o| o.kind) {
             Some(OutcomeKind::Failed { reason, detail }) => {
@@ -380,7 +380,13 @@ async fn a_hanging_operator_asks_for_a_trip() {
     assert_eq!(events_of(&w.bus, "Operator Request Failed"), 12);
 }
 
-/// nordic's settings with a ping hang check.
+/// nordic's settings with no hang check (`"hang_check": null`): the
+/// window's rules alone.
+fn without_hang_check(w: &mut World) {
+    w.consumer.settings.default.hang_check = None;
+}
+
+/// nordic's settings with a ping hang check (the default, made explicit).
 fn with_hang_check(w: &mut World) {
     let check = lifeboat_core::settings::HangCheck::default();
     w.consumer.settings.default.hang_check = Some(check);
@@ -426,6 +432,8 @@ struct Hesitant {
     pings: std::sync::Mutex<std::collections::VecDeque<std::time::Duration>>,
     sent: std::sync::Mutex<Vec<DateTime<Utc>>>,
     clock: Arc<TokioClock>,
+    /// What a ping answered in time answers.
+    answer: lifeboat_core::request::CallClass,
 }
 
 // The trait's `async fn`, written out (async_trait's shape) to keep the
@@ -471,7 +479,7 @@ impl Hesitant {
         tokio::time::sleep(delay.min(timeout)).await;
         lifeboat_core::request::CallResult {
             class: if delay < timeout {
-                lifeboat_core::request::CallClass::Ok
+                self.answer.clone()
             } else {
                 lifeboat_core::request::CallClass::Timeout
             },
@@ -498,9 +506,44 @@ fn hesitant_world(pings: &[u64]) -> (World, Arc<Hesitant>) {
         ),
         sent: std::sync::Mutex::new(Vec::new()),
         clock: w.clock.clone(),
+        answer: lifeboat_core::request::CallClass::Ok,
     });
     w.consumer.operator = api.clone();
     (w, api)
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_in_a_row_whose_pings_answer_are_the_hang_checks_to_judge() {
+    // Six calls time out in one batch: without a check, six timeouts in a
+    // row trip (a_breaker_never_stored_counts_every_batch_of_the_window).
+    // Its pings answer in 100 ms: a slow moment, not a hang.
+    let (w, api) = hesitant_world(&[100]);
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    assert_eq!(trips(&w, 6).await, 0);
+    assert_eq!(api.sent.lock().unwrap().len(), 1);
+    // Pings that do not answer confirm it at once.
+    let (w, _) = hesitant_world(&[5_000]);
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    assert_eq!(trips(&w, 6).await, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hang_check_the_operator_has_no_route_for_leaves_timeouts_to_the_window() {
+    let (mut w, _) = hesitant_world(&[100]);
+    let api = Arc::new(Hesitant {
+        sim: w.sim.clone(),
+        pings: std::sync::Mutex::new([std::time::Duration::from_millis(20)].into()),
+        sent: std::sync::Mutex::new(Vec::new()),
+        clock: w.clock.clone(),
+        answer: lifeboat_core::request::CallClass::ClientError { status: 404 },
+    });
+    w.consumer.operator = api.clone();
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    // One timeout: the window's rules do not trip, and the check cannot.
+    assert_eq!(trips(&w, 1).await, 0);
+    // Six in a row trip as they would without a check.
+    assert_eq!(trips(&w, 5).await, 1);
+    assert_eq!(api.sent.lock().unwrap().len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -563,7 +606,8 @@ async fn a_slow_operator_that_answers_the_hang_check_is_left_to_the_window() {
 
 #[tokio::test(start_paused = true)]
 async fn without_a_hang_check_one_timeout_does_not_trip() {
-    let w = world();
+    let mut w = world();
+    without_hang_check(&mut w);
     put_breaker(&w, BreakerState::Closed, 2).await;
     w.sim.set_mode(Some(OutageMode::Hang));
     assert_eq!(trips(&w, 1).await, 0);
@@ -579,7 +623,8 @@ async fn trips(w: &World, n: usize) -> usize {
 #[tokio::test(start_paused = true)]
 async fn a_breaker_never_stored_counts_every_batch_of_the_window() {
     // Closed since forever: timeouts of earlier batches count too.
-    let w = world();
+    let mut w = world();
+    without_hang_check(&mut w);
     w.sim.set_mode(Some(OutageMode::Hang));
     assert_eq!(trips(&w, 3).await, 0);
     assert_eq!(trips(&w, 3).await, 1);
@@ -587,7 +632,8 @@ async fn a_breaker_never_stored_counts_every_batch_of_the_window() {
 
 #[tokio::test(start_paused = true)]
 async fn failures_from_before_the_breaker_closed_do_not_count() {
-    let w = world();
+    let mut w = world();
+    without_hang_check(&mut w);
     put_breaker(&w, BreakerState::Closed, 2).await;
     w.sim.set_mode(Some(OutageMode::Hang));
     assert_eq!(trips(&w, 3).await, 0);
@@ -614,7 +660,7 @@ async fn half_open_calls_at_most_k_and_reports_the_round() {
         .unwrap();
     let k = Settings::default().default.breaker.trial_calls as usize;
     assert_eq!(report.calls, k);
-    assert_eq!(w.sim.stats().total as usize, k);
+    assert_eq!(w.sim.stats().questions() as usize, k);
     assert_eq!(report.outcomes_written, 30);
     let record = w
         .breakers

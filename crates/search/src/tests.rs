@@ -149,7 +149,7 @@ async fn live_then_fresh_then_last_good_while_open() {
     open.version = 1;
     open.open_until = Some(w.clock.now() + TimeDelta::seconds(30));
     w.gateway.breakers.save(&open, None).await.unwrap();
-    let calls = w.sim.stats().total;
+    let calls = w.sim.stats().questions();
     let requests = w.gateway.requests.counts().total;
 
     let last_good = get(&mut w, "/sailings", &SAILINGS).await;
@@ -171,7 +171,7 @@ async fn live_then_fresh_then_last_good_while_open() {
         requests,
         "no request record"
     );
-    assert_eq!(w.sim.stats().total, calls, "no operator call");
+    assert_eq!(w.sim.stats().questions(), calls, "no operator call");
     let answers = |source| {
         w.gateway.metrics.sum(
             lifeboat_core::metrics::names::ANSWERS,
@@ -325,7 +325,7 @@ async fn a_flood_costs_one_request_and_one_call_per_distinct_valid_question() {
         *by_status.entry(reply.status).or_default() += 1;
     }
     let written = gateway.requests.counts().total;
-    let calls = w.sim.stats().total;
+    let calls = w.sim.stats().questions();
     eprintln!(
         "flood: 10,000 questions (4,000 distinct valid, 4,000 repeats of 100, 2,000 refused at the door): {written} requests written, {calls} operator calls, replies by status {by_status:?}"
     );
@@ -369,7 +369,7 @@ async fn a_sailing_id_is_asked_and_echoed_in_the_operators_case() {
     assert_eq!(lower.body["sailing_id"], "HEL-TLL-20261224-0615");
     assert_eq!(lower.body["price"], upper.body["price"]);
     assert_eq!(w.gateway.requests.counts().total, 1);
-    assert_eq!(w.sim.stats().total, 1);
+    assert_eq!(w.sim.stats().questions(), 1);
     // The check stays: what is not an id is refused as before, unasked.
     for bad in ["hel tll", "hel_tll-0615", "h\u{e9}l-tll", ""] {
         let refused = get(&mut w, "/price", &asked(bad)).await;
@@ -468,7 +468,7 @@ async fn price_flood(case: IdCase) -> FloodCost {
     }
     FloodCost {
         written: gateway.requests.counts().total,
-        calls: w.sim.stats().total,
+        calls: w.sim.stats().questions(),
         by_status,
         replies_per_sailing: distinct.values().map(BTreeSet::len).max().unwrap_or(0),
     }

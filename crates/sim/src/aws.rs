@@ -120,8 +120,8 @@ pub struct TemplateDefaults {
     pub fallback_concurrency: usize,
     /// The circuit switch's, shared by ticks, timers, trips and commands.
     pub switch_concurrency: usize,
-    /// `OperatorSettings`' default (`OPERATOR_SETTINGS`): no probe, no hang
-    /// check.
+    /// `OperatorSettings`' default (`OPERATOR_SETTINGS`): no probe named,
+    /// the built-in hang check.
     pub operator_settings: &'static str,
 }
 
@@ -214,8 +214,10 @@ pub fn template_settings() -> Settings {
 }
 
 /// The settings the README advises on top of the template's: every
-/// operator probed with a search a week ahead while open, and a timeout
-/// confirmed with a ping (the hang check). `--operator-settings advised`.
+/// operator probed with a search a week ahead while open (the template
+/// probes with the last search the operator answered), and a timeout
+/// confirmed with a ping (the hang check, built in since it tells a slow
+/// moment from a hang). `--operator-settings advised`.
 pub fn advised_settings() -> Settings {
     let mut settings = Settings::default();
     settings.default.probe = Some(ProbeSpec {

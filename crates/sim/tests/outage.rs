@@ -101,7 +101,7 @@ async fn run_outage(mode: OutageMode) {
         },
     );
     let counted = sim.clone();
-    gateway.count_operator_calls_with(Box::new(move || counted.stats().total));
+    gateway.count_operator_calls_with(Box::new(move || counted.stats().questions()));
     let load_until = base() + TimeDelta::seconds(420);
     let load_task = tokio::spawn(load(
         gateway.requests.clone(),

@@ -549,9 +549,16 @@ mod tests {
         let run = |outcome_condition| {
             // Duplicates come from races (a record delivered to both
             // consumers while its mapping moves, a retried batch): a few a
-            // thousand records, none on some runs, so three thousand.
+            // thousand records, none on some runs, so three thousand; and
+            // a window quicker to trip than the default's (no hang check,
+            // three fast failures in a row), so that the campaign's faults
+            // move mappings more often.
+            let mut settings = ChaosScript::default().settings;
+            settings.default.hang_check = None;
+            settings.default.window.consecutive_errors = 3;
             let script = ChaosScript {
                 records: 3_000,
+                settings,
                 outcome_condition,
                 ..ChaosScript::default()
             };

@@ -51,6 +51,10 @@ pub struct FleetReport {
     /// The same by the breaker's reason, its numbers written `N`
     /// (`failure rate N% over N calls`).
     pub false_trip_reasons: BTreeMap<String, usize>,
+    /// Each of them, in time order (the first [`FALSE_TRIPS_LISTED`]): the
+    /// operator, when (seconds into the day) and the breaker's reason with
+    /// its numbers.
+    pub false_trip_list: Vec<FalseTrip>,
     pub bystanders: Bystanders,
     pub healthy: Healthy,
     /// What the AWS world charged beside store calls: cold starts,
@@ -268,6 +272,17 @@ pub(super) fn is_on(
     at(incident.start) <= t && t < at(incident.end + AFTERMATH)
 }
 
+/// The most false trips [`FleetReport::false_trip_list`] lists.
+pub const FALSE_TRIPS_LISTED: usize = 1_000;
+
+/// One false trip.
+#[derive(Debug, Clone, Serialize)]
+pub struct FalseTrip {
+    pub operator: OperatorId,
+    pub at_s: f64,
+    pub reason: String,
+}
+
 /// Whether `t` opens a breaker that nothing was wrong with: a closed
 /// breaker (not a failed half-open round) opening while its operator had no
 /// incident on (from the incident's start to [`AFTERMATH`] after its end).
@@ -349,6 +364,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
 
     let mut false_trips_by_operator: BTreeMap<OperatorId, usize> = BTreeMap::new();
     let mut false_trip_reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut false_trip_list = Vec::new();
     for t in inputs
         .transitions
         .iter()
@@ -360,6 +376,13 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         *false_trip_reasons
             .entry(reason_kind(&t.reason))
             .or_default() += 1;
+        if false_trip_list.len() < FALSE_TRIPS_LISTED {
+            false_trip_list.push(FalseTrip {
+                operator: t.operator.clone(),
+                at_s: secs(start, t.at),
+                reason: t.reason.clone(),
+            });
+        }
     }
     let false_trips = false_trips_by_operator.values().sum();
 
@@ -379,6 +402,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         false_trips,
         false_trips_by_operator,
         false_trip_reasons,
+        false_trip_list,
         bystanders: inputs.searches.bystanders(),
         healthy: inputs.searches.healthy(),
         requests: Requests {
