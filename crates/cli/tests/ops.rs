@@ -21,7 +21,7 @@ use lifeboat_core::events::SaleStatus;
 use lifeboat_core::lane::Lanes;
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter};
 use lifeboat_core::metrics::MemoryMetrics;
-use lifeboat_core::ports::{BreakerStore, StoreError, StreamRouter};
+use lifeboat_core::ports::{BreakerStore, Repoint, RouterError, StoreError, StreamRouter};
 use lifeboat_core::sale::{MemorySaleStatusStore, PendingWrite, SaleRecord, SaleStatusStore};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, ManualClock, OperatorId};
@@ -141,9 +141,9 @@ async fn status_reads_breakers_sales_and_the_stream_through_the_ports() {
 
     assert_eq!(
         report.stream,
-        Lookup::Ok(status::StreamView {
+        Some(Lookup::Ok(status::StreamView {
             target: ConsumerTarget::Real
-        })
+        }))
     );
     let names: Vec<&str> = report
         .operators
@@ -187,17 +187,17 @@ async fn the_stream_follows_the_switch() {
     // Every stored breaker open: the switch moved the stream to the fallback.
     assert_eq!(
         report.stream,
-        Lookup::Ok(status::StreamView {
+        Some(Lookup::Ok(status::StreamView {
             target: ConsumerTarget::Fallback
-        })
+        }))
     );
     suite.command("release", "nordic", "maintenance done").await;
     let report = status::gather(&suite.sources(), None, t(2)).await.unwrap();
     assert_eq!(
         report.stream,
-        Lookup::Ok(status::StreamView {
+        Some(Lookup::Ok(status::StreamView {
             target: ConsumerTarget::Real
-        })
+        }))
     );
     assert_eq!(report.operators[0].breaker.state, BreakerState::HalfOpen);
     assert_eq!(
@@ -243,7 +243,7 @@ async fn missing_sale_and_mapping_config_are_unknown() {
     };
     let report = status::gather(&sources, None, t(125)).await.unwrap();
     assert!(
-        matches!(&report.stream, Lookup::Unknown { why } if why.contains("--requests-mapping-uuid"))
+        matches!(&report.stream, Some(Lookup::Unknown { why }) if why.contains("--requests-mapping-uuid"))
     );
     assert!(
         report
@@ -343,15 +343,63 @@ async fn with_a_lane_per_operator_each_row_shows_its_own_stream() {
             ("nordic".to_owned(), Lookup::Ok(ConsumerTarget::Fallback)),
         ]
     );
+    // No line for a shared stream: each row has its own lane's.
+    assert_eq!(report.stream, None);
     let table = status::render_table(&report);
-    assert!(
-        table.starts_with("requests stream: unknown (a stream per operator"),
-        "{table}"
-    );
+    assert!(table.starts_with("OPERATOR  BREAKER"), "{table}");
+    assert!(!table.contains("requests stream"), "{table}");
     assert!(
         table.contains("off_sale v1  fallback consumer  force-open"),
         "{table}"
     );
+    let json: Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+    assert_eq!(json.get("stream"), None);
+    assert_eq!(
+        json["operators"][1]["stream"],
+        json!({"lookup": "ok", "target": "fallback"})
+    );
+}
+
+/// A lane's mapping that cannot be read.
+struct UnreadableMapping;
+
+#[async_trait]
+impl StreamRouter for UnreadableMapping {
+    async fn current(&self) -> Result<ConsumerTarget, RouterError> {
+        Err(RouterError::Throttled(
+            "GetEventSourceMapping: TooManyRequestsException".into(),
+        ))
+    }
+    async fn point_at(&self, _: ConsumerTarget) -> Result<Repoint, RouterError> {
+        unreachable!("status never re-points")
+    }
+}
+
+#[tokio::test]
+async fn a_lane_that_cannot_be_read_is_shown_under_its_row_and_counted() {
+    let suite = outage().await;
+    let routers: [(OperatorId, Arc<dyn StreamRouter>); 2] = [
+        (op("baltic"), Arc::new(MemoryStreamRouter::new())),
+        (op("nordic"), Arc::new(UnreadableMapping)),
+    ];
+    let lanes = Lanes::per_operator(routers);
+    let sources = Sources {
+        breakers: suite.breakers.as_ref(),
+        sales: Ok(&suite.sales),
+        streams: Ok(StreamSource::PerOperator(&lanes)),
+    };
+    let report = status::gather(&sources, None, t(125)).await.unwrap();
+    assert!(report.has_failures());
+    let table = status::render_table(&report);
+    let nordic = table.split("\nnordic").nth(1).unwrap();
+    assert!(
+        nordic.contains(
+            "\n  stream: Lambda control plane throttled the call, try again: \
+             GetEventSourceMapping: TooManyRequestsException"
+        ),
+        "{table}"
+    );
+    assert!(!table.contains("requests stream"), "{table}");
 }
 
 #[tokio::test]

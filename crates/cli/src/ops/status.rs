@@ -179,15 +179,22 @@ pub struct OperatorStatus {
 pub struct StatusReport {
     /// When it was gathered; ages and waits are counted from here.
     pub at: DateTime<Utc>,
-    /// One Requests stream serves every operator.
-    pub stream: Lookup<StreamView>,
+    /// Where the one Requests stream that serves every operator points.
+    /// `None` with a lane per operator (the template's layout): each
+    /// operator's row has its own lane's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<Lookup<StreamView>>,
     pub operators: Vec<OperatorStatus>,
 }
 
 impl StatusReport {
     /// Whether some source failed to answer (as opposed to not configured).
     pub fn has_failures(&self) -> bool {
-        self.stream.is_failed() || self.operators.iter().any(|o| o.sale.is_failed())
+        self.stream.as_ref().is_some_and(Lookup::is_failed)
+            || self
+                .operators
+                .iter()
+                .any(|o| o.sale.is_failed() || o.stream.is_failed())
     }
 
     /// The report as pretty JSON.
@@ -246,22 +253,24 @@ pub async fn gather(
     breakers.sort_by(|a, b| a.0.cmp(&b.0));
 
     let shared = match &sources.streams {
-        Ok(StreamSource::Shared(router)) => target(*router).await,
-        Ok(StreamSource::PerOperator(_)) => Lookup::Unknown {
-            why: "a stream per operator: see each operator's".to_owned(),
-        },
-        Err(why) => Lookup::Unknown { why: why.clone() },
+        Ok(StreamSource::Shared(router)) => Some(target(*router).await),
+        Ok(StreamSource::PerOperator(_)) => None,
+        Err(why) => Some(Lookup::Unknown { why: why.clone() }),
     };
     let mut operators = Vec::with_capacity(breakers.len());
     for (operator, breaker) in breakers {
-        let stream = match &sources.streams {
-            Ok(StreamSource::PerOperator(lanes)) => match lanes.of(&operator) {
+        let stream = match (&sources.streams, &shared) {
+            (Ok(StreamSource::PerOperator(lanes)), _) => match lanes.of(&operator) {
                 Some(lane) => target(lane.router.as_ref()).await,
                 None => Lookup::Unknown {
                     why: format!("no stream mapping found for {operator}'s table"),
                 },
             },
-            _ => shared.clone(),
+            (_, Some(shared)) => shared.clone(),
+            // `shared` is None only with a lane per operator, above.
+            (_, None) => Lookup::Unknown {
+                why: "no stream read".to_owned(),
+            },
         };
         let sale = match &sources.sales {
             Ok(store) => match store.load(&operator).await {
@@ -332,17 +341,21 @@ fn sale_cell(sale: &Lookup<SaleView>) -> String {
     }
 }
 
-/// The report as a table: the stream first, then one row per operator, with
-/// a line under a row for a pending sale write or a failed read.
+/// The report as a table: the shared stream first (with a lane per
+/// operator, each row's STREAM column is its lane's), then one row per
+/// operator, with a line under a row for a pending sale write or a failed
+/// read.
 pub fn render_table(report: &StatusReport) -> String {
     let now = report.at;
     let mut out = String::new();
-    let stream = match &report.stream {
-        Lookup::Ok(view) => consumer(view.target).to_owned(),
-        Lookup::Unknown { why } => format!("unknown ({why})"),
-        Lookup::Failed { error } => format!("error: {error}"),
-    };
-    let _ = writeln!(out, "requests stream: {stream}");
+    if let Some(stream) = &report.stream {
+        let stream = match stream {
+            Lookup::Ok(view) => consumer(view.target).to_owned(),
+            Lookup::Unknown { why } => format!("unknown ({why})"),
+            Lookup::Failed { error } => format!("error: {error}"),
+        };
+        let _ = writeln!(out, "requests stream: {stream}");
+    }
     if report.operators.is_empty() {
         let _ = writeln!(out, "no breakers stored");
         return out;
@@ -355,7 +368,9 @@ pub fn render_table(report: &StatusReport) -> String {
     {
         let _ = writeln!(out, "sale status: unknown ({why})");
     }
-    let _ = writeln!(out);
+    if !out.is_empty() {
+        let _ = writeln!(out);
+    }
 
     let header = [
         "OPERATOR",
@@ -424,6 +439,10 @@ pub fn render_table(report: &StatusReport) -> String {
                 let _ = writeln!(out, "  sale status: {error}");
             }
             _ => {}
+        }
+        // A lane's own failed read; a shared stream's is on the first line.
+        if let (None, Lookup::Failed { error }) = (&report.stream, &o.stream) {
+            let _ = writeln!(out, "  stream: {error}");
         }
     }
     out
