@@ -246,6 +246,52 @@ async fn a_failed_history_call_is_an_error_naming_the_alarm() {
     assert!(text.contains("cannot complete the request"), "{text}");
 }
 
+/// An answer in another protocol than CloudWatch's (Smithy RPC v2 CBOR):
+/// moto_server 5.2.1 answers the CBOR call 404 with an HTML page, and an
+/// endpoint of another service may answer 200 with XML. Either is one
+/// line saying the endpoint did not answer as CloudWatch does, never the
+/// decoder's `DeserializeError { … TypeMismatch … }`.
+#[tokio::test]
+async fn an_answer_that_is_not_cloudwatchs_protocol_says_so() {
+    use aws_sdk_cloudwatch::config::http::HttpResponse;
+    // The smithy body type every SDK shares; CloudWatch does not re-export it.
+    use aws_sdk_lambda::primitives::SdkBody;
+    for (status, content_type, body) in [
+        (
+            404,
+            "text/html; charset=utf-8",
+            "<!doctype html><title>404 Not Found</title>",
+        ),
+        (
+            200,
+            "text/xml",
+            "<DescribeAlarmHistoryResponse><DescribeAlarmHistoryResult/></DescribeAlarmHistoryResponse>",
+        ),
+    ] {
+        let answer = mock!(Client::describe_alarm_history).then_http_response(move || {
+            let mut response = HttpResponse::new(status.try_into().unwrap(), SdkBody::from(body));
+            response
+                .headers_mut()
+                .insert("Content-Type", content_type.to_owned());
+            response
+        });
+        let client = mock_client!(aws_sdk_cloudwatch, RuleMode::MatchAny, [&answer]);
+        let err = detection::alarm_history(&client, ALARM, t(0), t(60))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "DescribeAlarmHistory lifeboat-nordic-errors: the endpoint did not answer as \
+                 CloudWatch does (HTTP {status}, content-type {content_type}): its answer is \
+                 not CloudWatch's protocol (Smithy RPC v2 CBOR); check AWS_ENDPOINT_URL and \
+                 AWS_ENDPOINT_URL_CLOUDWATCH"
+            )
+        );
+    }
+}
+
 /// The real circuit switch on the in-memory adapters, so the reasons
 /// classified below are exactly the ones the breaker records.
 struct Switch {

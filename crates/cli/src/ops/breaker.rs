@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use aws_sdk_lambda::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_lambda::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_lambda::primitives::Blob;
 use lifeboat_core::breaker::Command;
 use lifeboat_core::{BreakerState, ConsumerTarget, OperatorId};
@@ -200,7 +200,9 @@ struct FunctionErrorPayload {
 }
 
 /// `<code>: <message>` of a service error, the error and its sources
-/// otherwise. Any SDK's errors: they share the smithy error types.
+/// otherwise, on one line. Any SDK's errors: they share the smithy error
+/// types. Never the errors' `Debug` (which `DisplayErrorContext` appends):
+/// a person reads this.
 pub(crate) fn sdk_message<E, R>(err: &SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
@@ -212,11 +214,26 @@ where
             match (e.code(), e.message()) {
                 (Some(code), Some(message)) => format!("{code}: {message}"),
                 (Some(code), None) => code.to_owned(),
-                _ => DisplayErrorContext(e).to_string(),
+                _ => error_chain(e),
             }
         }
-        other => DisplayErrorContext(other).to_string(),
+        other => error_chain(other),
     }
+}
+
+/// An error and its sources, `: ` between them, on one line.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        // The SDK's wrappers repeat their source's text.
+        if !out.ends_with(&text) {
+            let _ = write!(out, ": {text}");
+        }
+        source = e.source();
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Send `command` to the circuit switch `function` and read its report.

@@ -4,6 +4,9 @@
 //! start of the first breaching period when CloudWatch recorded the
 //! evaluated datapoints.
 
+use aws_sdk_cloudwatch::config::http::HttpResponse;
+use aws_sdk_cloudwatch::error::{ProvideErrorMetadata as _, SdkError};
+use aws_sdk_cloudwatch::operation::describe_alarm_history::DescribeAlarmHistoryError;
 use aws_sdk_cloudwatch::types::{HistoryItemType, ScanBy};
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::cloudwatch::parse_time as cloudwatch_time;
@@ -184,6 +187,47 @@ fn chrono_time(t: &aws_sdk_cloudwatch::primitives::DateTime) -> Option<DateTime<
     DateTime::from_timestamp(t.secs(), t.subsec_nanos())
 }
 
+/// Why `DescribeAlarmHistory` failed, on one line. CloudWatch's API is
+/// Smithy RPC v2 CBOR: an endpoint that answers another way is named as
+/// such, with what it answered, rather than with the decoder's error
+/// (`DeserializeError { … TypeMismatch … }`). moto_server 5.2.1 is one: it
+/// answers the CBOR call 404 with an HTML page, so `lifeboat detection`
+/// cannot run against moto.
+fn history_error(err: &SdkError<DescribeAlarmHistoryError, HttpResponse>) -> String {
+    match undecoded_answer(err) {
+        Some(answer) => format!(
+            "the endpoint did not answer as CloudWatch does ({answer}): its answer is not \
+             CloudWatch's protocol (Smithy RPC v2 CBOR); check AWS_ENDPOINT_URL and \
+             AWS_ENDPOINT_URL_CLOUDWATCH"
+        ),
+        None => sdk_message(err),
+    }
+}
+
+/// What an answer the SDK could not read was (`HTTP 404, content-type
+/// text/html`), or `None` for any other failure: an answer that failed to
+/// decode (`ResponseError`), or an error the SDK could read no error code
+/// from (not a modeled error, and no code: the decoder failed on its body).
+fn undecoded_answer(err: &SdkError<DescribeAlarmHistoryError, HttpResponse>) -> Option<String> {
+    let raw = match err {
+        SdkError::ResponseError(response) => response.raw(),
+        SdkError::ServiceError(service)
+            if !service.err().is_invalid_next_token() && service.err().code().is_none() =>
+        {
+            service.raw()
+        }
+        _ => return None,
+    };
+    let content_type = raw
+        .headers()
+        .get("content-type")
+        .unwrap_or("no content-type");
+    Some(format!(
+        "HTTP {}, content-type {content_type}",
+        raw.status().as_u16()
+    ))
+}
+
 /// The `StateUpdate` items of `alarm` from `from` to `to`, every page
 /// (`NextToken`). An item that cannot be read is skipped with a warning; a
 /// failed call is an error.
@@ -209,7 +253,7 @@ pub async fn alarm_history(
             .await
             .map_err(|e| DetectionError::AlarmHistory {
                 alarm: alarm.to_owned(),
-                message: sdk_message(&e),
+                message: history_error(&e),
             })?;
         history.pages += 1;
         for item in output.alarm_history_items() {
