@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 #[cfg(feature = "harness")]
 use lifeboat_cli::demo::Script;
 use lifeboat_cli::ops::detection::{self, Since};
+use lifeboat_cli::ops::stack::StackArgs;
 use lifeboat_core::OperatorId;
 #[cfg(feature = "harness")]
 use lifeboat_core::settings::Settings;
@@ -86,9 +87,10 @@ pub(crate) enum Command {
 
 #[derive(Args)]
 pub(crate) struct DetectionArgs {
-    /// The errors alarm (the template's ErrorsAlarmName).
+    /// The errors alarm (the template's ErrorsAlarmName) [default: env
+    /// ERRORS_ALARM_NAME, else the stack's RealConsumerErrorsAlarm].
     #[arg(long, value_parser = non_blank)]
-    pub(crate) alarm: String,
+    pub(crate) alarm: Option<String>,
     /// Incidents that started since: RFC 3339 (2026-12-01T10:00:00Z) or a
     /// span back from now (2h, 30m, 1d).
     #[arg(long, default_value = detection::DEFAULT_SINCE, value_parser = detection::parse_since)]
@@ -104,13 +106,16 @@ pub(crate) struct DetectionArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
-    /// The Breaker table [default: env BREAKER_TABLE].
+    /// The Breaker table [default: env BREAKER_TABLE, else the stack's
+    /// BreakerTable].
     #[arg(long)]
     pub(crate) breaker_table: Option<String>,
     /// Which operator each alarm watches, alarm=operator,… [default: env
-    /// ALARM_OPERATORS].
+    /// ALARM_OPERATORS, else the stack's AlarmOperators parameter].
     #[arg(long)]
     pub(crate) alarm_operators: Option<String>,
+    #[command(flatten)]
+    pub(crate) stack: StackArgs,
 }
 
 #[derive(Args)]
@@ -121,28 +126,34 @@ pub(crate) struct StatusArgs {
     /// Only this operator.
     #[arg(long)]
     pub(crate) operator: Option<OperatorId>,
-    /// The Breaker table [default: env BREAKER_TABLE].
+    /// The Breaker table [default: env BREAKER_TABLE, else the stack's
+    /// BreakerTable].
     #[arg(long)]
     pub(crate) breaker_table: Option<String>,
-    /// The SaleStatus table [default: env SALE_STATUS_TABLE].
+    /// The SaleStatus table [default: env SALE_STATUS_TABLE, else the
+    /// stack's SaleStatusTable].
     #[arg(long)]
     pub(crate) sale_status_table: Option<String>,
     /// With a lane per operator (the template's layout), the Requests
     /// tables' prefix; each operator's mapping is found by its table
-    /// [default: env REQUESTS_TABLE_PREFIX].
+    /// [default: env REQUESTS_TABLE_PREFIX, else the stack's
+    /// RequestsTablePrefix output].
     #[arg(long)]
     pub(crate) requests_table_prefix: Option<String>,
     /// With one shared stream, its event source mapping [default: env
     /// REQUESTS_MAPPING_UUID].
     #[arg(long)]
     pub(crate) requests_mapping_uuid: Option<String>,
-    /// The real consumer's name or ARN [default: env REAL_CONSUMER_FUNCTION].
+    /// The real consumer's name or ARN [default: env
+    /// REAL_CONSUMER_FUNCTION, else the stack's RealConsumerFunction].
     #[arg(long)]
     pub(crate) real_consumer_function: Option<String>,
     /// The fallback consumer's name or ARN [default: env
-    /// FALLBACK_CONSUMER_FUNCTION].
+    /// FALLBACK_CONSUMER_FUNCTION, else the stack's FallbackConsumerFunction].
     #[arg(long)]
     pub(crate) fallback_consumer_function: Option<String>,
+    #[command(flatten)]
+    pub(crate) stack: StackArgs,
 }
 
 #[derive(Subcommand)]
@@ -167,9 +178,11 @@ pub(crate) struct BreakerArgs {
     #[arg(long, value_parser = non_blank)]
     pub(crate) reason: String,
     /// The circuit switch function's name or ARN [default: env
-    /// CIRCUIT_SWITCH_FUNCTION].
+    /// CIRCUIT_SWITCH_FUNCTION, else the stack's CircuitSwitchFunction].
     #[arg(long)]
     pub(crate) function: Option<String>,
+    #[command(flatten)]
+    pub(crate) stack: StackArgs,
     /// Send the Invoke here instead of Lambda's endpoint: `lifeboat local`
     /// serves the functions apart from moto (`lifeboat local env` sets it).
     #[arg(long, env = "LIFEBOAT_INVOKE_ENDPOINT_URL")]

@@ -12,6 +12,7 @@ use crate::ops::config::{
     BREAKER_TABLE, FALLBACK_CONSUMER_FUNCTION, MissingSetting, REAL_CONSUMER_FUNCTION,
     REQUESTS_MAPPING_UUID, REQUESTS_TABLE_PREFIX, SALE_STATUS_TABLE,
 };
+use crate::ops::stack::Stack;
 use crate::ops::status::{Sources, StreamSource};
 
 /// Resource names given as flags; `None` falls back to the environment.
@@ -53,27 +54,52 @@ pub enum LaneConfig {
     Shared { uuid: String },
 }
 
+impl StatusFlags {
+    /// Whether flags and `env` leave a name `status` reads unnamed, so
+    /// that the stack is read.
+    pub fn leave_unnamed(&self, env: &Env) -> bool {
+        let lanes = REQUESTS_TABLE_PREFIX.is_given(self.requests_table_prefix.as_deref(), env)
+            || REQUESTS_MAPPING_UUID.is_given(self.requests_mapping_uuid.as_deref(), env);
+        !(lanes
+            && BREAKER_TABLE.is_given(self.breaker_table.as_deref(), env)
+            && SALE_STATUS_TABLE.is_given(self.sale_status_table.as_deref(), env)
+            && REAL_CONSUMER_FUNCTION.is_given(self.real_consumer_function.as_deref(), env)
+            && FALLBACK_CONSUMER_FUNCTION.is_given(self.fallback_consumer_function.as_deref(), env))
+    }
+}
+
 impl StatusConfig {
-    /// Names from `flags`, else from `env`; fails only without a breaker table.
-    pub fn resolve(flags: &StatusFlags, env: &Env) -> Result<Self, MissingSetting> {
-        let breaker_table = BREAKER_TABLE.resolve(flags.breaker_table.as_deref(), env)?;
-        let sale_status_table = SALE_STATUS_TABLE.resolve(flags.sale_status_table.as_deref(), env);
+    /// Names from `flags`, else from `env`, else from `stack`; fails only
+    /// without a breaker table. A shared mapping named by a flag or the
+    /// environment wins over the stack's lanes, as any name they give does.
+    pub fn resolve(flags: &StatusFlags, env: &Env, stack: &Stack) -> Result<Self, MissingSetting> {
+        let breaker_table = BREAKER_TABLE.resolve_in(flags.breaker_table.as_deref(), env, stack)?;
+        let sale_status_table =
+            SALE_STATUS_TABLE.resolve_in(flags.sale_status_table.as_deref(), env, stack);
         let mapping = (|| {
-            let lanes =
-                match REQUESTS_TABLE_PREFIX.resolve(flags.requests_table_prefix.as_deref(), env) {
-                    Ok(prefix) => LaneConfig::PerOperator { prefix },
-                    Err(no_prefix) => LaneConfig::Shared {
-                        uuid: REQUESTS_MAPPING_UUID
-                            .resolve(flags.requests_mapping_uuid.as_deref(), env)
-                            .map_err(|_| no_prefix)?,
-                    },
-                };
+            let prefix = flags.requests_table_prefix.as_deref();
+            let uuid = flags.requests_mapping_uuid.as_deref();
+            let lanes = match REQUESTS_TABLE_PREFIX.resolve(prefix, env) {
+                Ok(prefix) => LaneConfig::PerOperator { prefix },
+                Err(_) if REQUESTS_MAPPING_UUID.is_given(uuid, env) => LaneConfig::Shared {
+                    uuid: REQUESTS_MAPPING_UUID.resolve(uuid, env)?,
+                },
+                Err(_) => LaneConfig::PerOperator {
+                    prefix: REQUESTS_TABLE_PREFIX.resolve_in(prefix, env, stack)?,
+                },
+            };
             Ok(MappingConfig {
                 lanes,
-                real_consumer: REAL_CONSUMER_FUNCTION
-                    .resolve(flags.real_consumer_function.as_deref(), env)?,
-                fallback_consumer: FALLBACK_CONSUMER_FUNCTION
-                    .resolve(flags.fallback_consumer_function.as_deref(), env)?,
+                real_consumer: REAL_CONSUMER_FUNCTION.resolve_in(
+                    flags.real_consumer_function.as_deref(),
+                    env,
+                    stack,
+                )?,
+                fallback_consumer: FALLBACK_CONSUMER_FUNCTION.resolve_in(
+                    flags.fallback_consumer_function.as_deref(),
+                    env,
+                    stack,
+                )?,
             })
         })();
         Ok(Self {
@@ -154,6 +180,13 @@ impl StatusAdapters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::stack::StackDescription;
+
+    fn unnamed() -> Stack {
+        Stack::Unnamed {
+            why: "no --stack given and no samconfig.toml in the current directory".into(),
+        }
+    }
 
     #[test]
     fn only_the_breaker_table_is_required() {
@@ -161,7 +194,7 @@ mod tests {
             ("BREAKER_TABLE", "Breakers"),
             ("REQUESTS_MAPPING_UUID", "u-1"),
         ]);
-        let config = StatusConfig::resolve(&StatusFlags::default(), &env).unwrap();
+        let config = StatusConfig::resolve(&StatusFlags::default(), &env, &unnamed()).unwrap();
         assert_eq!(config.breaker_table, "Breakers");
         assert!(
             config
@@ -184,7 +217,7 @@ mod tests {
             ("REAL_CONSUMER_FUNCTION", "real"),
             ("FALLBACK_CONSUMER_FUNCTION", "fallback"),
         ]);
-        let config = StatusConfig::resolve(&StatusFlags::default(), &lanes).unwrap();
+        let config = StatusConfig::resolve(&StatusFlags::default(), &lanes, &unnamed()).unwrap();
         assert_eq!(
             config.mapping.unwrap().lanes,
             LaneConfig::PerOperator {
@@ -193,7 +226,8 @@ mod tests {
             "the template's lanes win over a shared mapping"
         );
 
-        let err = StatusConfig::resolve(&StatusFlags::default(), &Env::default()).unwrap_err();
+        let err = StatusConfig::resolve(&StatusFlags::default(), &Env::default(), &unnamed())
+            .unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("no breaker table: pass --breaker-table"),
@@ -204,10 +238,100 @@ mod tests {
             ..StatusFlags::default()
         };
         assert_eq!(
-            StatusConfig::resolve(&flags, &Env::default())
+            StatusConfig::resolve(&flags, &Env::default(), &unnamed())
                 .unwrap()
                 .breaker_table,
             "FromFlag"
         );
+    }
+
+    /// The stack of the template: its tables, functions and lanes' prefix.
+    fn deployed() -> Stack {
+        Stack::Read(StackDescription {
+            name: "lifeboat".into(),
+            status: "UPDATE_COMPLETE".into(),
+            resources: [
+                ("BreakerTable", "lifeboat-BreakerTable-1"),
+                ("SaleStatusTable", "lifeboat-SaleStatusTable-1"),
+                ("RealConsumerFunction", "lifeboat-RealConsumerFunction-1"),
+                (
+                    "FallbackConsumerFunction",
+                    "lifeboat-FallbackConsumerFunction-1",
+                ),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into(),
+            outputs: [(
+                "RequestsTablePrefix".to_owned(),
+                "lifeboat-requests-".to_owned(),
+            )]
+            .into(),
+            parameters: Default::default(),
+        })
+    }
+
+    #[test]
+    fn the_stack_names_what_flags_and_variables_leave_unnamed() {
+        let flags = StatusFlags::default();
+        assert!(flags.leave_unnamed(&Env::default()));
+        let config = StatusConfig::resolve(&flags, &Env::default(), &deployed()).unwrap();
+        assert_eq!(config.breaker_table, "lifeboat-BreakerTable-1");
+        assert_eq!(
+            config.sale_status_table.unwrap(),
+            "lifeboat-SaleStatusTable-1"
+        );
+        let mapping = config.mapping.unwrap();
+        assert_eq!(
+            mapping.lanes,
+            LaneConfig::PerOperator {
+                prefix: "lifeboat-requests-".into()
+            }
+        );
+        assert_eq!(mapping.real_consumer, "lifeboat-RealConsumerFunction-1");
+        assert_eq!(
+            mapping.fallback_consumer,
+            "lifeboat-FallbackConsumerFunction-1"
+        );
+
+        // A flag, then a variable, wins over the stack, name by name.
+        let flags = StatusFlags {
+            breaker_table: Some("FromFlag".into()),
+            ..StatusFlags::default()
+        };
+        let env = Env::from_pairs([
+            ("BREAKER_TABLE", "FromEnv"),
+            ("SALE_STATUS_TABLE", "SaleFromEnv"),
+        ]);
+        let config = StatusConfig::resolve(&flags, &env, &deployed()).unwrap();
+        assert_eq!(config.breaker_table, "FromFlag");
+        assert_eq!(config.sale_status_table.unwrap(), "SaleFromEnv");
+        assert_eq!(
+            config.mapping.unwrap().real_consumer,
+            "lifeboat-RealConsumerFunction-1"
+        );
+
+        // A shared mapping the environment names wins over the stack's lanes.
+        let env = Env::from_pairs([("REQUESTS_MAPPING_UUID", "u-1")]);
+        let config = StatusConfig::resolve(&StatusFlags::default(), &env, &deployed()).unwrap();
+        assert_eq!(
+            config.mapping.unwrap().lanes,
+            LaneConfig::Shared { uuid: "u-1".into() }
+        );
+
+        // Everything named: the stack is not needed.
+        let env = Env::from_pairs([
+            ("BREAKER_TABLE", "b"),
+            ("SALE_STATUS_TABLE", "s"),
+            ("REQUESTS_TABLE_PREFIX", "p-"),
+            ("REAL_CONSUMER_FUNCTION", "r"),
+            ("FALLBACK_CONSUMER_FUNCTION", "f"),
+        ]);
+        assert!(!StatusFlags::default().leave_unnamed(&env));
+
+        // Without a stack, a missing breaker table says how to name one.
+        let err = StatusConfig::resolve(&StatusFlags::default(), &Env::default(), &unnamed())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("or name the stack with --stack"), "{err}");
     }
 }

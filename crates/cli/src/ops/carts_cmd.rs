@@ -2,8 +2,11 @@
 //! breaker, read from the Carts table (a `Scan`) and the Breaker table (the
 //! breakers and their `change#` items), on clients from the default
 //! configuration chain (so `AWS_ENDPOINT_URL` points it at a local moto).
+//! The tables are named by flags, the functions' variables or the stack
+//! ([`super::stack`]).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
@@ -15,6 +18,7 @@ use lifeboat_core::{BreakerState, OperatorId};
 use super::carts::{self, CartsMinutes, MinuteRow, MinutesQuery, StateChange};
 use super::config::{BREAKER_TABLE, CARTS_TABLE};
 use super::detection::{Since, parse_since};
+use super::stack::{self, StackArgs};
 
 /// `--since` when not given.
 pub const DEFAULT_SINCE: &str = "3h";
@@ -43,12 +47,16 @@ pub struct CartsArgs {
     /// breaker was not closed shaded) as SVG to this file.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
-    /// The Carts table [default: env CARTS_TABLE].
+    /// The Carts table [default: env CARTS_TABLE, else the stack's
+    /// CartsTable].
     #[arg(long)]
     carts_table: Option<String>,
-    /// The Breaker table [default: env BREAKER_TABLE].
+    /// The Breaker table [default: env BREAKER_TABLE, else the stack's
+    /// BreakerTable].
     #[arg(long)]
     breaker_table: Option<String>,
+    #[command(flatten)]
+    stack: StackArgs,
 }
 
 /// What the tables hold, read once.
@@ -120,22 +128,30 @@ pub async fn run(args: CartsArgs) -> ExitCode {
     if !args.minutes {
         return fail(&"give --minutes (carts minute by minute against the breaker)");
     }
-    let env = Env::from_process();
-    let carts_table = match CARTS_TABLE.resolve(args.carts_table.as_deref(), &env) {
-        Ok(table) => table,
-        Err(e) => return fail(&e),
-    };
-    let breaker_table = match BREAKER_TABLE.resolve(args.breaker_table.as_deref(), &env) {
-        Ok(table) => table,
-        Err(e) => return fail(&e),
-    };
     let now = Utc::now();
     let query = query(args.since, args.until, args.operator, now);
     // A bad range is refused before anything is read.
     if let Err(e) = query.check_range() {
         return fail(&e);
     }
-    let clients = Clients::load().await;
+    let env = Env::from_process();
+    let sdk = lifeboat_aws::clients::load_sdk_config().await;
+    let needed = !CARTS_TABLE.is_given(args.carts_table.as_deref(), &env)
+        || !BREAKER_TABLE.is_given(args.breaker_table.as_deref(), &env);
+    let stack = match stack::find(args.stack.stack.as_deref(), needed, Path::new("."), &sdk).await {
+        Ok(stack) => stack,
+        Err(e) => return fail(&e),
+    };
+    let carts_table = match CARTS_TABLE.resolve_in(args.carts_table.as_deref(), &env, &stack) {
+        Ok(table) => table,
+        Err(e) => return fail(&e),
+    };
+    let breaker_table = match BREAKER_TABLE.resolve_in(args.breaker_table.as_deref(), &env, &stack)
+    {
+        Ok(table) => table,
+        Err(e) => return fail(&e),
+    };
+    let clients = Clients::new(&sdk);
     let read = match read(
         &DynamoCartStore::new(clients.dynamodb().clone(), carts_table),
         &DynamoBreakerStore::new(clients.dynamodb().clone(), breaker_table),

@@ -14,8 +14,9 @@
 //! * [`carts`]: `carts --minutes`, carts minute by minute against the
 //!   breaker, from the Carts table and the breaker's state-change history
 //!   ([`carts_cmd`] reads them);
-//! * [`config`]: resource names from the functions' environment variables,
-//!   overridden by flags;
+//! * [`config`]: resource names from flags, else the functions' environment
+//!   variables, else the stack ([`stack`]: `--stack` or samconfig.toml's,
+//!   read with CloudFormation);
 //! * [`operator_config`]: `config put` and `config show`, the operator
 //!   config table's item (every operator's endpoints and settings).
 
@@ -29,6 +30,7 @@ pub mod carts_cmd;
 pub mod config;
 pub mod detection;
 pub mod operator_config;
+pub mod stack;
 pub mod status;
 pub mod table;
 

@@ -17,22 +17,18 @@ use std::process::ExitCode;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use lifeboat_aws::{Clients, DynamoOperatorConfigStore, Env};
-use lifeboat_core::operator_config::{
-    MAX_ITEM_BYTES, OPERATOR_CONFIG_TABLE, OperatorConfigItem, OperatorConfigStore,
-};
+use lifeboat_core::operator_config::{MAX_ITEM_BYTES, OperatorConfigItem, OperatorConfigStore};
 use lifeboat_core::ports::StoreError;
 use lifeboat_core::settings::Settings;
 use lifeboat_operator::OperatorUrls;
 use serde::Serialize;
 
 use super::config::Setting;
+use super::stack::{self, StackArgs};
 
-/// The operator config table, from `--table` or `OPERATOR_CONFIG_TABLE`.
-pub const TABLE: Setting = Setting {
-    what: "operator config table",
-    flag: "table",
-    var: OPERATOR_CONFIG_TABLE,
-};
+/// The operator config table, from `--table`, `OPERATOR_CONFIG_TABLE` or
+/// the stack.
+pub const TABLE: Setting = super::config::OPERATOR_CONFIG_TABLE;
 
 #[derive(Subcommand)]
 pub enum ConfigAction {
@@ -46,9 +42,12 @@ pub enum ConfigAction {
 #[derive(Args)]
 pub struct PutArgs {
     /// The operator config table (the stack's OperatorConfigTableName
-    /// output) [default: env OPERATOR_CONFIG_TABLE].
+    /// output) [default: env OPERATOR_CONFIG_TABLE, else the stack's
+    /// OperatorConfigTable].
     #[arg(long)]
     table: Option<String>,
+    #[command(flatten)]
+    stack: StackArgs,
     /// A file of operator=url entries, separated by commas or line breaks
     /// (OPERATOR_ENDPOINTS's format); kept as the item's `endpoints`.
     #[arg(long)]
@@ -61,9 +60,12 @@ pub struct PutArgs {
 
 #[derive(Args)]
 pub struct ShowArgs {
-    /// The operator config table [default: env OPERATOR_CONFIG_TABLE].
+    /// The operator config table [default: env OPERATOR_CONFIG_TABLE, else
+    /// the stack's OperatorConfigTable].
     #[arg(long)]
     table: Option<String>,
+    #[command(flatten)]
+    stack: StackArgs,
     /// Print one JSON object instead of the text.
     #[arg(long)]
     json: bool,
@@ -310,12 +312,23 @@ pub fn read_files(
     Ok((endpoints, settings))
 }
 
-async fn store(table: Option<&str>) -> Result<DynamoOperatorConfigStore, String> {
+/// The store of the table `--table`, `OPERATOR_CONFIG_TABLE` or the stack
+/// names.
+async fn store(
+    table: Option<&str>,
+    stack: &StackArgs,
+) -> Result<DynamoOperatorConfigStore, String> {
+    let env = Env::from_process();
+    let sdk = lifeboat_aws::clients::load_sdk_config().await;
+    let needed = !TABLE.is_given(table, &env);
+    let stack = stack::find(stack.stack.as_deref(), needed, Path::new("."), &sdk)
+        .await
+        .map_err(|e| e.to_string())?;
     let table = TABLE
-        .resolve(table, &Env::from_process())
+        .resolve_in(table, &env, &stack)
         .map_err(|e| e.to_string())?;
     Ok(DynamoOperatorConfigStore::new(
-        Clients::load().await.dynamodb().clone(),
+        Clients::new(&sdk).dynamodb().clone(),
         table,
     ))
 }
@@ -332,7 +345,7 @@ pub async fn run(action: ConfigAction) -> ExitCode {
                 Ok(files) => files,
                 Err(e) => return fail("put", &e.to_string()),
             };
-            let store = match store(args.table.as_deref()).await {
+            let store = match store(args.table.as_deref(), &args.stack).await {
                 Ok(store) => store,
                 Err(e) => return fail("put", &e),
             };
@@ -352,7 +365,7 @@ pub async fn run(action: ConfigAction) -> ExitCode {
             }
         }
         ConfigAction::Show(args) => {
-            let store = match store(args.table.as_deref()).await {
+            let store = match store(args.table.as_deref(), &args.stack).await {
                 Ok(store) => store,
                 Err(e) => return fail("show", &e),
             };
