@@ -9,9 +9,10 @@
 //! ```
 //!
 //! Every field is optional. Durations are milliseconds. An operator's own
-//! block is taken whole where given and falls back to the built-in defaults
-//! (not to `default`) field by field; `default` applies to operators without a
-//! block of their own.
+//! block falls back to `default` field by field (within `budgets`, `window`,
+//! `breaker` and `cache` too; a `probe` or `hang_check` it gives replaces
+//! `default`'s whole), and both to the built-in defaults; `default` applies
+//! to operators without a block of their own.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -197,12 +198,48 @@ impl Settings {
         if json.trim().is_empty() {
             return Ok(Self::default());
         }
-        let settings: Settings = serde_json::from_str(json)?;
-        Ok(settings)
+        let mut value: serde_json::Value = serde_json::from_str(json)?;
+        if let Some(settings) = value.as_object_mut()
+            && let Some(default) = settings.get("default").cloned()
+            && let Some(serde_json::Value::Object(operators)) = settings.get_mut("operators")
+        {
+            for block in operators.values_mut() {
+                let mut merged = default.clone();
+                inherit(&mut merged, std::mem::take(block), true);
+                *block = merged;
+            }
+        }
+        Ok(serde_json::from_value(value)?)
     }
 
     pub fn for_operator(&self, operator: &OperatorId) -> &OperatorSettings {
         self.operators.get(operator).unwrap_or(&self.default)
+    }
+}
+
+/// The fields of an operator's block taken whole, never merged with
+/// `default`'s: a call (its operation and parameters go together).
+const TAKEN_WHOLE: [&str; 2] = ["probe", "hang_check"];
+
+/// `own` laid over `base` (both JSON): a field `own` gives wins, `null`
+/// included; an object of fields (`budgets`, `budgets.search`, `window`, …)
+/// is laid over field by field, except the calls of [`TAKEN_WHOLE`] at the
+/// top of a block.
+fn inherit(base: &mut serde_json::Value, own: serde_json::Value, top: bool) {
+    match (base, own) {
+        (serde_json::Value::Object(base), serde_json::Value::Object(own)) => {
+            for (key, value) in own {
+                match base.get_mut(&key) {
+                    Some(slot) if !(top && TAKEN_WHOLE.contains(&key.as_str())) => {
+                        inherit(slot, value, false)
+                    }
+                    _ => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (slot, own) => *slot = own,
     }
 }
 
@@ -227,18 +264,34 @@ mod tests {
     }
 
     #[test]
-    fn per_operator_overrides() {
+    fn per_operator_overrides_inherit_default_field_by_field() {
         let s = Settings::from_json(
-            r#"{"default": {"breaker": {"open_base": 20000}},
-                "operators": {"nordic": {"budgets": {"search": {"timeout": 2500, "slow_after": 2000}}}}}"#,
+            r#"{"default": {"breaker": {"open_base": 20000},
+                            "budgets": {"search": {"timeout": 3000, "slow_after": 2400, "queue": 500}},
+                            "probe": {"operation": "search", "params": {"from": "HEL"}}},
+                "operators": {"nordic": {"budgets": {"search": {"timeout": 2500, "slow_after": 2000}},
+                                         "breaker": {"open_max": 120000},
+                                         "probe": {"operation": "ping"}}}}"#,
         )
         .unwrap();
         let nordic = s.for_operator(&OperatorId::new("nordic").unwrap());
         assert_eq!(nordic.budgets.search.timeout, Duration::from_millis(2500));
+        // From `default`, within the same budget.
+        assert_eq!(nordic.budgets.search.queue, Duration::from_millis(500));
+        // Built in where neither says.
         assert_eq!(nordic.budgets.price.timeout, Duration::from_millis(2750));
-        assert_eq!(nordic.breaker.open_base, Duration::from_secs(30));
+        // `default`'s beside the operator's own, in one block.
+        assert_eq!(nordic.breaker.open_base, Duration::from_secs(20));
+        assert_eq!(nordic.breaker.open_max, Duration::from_secs(120));
+        // A call is taken whole: no `from` left over from `default`'s probe.
+        let probe = nordic.probe.clone().unwrap();
+        assert_eq!(probe.operation, Operation::Ping);
+        assert!(probe.params.is_empty(), "{probe:?}");
         let other = s.for_operator(&OperatorId::new("baltic").unwrap());
         assert_eq!(other.breaker.open_base, Duration::from_secs(20));
+        assert_eq!(other.breaker.open_max, Duration::from_secs(600));
+        // A block that is not an object is an error, not a default.
+        assert!(Settings::from_json(r#"{"operators": {"nordic": 3}}"#).is_err());
     }
 
     #[test]
@@ -257,8 +310,16 @@ mod tests {
                 .clone()
         };
         assert_eq!(check("nordic"), Some(HangCheck::default()));
-        assert_eq!(check("viking"), Some(HangCheck::default()), "built in");
+        assert_eq!(check("viking"), None, "turned off in `default`");
         assert_eq!(check("other"), None, "turned off in `default`");
+        let built_in =
+            Settings::from_json(r#"{"operators": {"viking": {"ids": "upper"}}}"#).unwrap();
+        assert_eq!(
+            built_in
+                .for_operator(&OperatorId::new("viking").unwrap())
+                .hang_check,
+            Some(HangCheck::default())
+        );
         let empty = Settings::from_json("").unwrap();
         assert_eq!(empty.default.hang_check, Some(HangCheck::default()));
         // `null` survives a round trip: it is written, not left out.
@@ -289,11 +350,7 @@ mod tests {
         .unwrap();
         let ids = |op: &str| s.for_operator(&OperatorId::new(op).unwrap()).ids;
         assert_eq!(ids("nordic"), IdCase::Lower);
-        assert_eq!(
-            ids("baltic"),
-            IdCase::Exact,
-            "built-in default, not `default`"
-        );
+        assert_eq!(ids("baltic"), IdCase::Upper, "from `default`");
         assert_eq!(ids("viking"), IdCase::Upper, "the `default` block");
         assert_eq!(OperatorSettings::default().ids, IdCase::Exact);
         let empty = Settings::from_json("").unwrap();
