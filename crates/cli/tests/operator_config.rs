@@ -18,6 +18,8 @@ use lifeboat_core::ports::StoreError;
 use lifeboat_local::moto::MotoServer;
 use lifeboat_local::moto::resources::create_operator_config_table;
 
+mod support;
+
 const TABLE: &str = "lifeboat-operator-config";
 
 async fn moto_with_table() -> (MotoServer, Clients) {
@@ -29,22 +31,9 @@ async fn moto_with_table() -> (MotoServer, Clients) {
     (moto, clients)
 }
 
-/// `lifeboat config …` against moto, as an operator's shell runs it. Waited
-/// for asynchronously: moto's proxy runs on this test's runtime.
+/// `lifeboat config …` against moto, as an operator's shell runs it.
 async fn lifeboat(moto: &MotoServer, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeboat"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("AWS_ENDPOINT_URL", moto.endpoint())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap()
+    support::lifeboat(moto, None, args).await
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {

@@ -28,6 +28,8 @@ use lifeboat_core::ports::BreakerStore;
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, OperatorId};
 use lifeboat_local::moto::MotoServer;
 
+mod support;
+
 /// The resources `status`, `carts` and `config` read, with template.yaml's
 /// logical ids (the lane of operator `nordic`: `RequestsTable&{Operator}`
 /// stamped as `RequestsTablenordic`), the `AlarmOperators` parameter and the
@@ -189,23 +191,9 @@ fn workdir(name: &str) -> PathBuf {
 }
 
 /// `lifeboat …` in `dir` against moto, with no resource named in its
-/// environment, as an on-call shell runs it. Waited for asynchronously:
-/// moto's proxy runs on this test's runtime.
+/// environment.
 async fn lifeboat(moto: &MotoServer, dir: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeboat"))
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("AWS_ENDPOINT_URL", moto.endpoint())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap()
+    support::lifeboat(moto, Some(dir), args).await
 }
 
 fn text(bytes: &[u8]) -> String {
