@@ -1,7 +1,8 @@
 //! What the batch's calls say of the operator's health: the counts go to the
 //! shared failure window (which may ask for a trip; if the operator has a
-//! hang check, timeouts trip at once only when its pings went unanswered), and trial results to the breaker record (a failed
-//! trial asks for a trip, enough successes report the trials passed).
+//! hang check, timeouts trip at once only when its pings went unanswered),
+//! and trial results to the breaker record (a failed trial asks for a trip,
+//! enough successes report the trials passed).
 
 use chrono::{DateTime, Utc};
 use lifeboat_core::breaker::TripReason;
