@@ -1217,6 +1217,25 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
         started.elapsed().as_secs_f64()
     );
 
+    // The tripped operator failed every call of its last five seconds: the
+    // switch reads its window before it opens the breaker.
+    let failing = CallCounts {
+        calls: 10,
+        timeouts: 10,
+        ..CallCounts::default()
+    };
+    let windows = DynamoWindowStore::new(plain.clone(), table);
+    for age in 0..5 {
+        windows
+            .add(
+                &op("op-007"),
+                now - chrono::TimeDelta::seconds(age),
+                &failing,
+            )
+            .await
+            .unwrap();
+    }
+
     let counter = Arc::new(ReadCounter::default());
     let counted = aws_sdk_dynamodb::Client::from_conf(
         aws_sdk_dynamodb::config::Builder::from(&config)
@@ -1226,6 +1245,7 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
     let clock = ManualClock::new(now);
     let switch = CircuitSwitch {
         breakers: Arc::new(DynamoBreakerStore::new(counted.clone(), table)),
+        windows: Arc::new(DynamoWindowStore::new(counted.clone(), table)),
         events: Arc::new(MemoryEventBus::new()),
         lanes: Lanes::shared(
             "requests",
@@ -1243,7 +1263,8 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
     };
 
     // A trip: one breaker read and written, the failure window's last two
-    // minutes for its first failure, every configured breaker for the stream.
+    // minutes for its first failure, its last minute to bear the trip out,
+    // every configured breaker for the stream.
     let trip = serde_json::json!({
         "detail-type": "Trip Requested", "source": "lifeboat",
         "detail": {"schema_version": 1, "operator": "op-007", "observed_version": 0,
@@ -1283,9 +1304,10 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
     assert!(tick_items <= 3 * OPERATORS, "tick read {tick_items} items");
     assert!(tick_calls <= 10, "tick made {tick_calls} calls");
     // The trip: the configured breakers once or twice, and at most the
-    // failure window's two minutes of one operator's buckets.
+    // failure window's two minutes of one operator's buckets, and its
+    // last minute again.
     assert!(
-        trip_items <= 2 * OPERATORS + 121 + 2,
+        trip_items <= 2 * OPERATORS + 121 + 61 + 2,
         "trip read {trip_items} items"
     );
     assert!(scan_items >= items, "the scan passes every item");

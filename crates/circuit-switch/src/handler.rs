@@ -46,11 +46,13 @@ use chrono::DateTime;
 use lambda_runtime::Diagnostic;
 use lifeboat_core::breaker::TripReason;
 use lifeboat_core::breaker::{Decision, Input, decide};
+use lifeboat_core::corroborate::{self, NotCorroborated};
 use lifeboat_core::events::{BreakerStateChanged, LifeboatEvent, SCHEMA_VERSION};
 use lifeboat_core::lane::Lanes;
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names};
 use lifeboat_core::ports::{
     BreakerStore, BreakerTimers, EventPublisher, OperatorApi, Repoint, RouterError, StoreError,
+    WindowStore,
 };
 use lifeboat_core::probe::{BreakerTimer, ProbeSpec, next_wake};
 use lifeboat_core::request::Health;
@@ -146,6 +148,10 @@ pub enum StartupError {
 /// Everything the switch needs, built once per Lambda instance.
 pub struct CircuitSwitch {
     pub breakers: Arc<dyn BreakerStore>,
+    /// The failure window's buckets the consumers write: a trip request or
+    /// an ALARM opens a closed breaker only when they bear it out
+    /// ([`lifeboat_core::corroborate`]).
+    pub windows: Arc<dyn WindowStore>,
     pub events: Arc<dyn EventPublisher>,
     /// The streams of Requests and the operators each carries.
     pub lanes: Lanes,
@@ -338,6 +344,7 @@ impl CircuitSwitch {
                 &metrics,
                 &clock,
             ),
+            windows: watch(Arc::new(clients.window_store(env)?), &metrics, &clock),
             events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
             lanes: lanes.watched(&metrics, &clock),
             settings: config.settings()?,
@@ -525,7 +532,22 @@ impl CircuitSwitch {
             // or trip is newer than its state.
             let current = stored
                 .unwrap_or_else(|| BreakerRecord::initial(operator.clone(), DateTime::UNIX_EPOCH));
-            match decide(&current, input, now, &cfg) {
+            let decision = decide(&current, input, now, &cfg);
+            if matches!(&decision, Decision::Transition(_))
+                && current.state == BreakerState::Closed
+                && let Err(refused) = self.corroborate(operator, input, &current).await?
+            {
+                tracing::warn!(operator = %operator, version = current.version, why = %refused, "signal not borne out by the failure window: breaker stays closed");
+                return Ok(OperatorDecision {
+                    operator: operator.clone(),
+                    from: current.state,
+                    to: current.state,
+                    version: current.version,
+                    reason: refused.to_string(),
+                    changed: false,
+                });
+            }
+            match decision {
                 Decision::Unchanged(why) => {
                     tracing::info!(operator = %operator, state = %current.state, version = current.version, why, "no change");
                     return Ok(OperatorDecision {
@@ -565,5 +587,39 @@ impl CircuitSwitch {
             }
         }
         Err(SwitchError::Contended(operator.clone()))
+    }
+
+    /// Whether the failure window bears out `input`, about to open the
+    /// closed breaker `current`: a trip request of the window or an ALARM
+    /// must be seen in the buckets the consumers wrote; a command, a
+    /// trial's failure or the switch's own inputs need nothing.
+    async fn corroborate(
+        &self,
+        operator: &OperatorId,
+        input: &Input,
+        current: &BreakerRecord,
+    ) -> Result<Result<(), NotCorroborated>, SwitchError> {
+        let settings = self.settings.for_operator(operator);
+        let now = self.clock.now();
+        let needs_window = match input {
+            Input::Trip {
+                reason: TripReason::Window { .. },
+                ..
+            } => true,
+            Input::Alarm { .. } => settings.breaker.alarm_failed_calls > 0,
+            _ => false,
+        };
+        if !needs_window {
+            return Ok(Ok(()));
+        }
+        let since = corroborate::read_since(&settings.window, current.since, now);
+        let buckets = self.windows.since(operator, since).await?;
+        Ok(match input {
+            Input::Trip {
+                reason: TripReason::Window { verdict },
+                ..
+            } => corroborate::trip(verdict, &settings.window, &buckets, current.since, now),
+            _ => corroborate::alarm(&settings.breaker, &buckets, current.since, now),
+        })
     }
 }

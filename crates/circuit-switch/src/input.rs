@@ -121,7 +121,8 @@ struct Envelope {
 }
 
 /// An operator command: `{"command": "force-open", "operator": "nordic",
-/// "reason": "…"}`.
+/// "reason": "…", "caller": "arn:…"}` (`caller` optional: who sent it, as
+/// `lifeboat breaker` reads it from STS).
 #[derive(Debug, Deserialize)]
 struct OperatorCommand {
     command: Value,
@@ -129,6 +130,8 @@ struct OperatorCommand {
     operator: Option<String>,
     #[serde(default)]
     reason: Option<String>,
+    #[serde(default)]
+    caller: Option<String>,
 }
 
 fn typed<'a, T: Deserialize<'a>>(value: &'a Value, what: &'static str) -> Result<T, InputError> {
@@ -220,6 +223,7 @@ fn command(payload: &Value) -> Result<SwitchInput, InputError> {
         command,
         operator,
         reason,
+        caller,
     } = typed(payload, "command")?;
     let command = Command::deserialize(&command).map_err(|_| InputError::Invalid {
         field: "command",
@@ -250,14 +254,35 @@ fn command(payload: &Value) -> Result<SwitchInput, InputError> {
             ),
         });
     }
+    let caller = match caller.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(caller) if caller.chars().count() > MAX_CALLER_CHARS => {
+            return Err(InputError::Invalid {
+                field: "caller",
+                why: format!("more than {MAX_CALLER_CHARS} characters"),
+            });
+        }
+        Some(caller) if caller.chars().any(char::is_control) => {
+            return Err(InputError::Invalid {
+                field: "caller",
+                why: "control characters".into(),
+            });
+        }
+        Some(caller) => Some(caller.to_owned()),
+    };
     Ok(SwitchInput::One {
         operator,
         input: Input::Command {
             command,
             reason: reason.to_owned(),
+            caller,
         },
     })
 }
+
+/// The longest caller a command may name, in characters (an IAM role
+/// session's ARN is at most about 200).
+pub const MAX_CALLER_CHARS: usize = 300;
 
 /// The longest reason a command may give, in characters: it is kept in
 /// the breaker's item, the change item and the `Breaker State Changed`
@@ -410,6 +435,30 @@ mod tests {
         assert!(command(&longest).is_ok(), "counted in characters");
         let error = command(&format!("{longest}x")).unwrap_err().to_string();
         assert!(error.contains("at most 500"), "{error}");
+
+        let signed = |caller: &str| {
+            parse(
+                &json!({"command": "force-open", "operator": "nordic", "reason": "x", "caller": caller}),
+                &alarms(),
+            )
+        };
+        let caller_of = |parsed: Result<SwitchInput, InputError>| match parsed {
+            Ok(SwitchInput::One {
+                input: Input::Command { caller, .. },
+                ..
+            }) => caller,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            caller_of(signed(
+                " arn:aws:sts::123456789012:assumed-role/oncall/alice "
+            ))
+            .as_deref(),
+            Some("arn:aws:sts::123456789012:assumed-role/oncall/alice")
+        );
+        assert_eq!(caller_of(signed("  ")), None);
+        assert!(signed("alice\nforce-closed").is_err());
+        assert!(signed(&"a".repeat(MAX_CALLER_CHARS + 1)).is_err());
     }
 
     /// What the switch accepts of an alarm beyond what

@@ -5,13 +5,17 @@ use super::*;
 use chrono::TimeDelta;
 use lifeboat_core::ManualClock;
 use lifeboat_core::Operation;
-use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryTimers};
+use lifeboat_core::memory::{
+    MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryTimers, MemoryWindowStore,
+};
 use lifeboat_core::ports::{BreakerStore, StreamRouter};
 use serde_json::json;
 
 struct World {
     switch: Arc<CircuitSwitch>,
     breakers: Arc<MemoryBreakerStore>,
+    /// The failure window the consumers write.
+    window: Arc<MemoryWindowStore>,
     events: Arc<MemoryEventBus>,
     router: Arc<MemoryStreamRouter>,
     clock: ManualClock,
@@ -28,8 +32,10 @@ fn world() -> World {
     let router = Arc::new(MemoryStreamRouter::new());
     let clock = ManualClock::new(start());
     let metrics = Arc::new(lifeboat_core::metrics::MemoryMetrics::new());
+    let window = Arc::new(MemoryWindowStore::new());
     let switch = Arc::new(CircuitSwitch {
         breakers: breakers.clone(),
+        windows: window.clone(),
         events: events.clone(),
         lanes: Lanes::shared(SHARED_LANE, vec![nordic()], router.clone()),
         clock: Arc::new(clock.clone()),
@@ -44,10 +50,35 @@ fn world() -> World {
     World {
         switch,
         breakers,
+        window,
         events,
         router,
         clock,
         metrics,
+    }
+}
+
+/// `operators` failing every call in the window the consumers write, as
+/// when a trip request or an alarm is real: ten timeouts in the bucket of
+/// now, which the switch reads before it opens a closed breaker.
+async fn failing(w: &World, operators: &[OperatorId]) {
+    in_window(w, operators, Health::Timeout, 10).await;
+}
+
+/// `n` calls of `health` in the window the consumers write, for each of
+/// `operators`, in the bucket of now.
+async fn in_window(w: &World, operators: &[OperatorId], health: Health, n: u32) {
+    let mut counts = lifeboat_core::window::CallCounts::default();
+    for _ in 0..n {
+        counts.record(health);
+    }
+    let now = w.clock.now();
+    for operator in operators {
+        let bucket = Settings::default()
+            .for_operator(operator)
+            .window
+            .bucket_start(now);
+        w.window.add(operator, bucket, &counts).await.unwrap();
     }
 }
 
@@ -105,6 +136,7 @@ async fn state(w: &World) -> BreakerRecord {
 #[tokio::test]
 async fn a_trip_opens_repoints_and_announces_once() {
     let w = world();
+    failing(&w, &[nordic()]).await;
     let report = w.switch.handle(&trip(0)).await.unwrap();
     assert!(report.decisions[0].changed);
     assert_eq!(
@@ -120,6 +152,7 @@ async fn a_trip_opens_repoints_and_announces_once() {
     );
 
     // The same event again changes nothing and announces nothing.
+    failing(&w, &[nordic()]).await;
     let again = w.switch.handle(&trip(0)).await.unwrap();
     assert!(!again.decisions[0].changed);
     assert!(!again.repointed());
@@ -139,6 +172,7 @@ async fn a_trip_opens_repoints_and_announces_once() {
 #[tokio::test]
 async fn recovery_goes_through_half_open_and_points_back() {
     let w = world();
+    failing(&w, &[nordic()]).await;
     w.switch.handle(&trip(0)).await.unwrap();
     // An OK alarm while open does not close it.
     w.switch
@@ -191,6 +225,7 @@ async fn recovery_goes_through_half_open_and_points_back() {
         ]
     );
     // The trip request from before the outage, delivered late, is ignored.
+    failing(&w, &[nordic()]).await;
     w.switch.handle(&trip(0)).await.unwrap();
     assert_eq!(state(&w).await.state, BreakerState::Closed);
 }
@@ -205,6 +240,7 @@ async fn both_alarm_shapes_open_and_a_late_alarm_does_not_reopen() {
         // The alarm fired a while ago; the breaker was never stored: it opens.
         w.clock
             .set(DateTime::from_timestamp(1_796_100_000, 0).unwrap());
+        failing(&w, &[nordic()]).await;
         let report = w.switch.handle(&payload).await.unwrap();
         assert!(report.decisions[0].changed, "{payload}");
         assert_eq!(state(&w).await.state, BreakerState::Open);
@@ -229,10 +265,22 @@ async fn both_alarm_shapes_open_and_a_late_alarm_does_not_reopen() {
 #[tokio::test]
 async fn commands_pin_and_release() {
     let w = world();
-    let cmd =
-        |c: &str| json!({"command": c, "operator": "nordic", "reason": "supplier maintenance"});
+    let cmd = |c: &str| {
+        json!({"command": c, "operator": "nordic", "reason": "supplier maintenance",
+               "caller": "arn:aws:sts::123456789012:assumed-role/oncall/alice"})
+    };
     w.switch.handle(&cmd("force-open")).await.unwrap();
     assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Fallback);
+    // Who sent it is kept with the reason, in the record and its event.
+    let signed =
+        "force-open by arn:aws:sts::123456789012:assumed-role/oncall/alice: supplier maintenance";
+    assert_eq!(state(&w).await.reason, signed);
+    assert!(
+        w.events
+            .events()
+            .iter()
+            .any(|e| matches!(e, LifeboatEvent::BreakerStateChanged(c) if c.reason == signed))
+    );
     w.clock.advance(Duration::from_secs(3600));
     w.switch.handle(&tick()).await.unwrap();
     assert_eq!(state(&w).await.state, BreakerState::ForcedOpen);
@@ -245,6 +293,7 @@ async fn commands_pin_and_release() {
 #[tokio::test]
 async fn concurrent_switches_make_one_transition() {
     let w = world();
+    failing(&w, &[nordic()]).await;
     let mut tasks = Vec::new();
     for _ in 0..20 {
         let switch = w.switch.clone();
@@ -319,6 +368,7 @@ async fn a_re_point_from_a_stale_read_is_put_right() {
         ),
         ..switch_like(&w)
     };
+    failing(&w, &[nordic()]).await;
     let report = slow.handle(&trip(0)).await.unwrap();
     assert_eq!(state(&w).await.state, BreakerState::ForcedClosed);
     assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
@@ -373,6 +423,7 @@ async fn with_a_lane_per_operator_only_the_tripped_operator_moves() {
         event["detail"]["operator"] = json!(operator);
         event
     };
+    failing(&w, &[alpha.clone(), charlie.clone()]).await;
     let report = switch.handle(&trip("alpha")).await.unwrap();
     assert_eq!(report.target_of("alpha"), Some(ConsumerTarget::Fallback));
     assert_eq!(report.streams.len(), 1, "only alpha's lane is reconciled");
@@ -529,6 +580,7 @@ async fn with_no_probe_configured_the_last_answered_question_is_the_probe() {
 #[tokio::test]
 async fn with_no_probe_and_nothing_answered_the_open_period_runs_out() {
     let (w, switch, timers) = world_probed_with(Duration::from_secs(95), Settings::default());
+    failing(&w, &[nordic()]).await;
     switch.handle(&trip(0)).await.unwrap();
     let open = state(&w).await;
     assert_eq!(timers.next_due(), open.open_until, "no probe timers");
@@ -539,6 +591,7 @@ async fn recovers_within_ten_seconds(
     switch: Arc<CircuitSwitch>,
     timers: Arc<MemoryTimers>,
 ) {
+    failing(&w, &[nordic()]).await;
     switch.handle(&trip(0)).await.unwrap();
     assert_eq!(state(&w).await.state, BreakerState::Open);
     let mut probes = Vec::new();
@@ -590,6 +643,7 @@ async fn recovers_within_ten_seconds(
 async fn a_duplicated_timer_probes_once_and_leaves_one_timer() {
     // Down for ten minutes: every timer is a probe that fails.
     let (w, switch, timers) = probing_world(Duration::from_secs(600));
+    failing(&w, &[nordic()]).await;
     switch.handle(&trip(0)).await.unwrap();
     let mut due = timers.next_due().unwrap();
     for _ in 0..5 {
@@ -616,6 +670,7 @@ async fn a_duplicated_timer_probes_once_and_leaves_one_timer() {
 async fn the_tick_takes_over_a_lost_probe_timer() {
     // Down for ten minutes, its open period long; the probe timer is lost.
     let (w, switch, timers) = probing_world(Duration::from_secs(600));
+    failing(&w, &[nordic()]).await;
     switch.handle(&trip(0)).await.unwrap();
     let first = timers.next_due().unwrap();
     assert_eq!(timers.take_due(first).len(), 1, "the timer, lost");
@@ -650,6 +705,7 @@ async fn without_probes_the_timer_ends_the_open_period_to_the_second() {
         timers: Some(timers.clone()),
         ..switch_like(&w)
     };
+    failing(&w, &[nordic()]).await;
     switch.handle(&trip(0)).await.unwrap();
     let open = state(&w).await;
     let due = timers.next_due().unwrap();
@@ -690,6 +746,7 @@ async fn without_probes_the_timer_ends_the_open_period_to_the_second() {
 fn switch_like(w: &World) -> CircuitSwitch {
     CircuitSwitch {
         breakers: w.breakers.clone(),
+        windows: w.window.clone(),
         events: w.events.clone(),
         lanes: Lanes::shared(SHARED_LANE, vec![nordic()], w.router.clone()),
         clock: Arc::new(w.clock.clone()),
@@ -731,11 +788,13 @@ async fn every_fixture_payload_is_understood() {
         let w = world();
         w.clock
             .set(DateTime::from_timestamp(1_796_033_760, 0).unwrap());
+        failing(&w, &[nordic()]).await;
         let report = w.switch.handle(&fixture(name)).await.unwrap();
         assert_eq!(report.decisions[0].to, BreakerState::Open, "{name}");
     }
     // A trip, a tick after the open period, trials, and a command, in order.
     let w = world();
+    failing(&w, &[nordic()]).await;
     w.switch
         .handle(&fixture("trip-requested.json"))
         .await
@@ -865,6 +924,7 @@ async fn the_tick_touches_only_lanes_that_changed_plus_a_constant_sweep() {
     // Three trips: each re-points its own lane (a read and an update) and
     // marks it; the next tick does not look at them again.
     for op in &ops[100..103] {
+        failing(&w, std::slice::from_ref(op)).await;
         switch.handle(&trip_of(op)).await.unwrap();
     }
     assert_eq!(calls(&routers), 6);
@@ -876,6 +936,7 @@ async fn the_tick_touches_only_lanes_that_changed_plus_a_constant_sweep() {
     routers[150]
         .broken
         .store(true, std::sync::atomic::Ordering::Relaxed);
+    failing(&w, std::slice::from_ref(&ops[150])).await;
     assert!(switch.handle(&trip_of(&ops[150])).await.is_err());
     routers[150]
         .broken
@@ -912,6 +973,7 @@ async fn a_throttled_mapping_is_tried_again_with_backoff() {
     routers[0]
         .broken
         .store(true, std::sync::atomic::Ordering::Relaxed);
+    failing(&w, &operators(1)[..1]).await;
     let err = switch.handle(&trip_of(&operators(1)[0])).await.unwrap_err();
     assert!(
         matches!(err, SwitchError::Router(RouterError::Throttled(_))),
@@ -1011,6 +1073,7 @@ async fn one_unreadable_breaker_costs_only_its_operator() {
     let (switch, routers) = many_lanes(&w, 3);
     let ops = operators(3);
     // op000 open before its item went bad; op002 trips afterwards.
+    failing(&w, std::slice::from_ref(&ops[0])).await;
     switch.handle(&trip_of(&ops[0])).await.unwrap();
     let switch = CircuitSwitch {
         breakers: Arc::new(OneCorrupt {
@@ -1019,6 +1082,7 @@ async fn one_unreadable_breaker_costs_only_its_operator() {
         }),
         ..switch
     };
+    failing(&w, std::slice::from_ref(&ops[2])).await;
     switch.handle(&trip_of(&ops[2])).await.unwrap();
     w.clock.set(start() + TimeDelta::minutes(1));
     let report = switch.handle(&tick()).await.unwrap();
@@ -1102,6 +1166,7 @@ async fn after_a_slow_call_trip_slow_answers_neither_close_nor_flap_the_breaker(
     let mut slow_trip = trip(0);
     slow_trip["detail"]["reason"]["verdict"] =
         json!({"rule": "slow_calls", "rate": 0.9, "calls": 20});
+    in_window(&w, &[nordic()], Health::SlowSuccess, 20).await;
     switch.handle(&slow_trip).await.unwrap();
     assert!(state(&w).await.opened_slow);
     // Ten minutes of timers: probes every 10 s, half-open rounds at the
@@ -1134,6 +1199,7 @@ async fn after_any_other_trip_a_slow_answer_is_a_pass() {
     // any other from a hang.
     let (w, _, timers) = probing_world(Duration::ZERO);
     let switch = probed_by(&w, &timers, Answering::Crawling);
+    failing(&w, &[nordic()]).await;
     switch.handle(&trip(0)).await.unwrap();
     let due = timers.next_due().unwrap();
     w.clock.set(due);
@@ -1159,6 +1225,7 @@ async fn a_batch_of_timers_probes_side_by_side() {
         ..switch
     };
     for op in operators(10) {
+        failing(&w, std::slice::from_ref(&op)).await;
         switch.handle(&trip_of(&op)).await.unwrap();
     }
     let due = timers.next_due().unwrap();
@@ -1269,4 +1336,73 @@ async fn the_switch_starts_with_the_operator_config_tables_endpoints_and_setting
             attribute: "endpoints"
         }
     );
+}
+
+#[tokio::test]
+async fn signals_the_failure_window_does_not_bear_out_leave_the_breaker_closed() {
+    let w = world();
+    // A healthy operator: a minute of calls, one failure in ninety.
+    for second in 0..60 {
+        w.clock.set(start() + TimeDelta::seconds(second));
+        in_window(&w, &[nordic()], Health::Success, 9).await;
+        if second % 10 == 0 {
+            in_window(&w, &[nordic()], Health::Failure, 1).await;
+        }
+    }
+    // AWS's alarm action payload, sent by hand, and a trip request claiming
+    // a streak of timeouts: neither opens it, and each says why.
+    for forged in [
+        alarm_action("ALARM", "2026-11-30T12:00:59.000+0000"),
+        trip(0),
+    ] {
+        let report = w.switch.handle(&forged).await.unwrap();
+        let decision = &report.decisions[0];
+        assert!(!decision.changed, "{forged}");
+        assert_eq!(decision.to, BreakerState::Closed);
+        assert!(decision.reason.contains("not borne out"), "{decision:?}");
+    }
+    assert!(state_changes(&w.events).is_empty());
+    assert_eq!(w.router.current().await.unwrap(), ConsumerTarget::Real);
+
+    // With no window to read, nothing opens either: the signal's delivery
+    // is retried.
+    let blind = CircuitSwitch {
+        windows: Arc::new(Unreadable),
+        ..switch_like(&w)
+    };
+    let err = blind.handle(&trip(0)).await.unwrap_err();
+    assert!(matches!(err, SwitchError::Store(_)), "{err}");
+
+    // The operator then fails every call for two seconds: the same trip
+    // opens it.
+    for second in 60..62 {
+        w.clock.set(start() + TimeDelta::seconds(second));
+        failing(&w, &[nordic()]).await;
+    }
+    let report = w.switch.handle(&trip(0)).await.unwrap();
+    assert!(report.decisions[0].changed);
+    assert_eq!(state(&w).await.state, BreakerState::Open);
+}
+
+/// A window store that cannot be read.
+struct Unreadable;
+
+#[async_trait::async_trait]
+impl WindowStore for Unreadable {
+    async fn add(
+        &self,
+        _: &OperatorId,
+        _: DateTime<chrono::Utc>,
+        _: &lifeboat_core::window::CallCounts,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("test".into()))
+    }
+
+    async fn since(
+        &self,
+        _: &OperatorId,
+        _: DateTime<chrono::Utc>,
+    ) -> Result<Vec<lifeboat_core::window::Bucket>, StoreError> {
+        Err(StoreError::Unavailable("test".into()))
+    }
 }

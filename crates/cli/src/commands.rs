@@ -100,6 +100,15 @@ pub(crate) async fn breaker_command(command: SwitchCommand, args: BreakerArgs) -
         }
     };
     let sdk = lifeboat_aws::clients::load_sdk_config().await;
+    let command = match breaker::caller(&sdk).await {
+        Ok(caller) => command.sent_by(Some(caller)),
+        Err(why) => {
+            eprintln!(
+                "lifeboat breaker: warning: the command goes without its caller (who you are is unknown: {why})"
+            );
+            command
+        }
+    };
     let needed = !CIRCUIT_SWITCH_FUNCTION.is_given(args.function.as_deref(), &env);
     let stack = match stack_of("breaker", &args.stack, needed, &sdk).await {
         Ok(stack) => stack,

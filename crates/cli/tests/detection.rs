@@ -23,10 +23,13 @@ use lifeboat_cli::ops::detection::{
     self, DetectionError, DetectionQuery, FirstFailureSource, OpenedBy,
 };
 use lifeboat_core::lane::Lanes;
-use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter};
+use lifeboat_core::memory::{
+    MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryWindowStore,
+};
 use lifeboat_core::metrics::MemoryMetrics;
-use lifeboat_core::ports::BreakerStore;
+use lifeboat_core::ports::{BreakerStore, WindowStore};
 use lifeboat_core::settings::Settings;
+use lifeboat_core::window::CallCounts;
 use lifeboat_core::{ManualClock, OperatorId};
 use serde_json::{Value, json};
 
@@ -296,6 +299,7 @@ async fn an_answer_that_is_not_cloudwatchs_protocol_says_so() {
 /// classified below are exactly the ones the breaker records.
 struct Switch {
     breakers: Arc<MemoryBreakerStore>,
+    window: Arc<MemoryWindowStore>,
     clock: ManualClock,
     switch: CircuitSwitch,
     changes: Vec<BreakerChange>,
@@ -305,8 +309,10 @@ impl Switch {
     fn new() -> Self {
         let breakers = Arc::new(MemoryBreakerStore::new());
         let clock = ManualClock::new(t(0));
+        let window = Arc::new(MemoryWindowStore::new());
         let switch = CircuitSwitch {
             breakers: breakers.clone(),
+            windows: window.clone(),
             events: Arc::new(MemoryEventBus::new()),
             lanes: Lanes::shared(
                 "requests",
@@ -324,6 +330,7 @@ impl Switch {
         };
         Self {
             breakers,
+            window,
             clock,
             switch,
             changes: Vec::new(),
@@ -331,13 +338,28 @@ impl Switch {
     }
 
     /// Hand `payload` to the switch at `at` and keep the change it made, as
-    /// the breaker store records it.
+    /// the breaker store records it. From `first_failure` on, the operator
+    /// failed every call, as the consumers wrote in the failure window.
     async fn at(
         &mut self,
         at: DateTime<Utc>,
         payload: Value,
         first_failure: Option<DateTime<Utc>>,
     ) {
+        if let Some(mut second) = first_failure {
+            let failing = CallCounts {
+                calls: 10,
+                timeouts: 10,
+                ..CallCounts::default()
+            };
+            while second <= at {
+                self.window
+                    .add(&op("nordic"), second, &failing)
+                    .await
+                    .unwrap();
+                second += chrono::TimeDelta::seconds(1);
+            }
+        }
         self.clock.set(at);
         let report = self.switch.handle(&payload).await.unwrap();
         assert!(report.decisions.iter().any(|d| d.changed), "{payload}");

@@ -330,6 +330,11 @@ async fn lifeboat_local_uses_a_running_moto_and_watch() {
     );
     assert!(ok, "{out}{err}");
     assert!(out.contains("forced_open"), "{out}");
+    // Who sent it (STS, moto's here) is kept with the reason.
+    assert!(
+        out.contains("force-open by arn:aws:") && !err.contains("without its caller"),
+        "{out}{err}"
+    );
     let (ok, out, err) = lifeboat(&state, &["status", "--json"]);
     assert!(ok, "{out}{err}");
     let status: serde_json::Value = serde_json::from_str(&out).unwrap();

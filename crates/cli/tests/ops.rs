@@ -19,7 +19,9 @@ use lifeboat_cli::ops::status::{self, Lookup, Sources, StatusReport, StreamSourc
 use lifeboat_core::breaker::Command;
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::lane::Lanes;
-use lifeboat_core::memory::{MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter};
+use lifeboat_core::memory::{
+    MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryWindowStore,
+};
 use lifeboat_core::metrics::MemoryMetrics;
 use lifeboat_core::ports::{BreakerStore, Repoint, RouterError, StoreError, StreamRouter};
 use lifeboat_core::sale::{MemorySaleStatusStore, PendingWrite, SaleRecord, SaleStatusStore};
@@ -57,6 +59,7 @@ impl Suite {
         let clock = ManualClock::new(t(0));
         let switch = CircuitSwitch {
             breakers: breakers.clone(),
+            windows: Arc::new(MemoryWindowStore::new()),
             events: Arc::new(MemoryEventBus::new()),
             lanes: Lanes::shared(
                 "requests",

@@ -213,6 +213,13 @@ pub struct BreakerConfig {
     /// the operator's `probe` call; none without one). 0 turns probes off.
     #[serde(with = "crate::budget::millis")]
     pub probe_every: Duration,
+    /// The errors alarm in ALARM opens a closed breaker only when the
+    /// failure window's last minute holds at least this many failed calls
+    /// (errors and timeouts) ([`crate::corroborate::alarm`]). 0 trusts the
+    /// alarm as it comes.
+    pub alarm_failed_calls: u32,
+    /// ... and at least this share of its calls failed.
+    pub alarm_failure_rate: f64,
 }
 
 impl Default for BreakerConfig {
@@ -225,6 +232,8 @@ impl Default for BreakerConfig {
             successes_to_close: 2,
             half_open_timeout: Duration::from_secs(60),
             probe_every: Duration::from_secs(10),
+            alarm_failed_calls: 5,
+            alarm_failure_rate: 0.1,
         }
     }
 }
@@ -303,8 +312,14 @@ pub enum Input {
     /// The switch's own probe of an open breaker at `observed_version` was
     /// answered: the half-open round starts now.
     ProbeAnswered { observed_version: u64 },
-    /// A human command.
-    Command { command: Command, reason: String },
+    /// A human command, with who sent it as they stated it (a direct
+    /// Lambda invoke carries no verified caller; CloudTrail's data events
+    /// for the function do).
+    Command {
+        command: Command,
+        reason: String,
+        caller: Option<String>,
+    },
 }
 
 /// The result of [`decide`].
@@ -326,9 +341,14 @@ pub fn decide(
 ) -> Decision {
     use BreakerState::*;
     match (current.state, input) {
-        (_, Input::Command { command, reason }) => {
-            command_decision(current, *command, reason, now, cfg)
-        }
+        (
+            _,
+            Input::Command {
+                command,
+                reason,
+                caller,
+            },
+        ) => command_decision(current, *command, reason, caller.as_deref(), now, cfg),
         (ForcedOpen | ForcedClosed, _) => Decision::Unchanged("forced: only a command moves it"),
 
         (
@@ -455,6 +475,7 @@ fn command_decision(
     current: &BreakerRecord,
     command: Command,
     reason: &str,
+    caller: Option<&str>,
     now: DateTime<Utc>,
     _cfg: &BreakerConfig,
 ) -> Decision {
@@ -472,7 +493,10 @@ fn command_decision(
         (Command::Release, _) => return Decision::Unchanged("not forced: nothing to release"),
     };
     let mut next = successor(current, to, now);
-    next.reason = format!("{}: {reason}", command_name(command));
+    next.reason = match caller {
+        Some(caller) => format!("{} by {caller}: {reason}", command_name(command)),
+        None => format!("{}: {reason}", command_name(command)),
+    };
     Decision::Transition(next)
 }
 
@@ -804,11 +828,21 @@ mod tests {
         let cmd = |command| Input::Command {
             command,
             reason: "maintenance".into(),
+            caller: None,
         };
         let forced = apply(&closed(), &cmd(Command::ForceOpen), t(0));
         assert_eq!(forced.state, BreakerState::ForcedOpen);
         assert_eq!(forced.state.target(), ConsumerTarget::Fallback);
-        assert!(forced.reason.contains("maintenance"));
+        assert_eq!(forced.reason, "force-open: maintenance");
+        let signed = Input::Command {
+            command: Command::ForceOpen,
+            reason: "maintenance".into(),
+            caller: Some("arn:aws:iam::123456789012:user/alice".into()),
+        };
+        assert_eq!(
+            apply(&closed(), &signed, t(0)).reason,
+            "force-open by arn:aws:iam::123456789012:user/alice: maintenance"
+        );
         for input in [
             Input::Tick,
             window_trip(forced.version),

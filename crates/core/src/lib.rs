@@ -11,6 +11,7 @@ pub mod capacity;
 pub mod cart;
 pub mod clock;
 pub mod cloudwatch;
+pub mod corroborate;
 pub mod events;
 pub mod hang;
 pub mod invocation;

@@ -109,6 +109,7 @@ fn to_input(step: &Step, record: &mut BreakerRecord, now: DateTime<Utc>) -> Inpu
         Step::Cmd(command) => Input::Command {
             command: *command,
             reason: "test".into(),
+            caller: None,
         },
     }
 }

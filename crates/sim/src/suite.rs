@@ -226,6 +226,12 @@ impl MemorySuite {
         };
         let switch = CircuitSwitch {
             breakers: metered_breakers,
+            windows: port(
+                Metered::new(Charged::new(window.clone(), &aws)),
+                &faults,
+                &sink,
+                &clock,
+            ),
             events,
             lanes: switch_lanes(
                 config.lanes,

@@ -48,6 +48,9 @@ pub struct BreakerCommand {
     pub command: Command,
     pub operator: OperatorId,
     pub reason: String,
+    /// Who sends it (the caller's ARN, [`caller`]); the switch keeps it
+    /// with the reason.
+    pub caller: Option<String>,
 }
 
 /// The command's payload, exactly as the switch reads it.
@@ -56,6 +59,35 @@ struct Payload<'a> {
     command: Command,
     operator: &'a OperatorId,
     reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    caller: Option<&'a str>,
+}
+
+/// How long `lifeboat breaker` waits for STS to say who is calling before
+/// it sends the command without a caller.
+const CALLER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The ARN of the principal the SDK's credentials belong to (STS
+/// `GetCallerIdentity`, which needs no permission), or why it is unknown.
+/// A command is still sent without one: a command in an outage must not
+/// wait on STS.
+pub async fn caller(sdk: &aws_config::SdkConfig) -> Result<String, String> {
+    let sts = aws_sdk_sts::Client::from_conf(
+        aws_sdk_sts::config::Builder::from(sdk)
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .operation_timeout(CALLER_TIMEOUT)
+                    .build(),
+            )
+            .build(),
+    );
+    match sts.get_caller_identity().send().await {
+        Ok(identity) => identity
+            .arn
+            .filter(|arn| !arn.trim().is_empty())
+            .ok_or_else(|| "STS named no ARN".to_owned()),
+        Err(e) => Err(sdk_message(&e)),
+    }
 }
 
 impl BreakerCommand {
@@ -69,7 +101,13 @@ impl BreakerCommand {
             command,
             operator,
             reason: reason.to_owned(),
+            caller: None,
         })
+    }
+
+    /// The same command, sent by `caller`.
+    pub fn sent_by(self, caller: Option<String>) -> Self {
+        Self { caller, ..self }
     }
 
     /// `{"command": "force-open", "operator": "nordic", "reason": "…"}`.
@@ -78,6 +116,7 @@ impl BreakerCommand {
             command: self.command,
             operator: &self.operator,
             reason: &self.reason,
+            caller: self.caller.as_deref(),
         })?)
     }
 }
@@ -296,6 +335,9 @@ mod tests {
             payload,
             serde_json::json!({"command": "force-closed", "operator": "nordic", "reason": "false alarm"})
         );
+        let signed = cmd.sent_by(Some("arn:aws:iam::123456789012:user/alice".into()));
+        let payload: Value = serde_json::from_slice(&signed.payload().unwrap()).unwrap();
+        assert_eq!(payload["caller"], "arn:aws:iam::123456789012:user/alice");
     }
 
     #[test]
