@@ -302,6 +302,57 @@ fn only_lifeboats_functions_put_events_and_the_listener_checks_changes() {
     assert!(listener.contains("Resource: !GetAtt BreakerTable.Arn"));
 }
 
+#[test]
+fn each_function_puts_only_the_detail_types_it_publishes() {
+    use lifeboat_core::events::*;
+    let publishes = [
+        (
+            "RealConsumer",
+            vec![TRIP_REQUESTED, TRIALS_PASSED, OPERATOR_REQUEST_FAILED],
+        ),
+        ("FallbackConsumer", vec![OPERATOR_REQUEST_FAILED]),
+        ("CircuitSwitch", vec![BREAKER_STATE_CHANGED]),
+        (
+            "OffsaleListener",
+            vec![
+                OPERATOR_REQUEST_FAILED,
+                SALE_SWITCH_WRITE_FAILED,
+                SELF_FAULT_SUSPECTED,
+            ],
+        ),
+    ];
+    let mut covered = Vec::new();
+    for (function, types) in &publishes {
+        let statement = entry(&format!("{function}PutsItsOwnEvents"));
+        assert!(statement.contains("Effect: Deny"), "{function}");
+        assert!(
+            statement.contains(&format!("aws:PrincipalArn: !GetAtt {function}FunctionRole.Arn")),
+            "{function}"
+        );
+        let listed: Vec<&str> = statement
+            .split_once("events:detail-type:")
+            .unwrap_or_else(|| panic!("{function}: no detail-type condition"))
+            .1
+            .lines()
+            .map(str::trim)
+            .filter_map(|l| l.strip_prefix("- "))
+            .collect();
+        assert_eq!(&listed, types, "{function}");
+        covered.extend(types.iter().copied());
+    }
+    // Every event lifeboat defines has a publisher allowed to put it.
+    for detail_type in [
+        BREAKER_STATE_CHANGED,
+        OPERATOR_REQUEST_FAILED,
+        TRIP_REQUESTED,
+        TRIALS_PASSED,
+        SALE_SWITCH_WRITE_FAILED,
+        SELF_FAULT_SUSPECTED,
+    ] {
+        assert!(covered.contains(&detail_type), "{detail_type}");
+    }
+}
+
 /// The text of one top-level entry (a parameter or a resource): up to
 /// the next line indented by two spaces only.
 fn entry(name: &str) -> &'static str {
