@@ -149,6 +149,18 @@ impl CacheEntry {
             .filter(|a| policy.freshness(a.as_of, now) == Freshness::Recent)
     }
 
+    /// The answer a re-price at `now` takes as the operator's price: one
+    /// at most `policy.reprice` old that the operator has not refused since.
+    pub fn repriced(&self, policy: &CachePolicy, now: DateTime<Utc>) -> Option<&CachedAnswer> {
+        if self.standing_refusal().is_some() {
+            return None;
+        }
+        self.answer.as_ref().filter(|a| {
+            policy.freshness(a.as_of, now) != Freshness::Expired
+                && (now - a.as_of).to_std().unwrap_or(Duration::ZERO) <= policy.reprice
+        })
+    }
+
     /// The last good answer at `now`, whatever refusal came after it: what
     /// is shown when the operator cannot be asked or did not answer.
     pub fn last_good(&self, policy: &CachePolicy, now: DateTime<Utc>) -> Option<&CachedAnswer> {
@@ -206,6 +218,12 @@ pub struct CachePolicy {
     /// one per asker.
     #[serde(with = "crate::budget::millis")]
     pub negative: Duration,
+    /// A re-price (the cart's payment) takes an operator answer at most
+    /// this old as the operator's price instead of asking again: a cart
+    /// confirmed in a loop, or a sailing many carts pay for at once, costs
+    /// the operator one call per question in this time. 0 asks every time.
+    #[serde(with = "crate::budget::millis")]
+    pub reprice: Duration,
 }
 
 impl Default for CachePolicy {
@@ -214,6 +232,7 @@ impl Default for CachePolicy {
             recent: Duration::from_secs(5 * 60),
             last_good: Duration::from_secs(7 * 24 * 3600),
             negative: Duration::from_secs(60),
+            reprice: Duration::from_secs(10),
         }
     }
 }

@@ -113,7 +113,10 @@ pub enum Mode {
     /// Fresh, then the gateway, then last good.
     AskOperator,
     /// The gateway, then last good: a recent answer is not enough (the cart
-    /// re-pricing at confirm).
+    /// re-pricing at confirm), only one the operator gave within the
+    /// operator's `cache.reprice` (10 s), which stands for its live answer
+    /// (`live`, with its age). A refusal within `cache.negative` is
+    /// honoured as in [`Mode::AskOperator`].
     Reprice,
     /// Only what is cached (the cart while the operator is off sale).
     CachedOnly,
@@ -299,10 +302,9 @@ impl Lookup {
             }
         };
         // A refusal of the operator's within the last minute (and since its
-        // last good answer): the same answer, without asking again.
-        if let Some(refusal) = cached.negative(&policy, now)
-            && mode != Mode::Reprice
-        {
+        // last good answer): the same answer, without asking again, at
+        // payment too (asking again in a loop would not change it).
+        if let Some(refusal) = cached.negative(&policy, now) {
             looked.result = Err(Unavailable {
                 reason: UnavailableReason::refused(refusal.status),
                 retry_after: policy.negative,
@@ -313,6 +315,12 @@ impl Lookup {
             && mode != Mode::Reprice
         {
             looked.result = Ok(answer(Source::Fresh, entry, now));
+            return looked;
+        }
+        if mode == Mode::Reprice
+            && let Some(entry) = cached.repriced(&policy, now)
+        {
+            looked.result = Ok(answer(Source::Live, entry, now));
             return looked;
         }
         // The last good answer stays whatever the operator refused since:

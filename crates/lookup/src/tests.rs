@@ -183,9 +183,21 @@ async fn the_breaker_is_read_at_most_once_a_second() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn reprice_skips_the_recent_cache() {
+async fn reprice_skips_the_recent_cache_but_not_the_operators_last_seconds() {
     let mut w = world();
     ask(&mut w, Mode::AskOperator, 5).await.result.unwrap();
+    // Within `cache.reprice` (10 s) of the operator's answer, payment after
+    // payment takes it as the operator's price: no call.
+    for _ in 0..3 {
+        let looked = ask(&mut w, Mode::Reprice, 1).await;
+        let answer = looked.result.unwrap();
+        assert_eq!(answer.source, Source::Live);
+        assert!(answer.age_s <= 10, "{}", answer.age_s);
+        assert!(!looked.requested);
+    }
+    assert_eq!(w.sim.stats().questions(), 1);
+    // Past it the operator is asked again, though the answer is recent.
+    tokio::time::advance(Duration::from_secs(11)).await;
     let looked = ask(&mut w, Mode::Reprice, 5).await;
     assert_eq!(looked.result.unwrap().source, Source::Live);
     assert!(looked.requested);
@@ -310,13 +322,16 @@ async fn refused_after_a_good_answer(w: &World, refused_s: i64) -> CachedAnswer 
 async fn a_refusal_answers_for_a_minute_then_the_last_good_answer_shows_while_open() {
     let mut w = world();
     let good = refused_after_a_good_answer(&w, 10).await;
-    // Within the negative minute: the refusal, with no request.
-    let looked = ask(&mut w, Mode::AskOperator, 1).await;
-    assert_eq!(
-        looked.result.unwrap_err().reason,
-        UnavailableReason::NotFound
-    );
-    assert!(!looked.requested);
+    // Within the negative minute: the refusal, with no request, at
+    // payment too.
+    for mode in [Mode::AskOperator, Mode::Reprice] {
+        let looked = ask(&mut w, mode, 1).await;
+        assert_eq!(
+            looked.result.unwrap_err().reason,
+            UnavailableReason::NotFound
+        );
+        assert!(!looked.requested);
+    }
     // After it, with the breaker open: the good answer from before the
     // refusal, which the refusal did not erase.
     tokio::time::advance(Duration::from_secs(60)).await;

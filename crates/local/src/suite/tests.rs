@@ -326,7 +326,9 @@ fn each_function_puts_only_the_detail_types_it_publishes() {
         let statement = entry(&format!("{function}PutsItsOwnEvents"));
         assert!(statement.contains("Effect: Deny"), "{function}");
         assert!(
-            statement.contains(&format!("aws:PrincipalArn: !GetAtt {function}FunctionRole.Arn")),
+            statement.contains(&format!(
+                "aws:PrincipalArn: !GetAtt {function}FunctionRole.Arn"
+            )),
             "{function}"
         );
         let listed: Vec<&str> = statement
