@@ -284,6 +284,51 @@ async fn carts_are_saved_only_on_the_revision_they_were_read_at() {
     assert_eq!(carts.get("c-1").await.unwrap().unwrap().revision, 3);
 }
 
+#[tokio::test]
+async fn a_carts_owner_is_kept_in_the_carts_table() {
+    let (_moto, config) = moto().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    resources::create_carts_table(&dynamodb, "carts-owner")
+        .await
+        .unwrap();
+    let carts = Clients::new(&config)
+        .cart_store(&env(&[(CARTS_TABLE, "carts-owner")]))
+        .unwrap();
+
+    let mut owned = new_cart("c-owned");
+    owned.owner = Some("customer-7f3a".into());
+    carts.save(&owned, None).await.unwrap();
+    assert_eq!(carts.get("c-owned").await.unwrap(), Some(owned.clone()));
+    let item = raw_item(&config, "carts-owner", "cart_id", "c-owned").await;
+    assert_eq!(
+        item.get("owner"),
+        Some(&AttributeValue::S("customer-7f3a".into()))
+    );
+    // A step keeps it.
+    let mut stepped = owned.clone();
+    stepped.revision = 2;
+    stepped.updated_at = t(5);
+    carts.save(&stepped, Some(1)).await.unwrap();
+    assert_eq!(
+        carts
+            .get("c-owned")
+            .await
+            .unwrap()
+            .unwrap()
+            .owner
+            .as_deref(),
+        Some("customer-7f3a")
+    );
+
+    // A cart opened without a token has no owner attribute, and an item
+    // written before carts had owners reads the same.
+    let unowned = new_cart("c-unowned");
+    carts.save(&unowned, None).await.unwrap();
+    let item = raw_item(&config, "carts-owner", "cart_id", "c-unowned").await;
+    assert!(!item.contains_key("owner"), "{item:?}");
+    assert_eq!(carts.get("c-unowned").await.unwrap(), Some(unowned));
+}
+
 // --- the sale records ------------------------------------------------------
 
 fn breaker_change(version: u64, to: BreakerState) -> BreakerStateChanged {

@@ -4,11 +4,13 @@
 //! serde form: `revision` (N), `operator` (S), `sailing`, `extras` and the
 //! optional `accommodation`, `price`, `degraded`, `price_change` and
 //! `confirmation` as maps (absent when the cart has none), `created_at` and
-//! `updated_at` as RFC 3339 (S), and `steps`, the step history, as a list
-//! of maps (absent when empty: carts stored before it was kept read as
-//! having none). Besides them `expires_at` (N, epoch seconds,
-//! the table's TTL) is `updated_at` + [`CART_TTL`], so a cart nobody touches
-//! for that long is forgotten.
+//! `updated_at` as RFC 3339 (S), `steps`, the step history, as a list of
+//! maps (absent when empty: carts stored before it was kept read as having
+//! none), and `owner` (S), the subject of the token the cart was opened
+//! with (absent for a cart opened without one; carts stored before owners
+//! were kept read as having none). Besides them `expires_at` (N, epoch
+//! seconds, the table's TTL) is `updated_at` + [`CART_TTL`], so a cart
+//! nobody touches for that long is forgotten.
 //!
 //! A save is one `PutItem` on the condition that the stored `revision` is the
 //! one the cart was read at (`attribute_not_exists(cart_id)` for a new cart),
@@ -40,6 +42,8 @@ pub const CART_TTL: TimeDelta = TimeDelta::days(30);
 struct CartItem {
     cart_id: String,
     revision: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
     operator: String,
     sailing: Sailing,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -72,6 +76,7 @@ impl From<&Cart> for CartItem {
         Self {
             cart_id: c.cart_id.clone(),
             revision: c.revision,
+            owner: c.owner.clone(),
             operator: c.operator.as_str().to_owned(),
             sailing: c.sailing.clone(),
             accommodation: c.accommodation.clone(),
@@ -105,6 +110,7 @@ impl TryFrom<CartItem> for Cart {
         Ok(Cart {
             cart_id: i.cart_id,
             revision: i.revision,
+            owner: i.owner,
             operator,
             sailing: i.sailing,
             accommodation: i.accommodation,
@@ -295,6 +301,7 @@ mod tests {
             "price_change",
             "confirmation",
             "steps",
+            "owner",
         ] {
             assert!(!item.contains_key(absent), "{absent} is written as absent");
         }
@@ -372,6 +379,22 @@ mod tests {
             .choose_extras(vec!["meal".into(), "wifi".into()], true, at(2))
             .unwrap();
         assert_eq!(cart_from_item(to_item(&chosen)).unwrap(), chosen);
+    }
+
+    #[test]
+    fn a_carts_owner_is_kept_in_its_item() {
+        let mut owned = cart(false);
+        owned.owner = Some("customer-7f3a".into());
+        let item = to_item(&owned);
+        assert_eq!(
+            item.get("owner"),
+            Some(&AttributeValue::S("customer-7f3a".into()))
+        );
+        assert_eq!(cart_from_item(item).unwrap(), owned);
+        // An item written before carts had owners reads as a cart without one.
+        let mut old = to_item(&owned);
+        old.remove("owner");
+        assert_eq!(cart_from_item(old).unwrap().owner, None);
     }
 
     #[test]

@@ -39,6 +39,14 @@
 //! that changes nothing else is written on the revision read without a new
 //! one, so the customer's cart reads exactly the same.
 //!
+//! With `ApiAuth=jwt` a cart belongs to the subject (the token's `sub`)
+//! that opened it: any other caller, with another subject or none, is
+//! answered the same 404 as for a cart that does not exist, so a leaked
+//! cart id is no way in. A token without a subject opens and reaches no
+//! cart (403). Without the JWT authorizer (`ApiAuth=iam`, local runs) no
+//! request names a subject, and a cart is reached by its id, as are carts
+//! stored before carts had owners.
+//!
 //! The sailing id is put in the operator's case (`ids` in
 //! `OPERATOR_SETTINGS`) before it is stored, priced or cached, so its case
 //! variants find the same price. Accommodation and extra codes are kept as
@@ -55,7 +63,7 @@ use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::StoreError;
 use lifeboat_core::sale::SaleStatusStore;
 use lifeboat_core::watched::watch;
-use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
+use lifeboat_lookup::http::{Caller, HttpRequest, Problem, Reply};
 use lifeboat_lookup::params;
 use lifeboat_lookup::{Lookup, Mode};
 use serde::Deserialize;
@@ -165,7 +173,7 @@ impl CartService {
             },
             ["carts", id] => match method {
                 "GET" => {
-                    let cart = self.load(id).await?;
+                    let cart = self.load(id, &request.caller).await?;
                     // A read shows the stored cart whatever the status; only
                     // the upgrade offer needs it.
                     let on_sale = self.on_sale(&cart.operator).await.unwrap_or(false);
@@ -191,6 +199,7 @@ impl CartService {
     }
 
     async fn open(&self, request: &HttpRequest) -> Result<Reply, Problem> {
+        let owner = subject_of(&request.caller)?;
         let body: NewCart = json_body(request)?;
         let operator = params::operator("operator", &body.operator, &self.operators)?;
         let from = params::port("from", &body.from)?;
@@ -224,6 +233,7 @@ impl CartService {
             policy,
             now,
         );
+        cart.owner = owner;
         // A cached price, with its age, from the start: while off sale it is
         // part of the degraded state; on sale it is the price the customer's
         // search showed, until a step asks the operator.
@@ -249,7 +259,7 @@ impl CartService {
     }
 
     async fn step(&self, id: &str, step: &str, request: &HttpRequest) -> Result<Reply, Problem> {
-        let mut cart = self.load(id).await?;
+        let mut cart = self.load(id, &request.caller).await?;
         if cart.confirmation.is_some() {
             return Err(refusal(CartRefusal::AlreadyConfirmed));
         }
@@ -395,13 +405,24 @@ impl CartService {
         }
     }
 
-    async fn load(&self, id: &str) -> Result<Cart, Problem> {
+    /// The cart `id` if `caller` may reach it. A cart that is not there
+    /// and a cart of another subject get the same 404, so the answer says
+    /// nothing about carts that are not the caller's.
+    async fn load(&self, id: &str, caller: &Caller) -> Result<Cart, Problem> {
+        let subject = subject_of(caller)?;
+        let no_cart = || Problem::not_found(format!("no cart {id:?}"));
         if uuid::Uuid::parse_str(id).is_err() {
-            return Err(Problem::not_found(format!("no cart {id:?}")));
+            return Err(no_cart());
         }
         match self.carts.get(id).await {
-            Ok(Some(cart)) => Ok(cart),
-            Ok(None) => Err(Problem::not_found(format!("no cart {id:?}"))),
+            Ok(Some(cart)) if cart.reachable_by(subject.as_deref()) => Ok(cart),
+            Ok(Some(cart)) => {
+                // Neither subject is logged: the fingerprint is enough to
+                // find the cart's own lines.
+                tracing::warn!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, "cart asked for by a caller it does not belong to; answered 404");
+                Err(no_cart())
+            }
+            Ok(None) => Err(no_cart()),
             Err(e) => Err(store_problem(&e)),
         }
     }
@@ -437,6 +458,23 @@ impl CartService {
             "off_sale": !on_sale,
             "upgrade_available": cart.upgrade_available(on_sale),
         })
+    }
+}
+
+/// The subject a cart is kept for: the token's, with the JWT authorizer;
+/// none without it. A token that names no subject could only open carts
+/// anyone with their id reaches, so it is refused.
+fn subject_of(caller: &Caller) -> Result<Option<String>, Problem> {
+    match caller {
+        Caller::Unnamed => Ok(None),
+        Caller::Token { subject } => match subject.as_deref() {
+            Some(subject) if !subject.is_empty() => Ok(Some(subject.to_owned())),
+            _ => Err(Problem::new(
+                403,
+                "forbidden",
+                "the token names no subject (its sub claim): a cart is kept for the subject that opens it",
+            )),
+        },
     }
 }
 

@@ -838,6 +838,7 @@ async fn bad_requests_name_what_is_wrong() {
             path: "/carts".into(),
             query: vec![],
             body: b"{not json".to_vec(),
+            caller: Caller::Unnamed,
         },
     )
     .await;
@@ -983,4 +984,181 @@ fn logs_name_a_cart_by_a_fingerprint() {
     assert_eq!(named.len(), 12);
     assert!(!id.contains(&named) && !named.contains(&id[2..10]));
     assert_ne!(named, log_ref("c-4f9a1b2c3d4e5f60718293a4b5c6d7e9"));
+}
+
+/// A request as the HTTP API delivers it through the JWT authorizer
+/// (`ApiAuth=jwt`): tests/events/http-api-get-sailings.json with this route
+/// and body, and the authorizer's claims in `requestContext.authorizer.jwt`
+/// (`sub` only when `subject` names one), read by lambda_http and
+/// `from_lambda` as the function reads every event.
+fn through_jwt(method: &str, path: &str, body: &Value, subject: Option<&str>) -> HttpRequest {
+    let fixture = format!(
+        "{}/../../tests/events/http-api-get-sailings.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut event: Value =
+        serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    event["routeKey"] = json!(format!("{method} {path}"));
+    event["rawPath"] = json!(path);
+    event["rawQueryString"] = json!("");
+    event
+        .as_object_mut()
+        .unwrap()
+        .remove("queryStringParameters");
+    event["headers"]["content-type"] = json!("application/json");
+    event["headers"]["authorization"] = json!("Bearer (the token the authorizer checked)");
+    event["requestContext"]["http"]["method"] = json!(method);
+    event["requestContext"]["http"]["path"] = json!(path);
+    event["requestContext"]["routeKey"] = event["routeKey"].clone();
+    let mut claims = json!({
+        "iss": "https://id.marketplace.example/",
+        "aud": "lifeboat",
+        "exp": "1796036400",
+        "iat": "1796032800",
+    });
+    if let Some(subject) = subject {
+        claims["sub"] = json!(subject);
+    }
+    event["requestContext"]["authorizer"] = json!({"jwt": {"claims": claims, "scopes": null}});
+    event["body"] = json!(body.to_string());
+    let request = lambda_http::request::from_str(&event.to_string()).unwrap();
+    lifeboat_lookup::http::from_lambda(&request)
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_jwt_a_cart_is_its_subjects_alone() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    let none = json!({});
+    let cart = call(
+        &mut w,
+        through_jwt("POST", "/carts", &new_cart(), Some("customer-a")),
+    )
+    .await;
+    assert_eq!(cart.status, 201, "{}", cart.body);
+    let id = cart.body["cart_id"].as_str().unwrap().to_owned();
+    assert!(
+        cart.body.get("owner").is_none(),
+        "the view shows no subject"
+    );
+    let stored = w.carts.carts.get(&id).await.unwrap().unwrap();
+    assert_eq!(stored.owner.as_deref(), Some("customer-a"));
+
+    // Another subject, a token without one and a request without a token
+    // all get exactly the 404 of a cart that does not exist, on every route.
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let absent = call(
+        &mut w,
+        through_jwt(
+            "GET",
+            &format!("/carts/{unknown}"),
+            &none,
+            Some("customer-b"),
+        ),
+    )
+    .await;
+    assert_eq!(absent.status, 404);
+    let as_absent = |reply: &Reply| {
+        (
+            reply.status,
+            reply.headers.clone(),
+            reply.body.to_string().replace(&id, &unknown),
+        )
+    };
+    let foreign = [
+        through_jwt("GET", &path(&cart, ""), &none, Some("customer-b")),
+        through_jwt(
+            "PUT",
+            &path(&cart, "accommodation"),
+            &json!({"code": "cabin"}),
+            Some("customer-b"),
+        ),
+        through_jwt(
+            "PUT",
+            &path(&cart, "extras"),
+            &json!({"codes": ["meal"]}),
+            Some("customer-b"),
+        ),
+        through_jwt("POST", &path(&cart, "price"), &none, Some("customer-b")),
+        through_jwt("POST", &path(&cart, "confirm"), &none, Some("customer-b")),
+        through_jwt("GET", &path(&cart, ""), &none, Some("Customer-A")),
+        HttpRequest::get(&path(&cart, ""), &[]),
+        HttpRequest::with_json("POST", &path(&cart, "confirm"), &none),
+    ];
+    for request in foreign {
+        let reply = call(&mut w, request.clone()).await;
+        assert_eq!(
+            as_absent(&reply),
+            as_absent(&absent),
+            "{} {} from {:?}",
+            request.method,
+            request.path,
+            request.caller
+        );
+    }
+    let anonymous = call(&mut w, through_jwt("GET", &path(&cart, ""), &none, None)).await;
+    assert_eq!(anonymous.status, 403, "{}", anonymous.body);
+    let opened = call(&mut w, through_jwt("POST", "/carts", &new_cart(), None)).await;
+    assert_eq!(
+        opened.status, 403,
+        "a token without a subject opens no cart"
+    );
+    assert_eq!(
+        w.carts.carts.get(&id).await.unwrap().unwrap(),
+        stored,
+        "nothing above touched the cart, not even its step history"
+    );
+
+    // Its owner reads it and takes it to payment.
+    let read = call(
+        &mut w,
+        through_jwt("GET", &path(&cart, ""), &none, Some("customer-a")),
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert_eq!(state(&read.body), state(&cart.body));
+    let cabin = call(
+        &mut w,
+        through_jwt(
+            "PUT",
+            &path(&cart, "accommodation"),
+            &json!({"code": "cabin"}),
+            Some("customer-a"),
+        ),
+    )
+    .await;
+    assert_eq!(cabin.status, 200, "{}", cabin.body);
+    let confirmed = call(
+        &mut w,
+        through_jwt("POST", &path(&cart, "confirm"), &none, Some("customer-a")),
+    )
+    .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.body["status"], "confirmed");
+    assert_eq!(
+        w.carts
+            .carts
+            .get(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .owner
+            .as_deref(),
+        Some("customer-a"),
+        "kept through every step"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn carts_opened_without_a_token_are_reached_by_their_id_as_before() {
+    let mut w = world(SimConfig::default(), CartSettings::default());
+    let cart = open(&mut w).await;
+    assert_eq!(cart.status, 201, "{}", cart.body);
+    let id = cart.body["cart_id"].as_str().unwrap();
+    assert_eq!(w.carts.carts.get(id).await.unwrap().unwrap().owner, None);
+    for caller in [Caller::Unnamed, Caller::subject("customer-b")] {
+        let request = HttpRequest::get(&path(&cart, ""), &[]).from_caller(caller.clone());
+        let read = call(&mut w, request).await;
+        assert_eq!(read.status, 200, "{caller:?}: {}", read.body);
+        assert_eq!(state(&read.body), state(&cart.body));
+    }
 }

@@ -137,6 +137,13 @@ pub struct Cart {
     pub cart_id: String,
     /// Bumped by every save; saves are conditional on the revision read.
     pub revision: u64,
+    /// The subject (a JWT's `sub`) of the customer who opened the cart
+    /// through the JWT authorizer (`ApiAuth=jwt`): only that subject
+    /// reaches it. `None`: opened without a token (SigV4, a local run), or
+    /// stored before carts had owners; such a cart is reached by its id
+    /// alone. Set once when the cart opens, never changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub operator: OperatorId,
     pub sailing: Sailing,
     #[serde(default)]
@@ -201,6 +208,7 @@ impl Cart {
         let mut cart = Self {
             cart_id,
             revision: 0,
+            owner: None,
             operator,
             sailing,
             accommodation: None,
@@ -555,6 +563,16 @@ impl Cart {
         without_steps(self) != without_steps(other)
     }
 
+    /// May a caller with `subject` (a token's `sub`; `None` without a
+    /// token) reach this cart? A cart with an owner is its owner's alone;
+    /// a cart without one is anyone's who has its id.
+    pub fn reachable_by(&self, subject: Option<&str>) -> bool {
+        match &self.owner {
+            None => true,
+            Some(owner) => subject == Some(owner.as_str()),
+        }
+    }
+
     /// Age of the cart's price at `now`, in whole seconds.
     pub fn price_age_s(&self, now: DateTime<Utc>) -> Option<u64> {
         self.price.as_ref().map(|p| age_s(p.as_of, now))
@@ -891,6 +909,32 @@ mod tests {
         assert!(confirmation.on_cached_price);
         assert_eq!(confirmation.amount_cents, 10_100);
         assert_eq!(c.price_age_s(at(2)), Some(62));
+    }
+
+    #[test]
+    fn a_cart_with_an_owner_is_its_owners_alone() {
+        let mut c = cart(false);
+        // Without an owner (SigV4, local runs, carts stored before owners):
+        // anyone with the id, as before.
+        assert!(c.reachable_by(None));
+        assert!(c.reachable_by(Some("customer-a")));
+        c.owner = Some("customer-a".into());
+        assert!(c.reachable_by(Some("customer-a")));
+        assert!(!c.reachable_by(Some("customer-b")));
+        assert!(!c.reachable_by(Some("customer-a ")));
+        assert!(!c.reachable_by(Some("")));
+        assert!(!c.reachable_by(None));
+
+        // Stored with its owner; stored without one, read without one.
+        let stored = serde_json::to_value(&c).unwrap_or_default();
+        assert_eq!(stored["owner"], "customer-a");
+        let read: Cart = serde_json::from_value(stored).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read, c);
+        let unowned = cart(false);
+        let stored = serde_json::to_value(&unowned).unwrap_or_default();
+        assert!(stored.get("owner").is_none(), "not written when none");
+        let read: Cart = serde_json::from_value(stored).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read.owner, None);
     }
 
     #[test]

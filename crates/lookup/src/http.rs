@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -19,6 +20,30 @@ pub struct HttpRequest {
     /// Every query parameter in order, repeated names included.
     pub query: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// Who the HTTP API's authorizer says is calling.
+    pub caller: Caller,
+}
+
+/// The caller as API Gateway vouched for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Caller {
+    /// No token's claims came with the request: the API checked a SigV4
+    /// signature (`ApiAuth=iam`), or the request came from a local run or
+    /// a test. Nothing names a person.
+    #[default]
+    Unnamed,
+    /// The JWT authorizer (`ApiAuth=jwt`) validated a token: its subject,
+    /// the `sub` claim, `None` when the token names none (or an empty one).
+    Token { subject: Option<String> },
+}
+
+impl Caller {
+    /// A caller with a token of `subject`.
+    pub fn subject(subject: &str) -> Self {
+        Self::Token {
+            subject: Some(subject.to_owned()),
+        }
+    }
 }
 
 impl HttpRequest {
@@ -31,6 +56,7 @@ impl HttpRequest {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             body: Vec::new(),
+            caller: Caller::Unnamed,
         }
     }
 
@@ -40,7 +66,14 @@ impl HttpRequest {
             path: path.into(),
             query: Vec::new(),
             body: body.to_string().into_bytes(),
+            caller: Caller::Unnamed,
         }
+    }
+
+    /// The same request from `caller`.
+    pub fn from_caller(mut self, caller: Caller) -> Self {
+        self.caller = caller;
+        self
     }
 
     /// The path's segments, without empty ones (`/carts/c1/` → `carts`, `c1`).
@@ -266,6 +299,23 @@ pub fn from_lambda(request: &Request) -> HttpRequest {
         path: request.uri().path().to_owned(),
         query,
         body: request.body().to_vec(),
+        caller: caller_of(request),
+    }
+}
+
+/// The caller of an HTTP API request: the claims API Gateway's JWT
+/// authorizer put in `requestContext.authorizer.jwt` once it had checked
+/// the token's signature, issuer, audience and expiry. A request without
+/// them (SigV4, a local run, another kind of event) names nobody.
+fn caller_of(request: &Request) -> Caller {
+    let Some(RequestContext::ApiGatewayV2(context)) = request.request_context_ref() else {
+        return Caller::Unnamed;
+    };
+    match context.authorizer.as_ref().and_then(|a| a.jwt.as_ref()) {
+        Some(jwt) => Caller::Token {
+            subject: jwt.claims.get("sub").filter(|s| !s.is_empty()).cloned(),
+        },
+        None => Caller::Unnamed,
     }
 }
 
@@ -332,6 +382,53 @@ mod tests {
             Problem::method_not_allowed("GET").reply().header("allow"),
             Some("GET")
         );
+    }
+
+    /// tests/events/http-api-get-sailings.json with `claims` in the JWT
+    /// authorizer's place, as API Gateway adds them (`None`: as it is, the
+    /// request of an API without a JWT authorizer).
+    fn http_api_event(claims: Option<Value>) -> Request {
+        let path = format!(
+            "{}/../../tests/events/http-api-get-sailings.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut event: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        if let Some(claims) = claims {
+            event["requestContext"]["authorizer"] =
+                json!({"jwt": {"claims": claims, "scopes": null}});
+        }
+        lambda_http::request::from_str(&event.to_string()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_jwt_authorizers_subject_is_the_caller() {
+        let claims = json!({
+            "iss": "https://id.marketplace.example/",
+            "aud": "lifeboat",
+            "sub": "customer-7f3a",
+            "exp": "1796036400",
+        });
+        let request = from_lambda(&http_api_event(Some(claims.clone())));
+        assert_eq!(request.caller, Caller::subject("customer-7f3a"));
+        assert_eq!(request.path, "/sailings", "the rest as before");
+
+        let mut no_subject = claims.clone();
+        if let Some(claims) = no_subject.as_object_mut() {
+            claims.remove("sub");
+        }
+        assert_eq!(
+            from_lambda(&http_api_event(Some(no_subject))).caller,
+            Caller::Token { subject: None }
+        );
+        let mut empty = claims;
+        empty["sub"] = json!("");
+        assert_eq!(
+            from_lambda(&http_api_event(Some(empty))).caller,
+            Caller::Token { subject: None }
+        );
+        // SigV4 (ApiAuth=iam) and local runs: no claims, nobody named.
+        assert_eq!(from_lambda(&http_api_event(None)).caller, Caller::Unnamed);
     }
 
     #[test]

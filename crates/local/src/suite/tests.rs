@@ -258,8 +258,11 @@ fn failed_dependency_calls_alarm_and_show_on_the_dashboard() {
 fn the_public_api_is_authenticated_throttled_and_capped() {
     let api = entry("LifeboatHttpApi");
     assert!(api.contains("ThrottlingRateLimit: !Ref ApiRateLimit"));
-    assert!(api.contains("- AWS_IAM"));
+    // infra/check-api-auth transforms the template in both modes and checks
+    // every route; this holds the text it transforms.
+    assert!(api.contains("DefaultAuthorizer: !If [ApiJwtAuth, MarketplaceJwt, AWS_IAM]"));
     assert!(entry("ApiAuth").contains("Default: iam"));
+    assert!(entry("ApiAuth").contains("AllowedValues: [iam, jwt]"));
     for (function, reserved) in [
         ("RealConsumerFunction", "!Ref RealConsumerConcurrency"),
         ("FallbackConsumerFunction", "10"),
