@@ -306,6 +306,44 @@ fn only_lifeboats_functions_put_events_and_the_listener_checks_changes() {
 }
 
 #[test]
+fn every_alarm_reaches_a_person_and_has_a_runbook_entry() {
+    const RUNBOOK: &str = include_str!("../../../../docs/operating.md");
+    let lines: Vec<&str> = TEMPLATE.lines().collect();
+    let alarms: Vec<&str> = lines
+        .windows(2)
+        .filter(|pair| pair[1] == "    Type: AWS::CloudWatch::Alarm")
+        .filter_map(|pair| pair[0].strip_prefix("  ")?.strip_suffix(':'))
+        .collect();
+    assert!(alarms.len() >= 7, "{alarms:?}");
+    for alarm in alarms {
+        let body: Vec<&str> = entry(alarm).lines().collect();
+        for key in ["AlarmActions", "OKActions"] {
+            let at = body
+                .iter()
+                .position(|l| l.starts_with(&format!("      {key}:")))
+                .unwrap_or_else(|| panic!("{alarm} has no {key}"));
+            // The key's line and the list items under it.
+            let actions: Vec<&str> = std::iter::once(body[at])
+                .chain(
+                    body[at + 1..]
+                        .iter()
+                        .copied()
+                        .take_while(|l| l.starts_with("        ")),
+                )
+                .collect();
+            assert!(
+                actions.iter().any(|l| l.contains("!Ref AlarmTopic")),
+                "{alarm}: {key} {actions:?}"
+            );
+        }
+        assert!(
+            RUNBOOK.contains(&format!("| `{alarm}`")),
+            "{alarm} has no entry in docs/operating.md's \"Alarms and queues\""
+        );
+    }
+}
+
+#[test]
 fn each_function_puts_only_the_detail_types_it_publishes() {
     use lifeboat_core::events::*;
     let publishes = [
