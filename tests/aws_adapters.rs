@@ -1138,8 +1138,7 @@ fn scale_items() -> usize {
 
 #[tokio::test]
 async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
-    use circuit_switch::CircuitSwitch;
-    use circuit_switch::input::AlarmMap;
+    use circuit_switch::{CircuitSwitch, SwitchPorts};
     use lifeboat_core::ManualClock;
     use lifeboat_core::lane::Lanes;
     use lifeboat_core::memory::{MemoryEventBus, MemoryStreamRouter};
@@ -1243,24 +1242,23 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
             .build(),
     );
     let clock = ManualClock::new(now);
-    let switch = CircuitSwitch {
-        breakers: Arc::new(DynamoBreakerStore::new(counted.clone(), table)),
-        windows: Arc::new(DynamoWindowStore::new(counted.clone(), table)),
-        events: Arc::new(MemoryEventBus::new()),
-        lanes: Lanes::shared(
-            "requests",
-            operators.clone(),
-            Arc::new(MemoryStreamRouter::new()),
-        ),
-        clock: Arc::new(clock.clone()),
-        settings: Settings::default(),
-        alarms: AlarmMap::default(),
-        operators: operators.clone(),
-        repoint_backoff: std::time::Duration::ZERO,
-        metrics: Arc::new(MemoryMetrics::new()),
-        timers: None,
-        prober: None,
-    };
+    let switch = CircuitSwitch::new(
+        SwitchPorts {
+            breakers: Arc::new(DynamoBreakerStore::new(counted.clone(), table)),
+            windows: Arc::new(DynamoWindowStore::new(counted.clone(), table)),
+            events: Arc::new(MemoryEventBus::new()),
+            lanes: Lanes::shared(
+                "requests",
+                operators.clone(),
+                Arc::new(MemoryStreamRouter::new()),
+            ),
+            clock: Arc::new(clock.clone()),
+            metrics: Arc::new(MemoryMetrics::new()),
+        },
+        Settings::default(),
+        operators.clone(),
+    )
+    .with_repoint_backoff(std::time::Duration::ZERO);
 
     // A trip: one breaker read and written, the failure window's last two
     // minutes for its first failure, its last minute to bear the trip out,

@@ -145,33 +145,123 @@ pub enum StartupError {
     Lanes(#[from] lifeboat_aws::LaneDiscoveryError),
 }
 
-/// Everything the switch needs, built once per Lambda instance.
+/// Everything the switch needs, built once per Lambda instance:
+/// [`CircuitSwitch::new`] with its ports, then `with_…` for what a
+/// deployment (or a test) may add.
 pub struct CircuitSwitch {
-    pub breakers: Arc<dyn BreakerStore>,
+    pub(crate) breakers: Arc<dyn BreakerStore>,
     /// The failure window's buckets the consumers write: a trip request or
     /// an ALARM opens a closed breaker only when they bear it out
     /// ([`lifeboat_core::corroborate`]).
+    pub(crate) windows: Arc<dyn WindowStore>,
+    pub(crate) events: Arc<dyn EventPublisher>,
+    /// The streams of Requests and the operators each carries.
+    pub(crate) lanes: Lanes,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) settings: Settings,
+    pub(crate) alarms: AlarmMap,
+    /// The operators this gateway's stream serves: the only breakers the
+    /// switch reads, ticks and moves.
+    pub(crate) operators: Vec<OperatorId>,
+    /// Pause between attempts at re-pointing a busy mapping.
+    pub(crate) repoint_backoff: Duration,
+    /// Each operator's breaker state after every invocation, as EMF lines.
+    pub(crate) metrics: Arc<dyn MetricsSink>,
+    /// Wake-ups at the end of open periods and for probes
+    /// (`BREAKER_TIMER_QUEUE_URL`); `None`: only the tick ends open periods.
+    pub(crate) timers: Option<Arc<dyn BreakerTimers>>,
+    /// The operator API the switch probes open breakers with
+    /// (`OPERATOR_ENDPOINTS`); only operators with a `probe` in their
+    /// settings are probed.
+    pub(crate) prober: Option<Arc<dyn OperatorApi>>,
+}
+
+/// The ports a switch cannot work without.
+pub struct SwitchPorts {
+    pub breakers: Arc<dyn BreakerStore>,
     pub windows: Arc<dyn WindowStore>,
     pub events: Arc<dyn EventPublisher>,
     /// The streams of Requests and the operators each carries.
     pub lanes: Lanes,
     pub clock: Arc<dyn Clock>,
-    pub settings: Settings,
-    pub alarms: AlarmMap,
-    /// The operators this gateway's stream serves: the only breakers the
-    /// switch reads, ticks and moves.
-    pub operators: Vec<OperatorId>,
-    /// Pause between attempts at re-pointing a busy mapping.
-    pub repoint_backoff: Duration,
-    /// Each operator's breaker state after every invocation, as EMF lines.
     pub metrics: Arc<dyn MetricsSink>,
-    /// Wake-ups at the end of open periods and for probes
-    /// (`BREAKER_TIMER_QUEUE_URL`); `None`: only the tick ends open periods.
-    pub timers: Option<Arc<dyn BreakerTimers>>,
-    /// The operator API the switch probes open breakers with
-    /// (`OPERATOR_ENDPOINTS`); only operators with a `probe` in their
-    /// settings are probed.
-    pub prober: Option<Arc<dyn OperatorApi>>,
+}
+
+/// Pause between attempts at re-pointing a busy mapping, unless
+/// [`CircuitSwitch::with_repoint_backoff`] says otherwise.
+pub const REPOINT_BACKOFF: Duration = Duration::from_millis(500);
+
+impl CircuitSwitch {
+    /// A switch keeping the breakers of `operators` with `settings`: no
+    /// alarm mapped, no timers (the tick ends open periods), no probes.
+    pub fn new(ports: SwitchPorts, settings: Settings, operators: Vec<OperatorId>) -> Self {
+        let SwitchPorts {
+            breakers,
+            windows,
+            events,
+            lanes,
+            clock,
+            metrics,
+        } = ports;
+        Self {
+            breakers,
+            windows,
+            events,
+            lanes,
+            clock,
+            settings,
+            alarms: AlarmMap::default(),
+            operators,
+            repoint_backoff: REPOINT_BACKOFF,
+            metrics,
+            timers: None,
+            prober: None,
+        }
+    }
+
+    /// Which operator each errors alarm speaks for (`ALARM_OPERATORS`).
+    pub fn with_alarms(self, alarms: AlarmMap) -> Self {
+        Self { alarms, ..self }
+    }
+
+    /// Wake-ups at the end of open periods and for probes.
+    pub fn with_timers(self, timers: Arc<dyn BreakerTimers>) -> Self {
+        Self {
+            timers: Some(timers),
+            ..self
+        }
+    }
+
+    /// The operator API the switch probes open breakers with.
+    pub fn with_prober(self, prober: Arc<dyn OperatorApi>) -> Self {
+        Self {
+            prober: Some(prober),
+            ..self
+        }
+    }
+
+    /// The pause between attempts at re-pointing a busy mapping.
+    pub fn with_repoint_backoff(self, repoint_backoff: Duration) -> Self {
+        Self {
+            repoint_backoff,
+            ..self
+        }
+    }
+
+    /// The operators whose breakers this switch keeps.
+    pub fn operators(&self) -> &[OperatorId] {
+        &self.operators
+    }
+
+    /// The settings it decides with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Whether it probes open breakers (it was given an operator API).
+    pub fn has_prober(&self) -> bool {
+        self.prober.is_some()
+    }
 }
 
 /// What one invocation did: returned to direct callers (commands) and logged.
@@ -335,7 +425,7 @@ impl CircuitSwitch {
         };
         let metrics: Arc<dyn MetricsSink> = Arc::new(StdoutMetrics::from_env());
         let clock: Arc<dyn Clock> = Arc::new(lifeboat_core::SystemClock);
-        Ok(Self {
+        let ports = SwitchPorts {
             breakers: watch(
                 Arc::new(clients.breaker_store(
                     env,
@@ -347,35 +437,31 @@ impl CircuitSwitch {
             windows: watch(Arc::new(clients.window_store(env)?), &metrics, &clock),
             events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
             lanes: lanes.watched(&metrics, &clock),
-            settings: config.settings()?,
-            alarms,
-            operators,
-            repoint_backoff: Duration::from_millis(500),
-            timers: match env.optional(BREAKER_TIMER_QUEUE_URL)? {
-                Some(url) => Some(watch(
-                    Arc::new(clients.breaker_timers(url)),
-                    &metrics,
-                    &clock,
-                )),
-                None => None,
-            },
-            clock,
-            metrics,
-            prober: match config.endpoints.as_deref() {
-                Some(endpoints) => Some(Arc::new(
-                    lifeboat_operator::HttpOperatorApi::configured(
-                        endpoints,
-                        clients.operator_credentials(env)?,
-                    )
-                    .await
-                    .map_err(|source| StartupError::Endpoints {
-                        from: config.endpoints_from.clone(),
-                        source,
-                    })?,
-                )),
-                None => None,
-            },
-        })
+            clock: clock.clone(),
+            metrics: metrics.clone(),
+        };
+        let mut switch = Self::new(ports, config.settings()?, operators).with_alarms(alarms);
+        if let Some(url) = env.optional(BREAKER_TIMER_QUEUE_URL)? {
+            switch = switch.with_timers(watch(
+                Arc::new(clients.breaker_timers(url)),
+                &metrics,
+                &clock,
+            ));
+        }
+        if let Some(endpoints) = config.endpoints.as_deref() {
+            switch = switch.with_prober(Arc::new(
+                lifeboat_operator::HttpOperatorApi::configured(
+                    endpoints,
+                    clients.operator_credentials(env)?,
+                )
+                .await
+                .map_err(|source| StartupError::Endpoints {
+                    from: config.endpoints_from.clone(),
+                    source,
+                })?,
+            ));
+        }
+        Ok(switch)
     }
 
     /// Handle one payload.

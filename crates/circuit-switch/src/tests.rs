@@ -33,20 +33,22 @@ fn world() -> World {
     let clock = ManualClock::new(start());
     let metrics = Arc::new(lifeboat_core::metrics::MemoryMetrics::new());
     let window = Arc::new(MemoryWindowStore::new());
-    let switch = Arc::new(CircuitSwitch {
-        breakers: breakers.clone(),
-        windows: window.clone(),
-        events: events.clone(),
-        lanes: Lanes::shared(SHARED_LANE, vec![nordic()], router.clone()),
-        clock: Arc::new(clock.clone()),
-        settings: Settings::default(),
-        alarms: AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap(),
-        operators: vec![OperatorId::new("nordic").unwrap()],
-        repoint_backoff: Duration::ZERO,
-        metrics: metrics.clone(),
-        timers: None,
-        prober: None,
-    });
+    let switch = Arc::new(
+        CircuitSwitch::new(
+            SwitchPorts {
+                breakers: breakers.clone(),
+                windows: window.clone(),
+                events: events.clone(),
+                lanes: Lanes::shared(SHARED_LANE, vec![nordic()], router.clone()),
+                clock: Arc::new(clock.clone()),
+                metrics: metrics.clone(),
+            },
+            Settings::default(),
+            vec![OperatorId::new("nordic").unwrap()],
+        )
+        .with_alarms(AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap())
+        .with_repoint_backoff(Duration::ZERO),
+    );
     World {
         switch,
         breakers,
@@ -744,20 +746,19 @@ async fn without_probes_the_timer_ends_the_open_period_to_the_second() {
 }
 
 fn switch_like(w: &World) -> CircuitSwitch {
-    CircuitSwitch {
-        breakers: w.breakers.clone(),
-        windows: w.window.clone(),
-        events: w.events.clone(),
-        lanes: Lanes::shared(SHARED_LANE, vec![nordic()], w.router.clone()),
-        clock: Arc::new(w.clock.clone()),
-        settings: Settings::default(),
-        alarms: AlarmMap::default(),
-        operators: vec![nordic()],
-        repoint_backoff: Duration::ZERO,
-        metrics: w.metrics.clone(),
-        timers: None,
-        prober: None,
-    }
+    CircuitSwitch::new(
+        SwitchPorts {
+            breakers: w.breakers.clone(),
+            windows: w.window.clone(),
+            events: w.events.clone(),
+            lanes: Lanes::shared(SHARED_LANE, vec![nordic()], w.router.clone()),
+            clock: Arc::new(w.clock.clone()),
+            metrics: w.metrics.clone(),
+        },
+        Settings::default(),
+        vec![nordic()],
+    )
+    .with_repoint_backoff(Duration::ZERO)
 }
 
 #[tokio::test]

@@ -16,8 +16,8 @@ use aws_sdk_cloudwatch::types::error::InvalidNextToken;
 use aws_sdk_cloudwatch::types::{AlarmHistoryItem, HistoryItemType, ScanBy};
 use aws_smithy_mocks::{RuleMode, mock, mock_client};
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
-use circuit_switch::CircuitSwitch;
 use circuit_switch::input::AlarmMap;
+use circuit_switch::{CircuitSwitch, SwitchPorts};
 use lifeboat_aws::breaker::BreakerChange;
 use lifeboat_cli::ops::detection::{
     self, DetectionError, DetectionQuery, FirstFailureSource, OpenedBy,
@@ -310,24 +310,24 @@ impl Switch {
         let breakers = Arc::new(MemoryBreakerStore::new());
         let clock = ManualClock::new(t(0));
         let window = Arc::new(MemoryWindowStore::new());
-        let switch = CircuitSwitch {
-            breakers: breakers.clone(),
-            windows: window.clone(),
-            events: Arc::new(MemoryEventBus::new()),
-            lanes: Lanes::shared(
-                "requests",
-                vec![OperatorId::new("nordic").unwrap()],
-                Arc::new(MemoryStreamRouter::new()),
-            ),
-            clock: Arc::new(clock.clone()),
-            settings: Settings::default(),
-            alarms: AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap(),
-            operators: vec![OperatorId::new("nordic").unwrap()],
-            repoint_backoff: Duration::from_millis(1),
-            metrics: Arc::new(MemoryMetrics::new()),
-            timers: None,
-            prober: None,
-        };
+        let switch = CircuitSwitch::new(
+            SwitchPorts {
+                breakers: breakers.clone(),
+                windows: window.clone(),
+                events: Arc::new(MemoryEventBus::new()),
+                lanes: Lanes::shared(
+                    "requests",
+                    vec![OperatorId::new("nordic").unwrap()],
+                    Arc::new(MemoryStreamRouter::new()),
+                ),
+                clock: Arc::new(clock.clone()),
+                metrics: Arc::new(MemoryMetrics::new()),
+            },
+            Settings::default(),
+            vec![OperatorId::new("nordic").unwrap()],
+        )
+        .with_alarms(AlarmMap::parse("lifeboat-nordic-errors=nordic").unwrap())
+        .with_repoint_backoff(Duration::from_millis(1));
         Self {
             breakers,
             window,

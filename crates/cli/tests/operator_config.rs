@@ -230,7 +230,7 @@ async fn a_function_takes_its_endpoints_from_the_table_not_the_environment() {
     };
     // The table is empty: the environment's (no endpoints, no probes).
     let switch = CircuitSwitch::from_env(&env(true), &clients).await.unwrap();
-    assert!(switch.prober.is_none());
+    assert!(!switch.has_prober());
 
     let store = DynamoOperatorConfigStore::new(clients.dynamodb().clone(), TABLE);
     lifeboat_cli::ops::operator_config::put(
@@ -242,15 +242,15 @@ async fn a_function_takes_its_endpoints_from_the_table_not_the_environment() {
     .await
     .unwrap();
     let switch = CircuitSwitch::from_env(&env(true), &clients).await.unwrap();
-    assert!(switch.prober.is_some(), "endpoints from the table");
+    assert!(switch.has_prober(), "endpoints from the table");
     assert_eq!(
-        switch.settings.default.breaker.open_base,
+        switch.settings().default.breaker.open_base,
         std::time::Duration::from_secs(20)
     );
     // Without OPERATOR_CONFIG_TABLE the item is not read.
     let switch = CircuitSwitch::from_env(&env(false), &clients)
         .await
         .unwrap();
-    assert!(switch.prober.is_none());
+    assert!(!switch.has_prober());
     moto.stop().await;
 }

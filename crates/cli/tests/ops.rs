@@ -12,8 +12,7 @@ use aws_sdk_lambda::config::http::HttpResponse;
 use aws_sdk_lambda::primitives::SdkBody;
 use aws_smithy_mocks::{RuleMode, mock, mock_client};
 use chrono::{DateTime, TimeZone, Utc};
-use circuit_switch::CircuitSwitch;
-use circuit_switch::input::AlarmMap;
+use circuit_switch::{CircuitSwitch, SwitchPorts};
 use lifeboat_cli::ops::breaker::{self, BreakerCommand, BreakerError};
 use lifeboat_cli::ops::status::{self, Lookup, Sources, StatusReport, StreamSource};
 use lifeboat_core::breaker::Command;
@@ -57,24 +56,23 @@ impl Suite {
         let breakers = Arc::new(MemoryBreakerStore::new());
         let router = Arc::new(MemoryStreamRouter::new());
         let clock = ManualClock::new(t(0));
-        let switch = CircuitSwitch {
-            breakers: breakers.clone(),
-            windows: Arc::new(MemoryWindowStore::new()),
-            events: Arc::new(MemoryEventBus::new()),
-            lanes: Lanes::shared(
-                "requests",
-                operators.iter().map(|o| op(o)).collect(),
-                router.clone(),
-            ),
-            clock: Arc::new(clock.clone()),
-            settings: Settings::default(),
-            alarms: AlarmMap::default(),
-            operators: operators.iter().map(|o| op(o)).collect(),
-            repoint_backoff: Duration::from_millis(1),
-            metrics: Arc::new(MemoryMetrics::new()),
-            timers: None,
-            prober: None,
-        };
+        let switch = CircuitSwitch::new(
+            SwitchPorts {
+                breakers: breakers.clone(),
+                windows: Arc::new(MemoryWindowStore::new()),
+                events: Arc::new(MemoryEventBus::new()),
+                lanes: Lanes::shared(
+                    "requests",
+                    operators.iter().map(|o| op(o)).collect(),
+                    router.clone(),
+                ),
+                clock: Arc::new(clock.clone()),
+                metrics: Arc::new(MemoryMetrics::new()),
+            },
+            Settings::default(),
+            operators.iter().map(|o| op(o)).collect(),
+        )
+        .with_repoint_backoff(Duration::from_millis(1));
         Self {
             breakers,
             router,

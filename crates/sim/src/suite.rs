@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
-use circuit_switch::input::AlarmMap;
-use circuit_switch::{CircuitSwitch, SHARED_LANE, SwitchReport};
+use circuit_switch::{CircuitSwitch, SHARED_LANE, SwitchPorts, SwitchReport};
 use fallback_consumer::FallbackConsumer;
 use lifeboat_core::cache::CacheStore;
 use lifeboat_core::events::{LifeboatEvent, SOURCE};
@@ -128,8 +127,31 @@ pub struct MemorySuite {
 }
 
 impl MemorySuite {
+    /// The suite calling `operator`, whose open breakers the switch probes
+    /// on the same operator.
     pub fn new(
         operator: Arc<dyn OperatorApi>,
+        clock: Arc<dyn Clock>,
+        config: MemorySuiteConfig,
+    ) -> Self {
+        Self::build(operator, None, clock, config)
+    }
+
+    /// The suite calling `operator`, whose switch probes with `prober`
+    /// instead (to count probes apart from customers' calls), without the
+    /// fault plan's operator faults.
+    pub fn with_prober(
+        operator: Arc<dyn OperatorApi>,
+        prober: Arc<dyn OperatorApi>,
+        clock: Arc<dyn Clock>,
+        config: MemorySuiteConfig,
+    ) -> Self {
+        Self::build(operator, Some(prober), clock, config)
+    }
+
+    fn build(
+        operator: Arc<dyn OperatorApi>,
+        prober: Option<Arc<dyn OperatorApi>>,
         clock: Arc<dyn Clock>,
         config: MemorySuiteConfig,
     ) -> Self {
@@ -224,40 +246,41 @@ impl MemorySuite {
             clock: clock.clone(),
             metrics: metrics.clone(),
         };
-        let switch = CircuitSwitch {
-            breakers: metered_breakers,
-            windows: port(
-                Metered::new(Charged::new(window.clone(), &aws)),
-                &faults,
-                &sink,
-                &clock,
-            ),
-            events,
-            lanes: switch_lanes(
-                config.lanes,
-                &lanes,
-                &faults,
-                control_plane.as_ref(),
-                &clock,
-            )
-            .watched(&sink, &clock),
-            clock: clock.clone(),
-            settings: config.settings.clone(),
-            alarms: AlarmMap::default(),
-            operators: config.operators.clone(),
-            repoint_backoff: Duration::from_millis(100),
-            metrics: metrics.clone(),
-            timers: Some(port(
-                ChargedTimers::new(timers.clone(), &aws, clock.clone()),
-                &faults,
-                &sink,
-                &clock,
-            )),
-            prober: Some(Arc::new(CountedProber {
-                inner: operator,
-                calls: probes.clone(),
-            })),
-        };
+        let switch = CircuitSwitch::new(
+            SwitchPorts {
+                breakers: metered_breakers,
+                windows: port(
+                    Metered::new(Charged::new(window.clone(), &aws)),
+                    &faults,
+                    &sink,
+                    &clock,
+                ),
+                events,
+                lanes: switch_lanes(
+                    config.lanes,
+                    &lanes,
+                    &faults,
+                    control_plane.as_ref(),
+                    &clock,
+                )
+                .watched(&sink, &clock),
+                clock: clock.clone(),
+                metrics: metrics.clone(),
+            },
+            config.settings.clone(),
+            config.operators.clone(),
+        )
+        .with_repoint_backoff(Duration::from_millis(100))
+        .with_timers(port(
+            ChargedTimers::new(timers.clone(), &aws, clock.clone()),
+            &faults,
+            &sink,
+            &clock,
+        ))
+        .with_prober(Arc::new(CountedProber {
+            inner: prober.unwrap_or(operator),
+            calls: probes.clone(),
+        }));
         let next_tick = clock.now();
         Self {
             clock,

@@ -62,7 +62,7 @@ impl SaleDesk {
             metrics: gateway.metrics.clone(),
             // As deployed: the served operators, confirmed by the breakers.
             trust: offsale_listener::trust::Trust {
-                operators: Some(gateway.switch.operators.iter().cloned().collect()),
+                operators: Some(gateway.switch.operators().iter().cloned().collect()),
                 breakers: Some(gateway.breakers_port()),
             },
             self_fault: offsale_listener::selffault::SelfFaultRule::default(),

@@ -159,8 +159,10 @@ impl Day {
             clock: clock.clone(),
             probe,
         };
-        let mut gateway = MemorySuite::new(
+        // Probes counted apart from the consumers' calls.
+        let mut gateway = MemorySuite::with_prober(
             Arc::new(api(false)),
+            Arc::new(api(true)),
             clock.clone(),
             MemorySuiteConfig {
                 operators: operators.clone(),
@@ -175,11 +177,6 @@ impl Day {
         let tally = searches.clone();
         gateway.on_evicted(Box::new(move |stored| lock(&tally).request(stored)));
         gateway.requests.set_condition(script.outcome_condition);
-        // Probes counted apart from the consumers' calls. The switch is not
-        // shared yet: nothing has run.
-        if let Some(switch) = Arc::get_mut(&mut gateway.switch) {
-            switch.prober = Some(Arc::new(api(true)));
-        }
         let desk = SaleDesk::new(&gateway, clock.clone());
         let search = Arc::new(Search {
             lookup: Lookup::new(
