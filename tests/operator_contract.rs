@@ -17,9 +17,7 @@ use lifeboat_core::ports::OperatorApi;
 use lifeboat_core::request::{CallClass, OperatorCall};
 use lifeboat_core::{Operation, OperatorId, SystemClock};
 use lifeboat_lookup::params::{price_params_for, search_params};
-use lifeboat_operator::{
-    HttpOperatorApi, LatencyModel, SimConfig, SimServer, SimulatedOperator, check_payload,
-};
+use lifeboat_operator::{HttpOperatorApi, SimConfig, SimServer, SimulatedOperator, check_payload};
 use serde_json::Value;
 
 fn doc() -> Value {
@@ -170,16 +168,8 @@ fn call(operation: Operation, params: BTreeMap<String, String>) -> OperatorCall 
 #[tokio::test]
 async fn the_simulated_operator_answers_the_gateways_questions_as_documented() {
     let doc = doc();
-    let config = SimConfig {
-        latency: LatencyModel {
-            error_rate: 0.0,
-            tail_to: LatencyModel::default().tail_from,
-            ..LatencyModel::scaled(0.01)
-        },
-        ..SimConfig::default()
-    };
     let server = SimServer::start(
-        SimulatedOperator::new(nordic(), config, Arc::new(SystemClock)),
+        SimulatedOperator::new(nordic(), SimConfig::quick(), Arc::new(SystemClock)),
         0,
     )
     .await

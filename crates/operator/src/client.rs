@@ -507,7 +507,6 @@ mod tests {
     use lifeboat_core::SystemClock;
 
     use super::*;
-    use crate::latency::LatencyModel;
     use crate::server::SimServer;
     use crate::sim::{OutageMode, SimConfig, SimulatedOperator};
 
@@ -517,15 +516,7 @@ mod tests {
 
     /// A simulated operator over HTTP answering in tens of milliseconds.
     async fn server() -> SimServer {
-        let config = SimConfig {
-            latency: LatencyModel {
-                error_rate: 0.0,
-                tail_to: LatencyModel::default().tail_from,
-                ..LatencyModel::scaled(0.01)
-            },
-            ..SimConfig::default()
-        };
-        let sim = SimulatedOperator::new(nordic(), config, Arc::new(SystemClock));
+        let sim = SimulatedOperator::new(nordic(), SimConfig::quick(), Arc::new(SystemClock));
         SimServer::start(sim, 0).await.unwrap()
     }
 

@@ -166,6 +166,22 @@ impl Default for SimConfig {
     }
 }
 
+impl SimConfig {
+    /// An operator that answers every call, in tens of milliseconds (a
+    /// hundredth of the default latency, its tail cut): for tests that
+    /// talk to it over HTTP on wall-clock time.
+    pub fn quick() -> Self {
+        Self {
+            latency: LatencyModel {
+                error_rate: 0.0,
+                tail_to: LatencyModel::default().tail_from,
+                ..LatencyModel::scaled(0.01)
+            },
+            ..Self::default()
+        }
+    }
+}
+
 /// Calls received, by operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperationCounts {
