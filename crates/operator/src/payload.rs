@@ -8,6 +8,8 @@ use std::time::Duration;
 use lifeboat_core::Operation;
 use lifeboat_core::budget::Budget;
 use lifeboat_core::request::{CallClass, CallResult};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 /// Why a 2xx answer is not what the operator's API promises.
@@ -44,26 +46,54 @@ pub fn check_payload(operation: Operation, body: &str) -> Result<(), PayloadErro
         // Any 2xx answers a ping, whatever it says.
         return Ok(());
     }
-    let value: Value = serde_json::from_str(body).map_err(|e| PayloadError::NotJson {
+    // Read into the shape the operation promises, not into a JSON tree: a
+    // search's sailings are skipped as they are read, so the check keeps
+    // nothing of an answer beside its text, and of a price only its small
+    // object (tests/bounded_answers.rs measures a batch).
+    let wrong_shape = || PayloadError::WrongShape {
         operation,
-        reason: e.to_string(),
-    })?;
-    let (field, expected, fits): (&str, &'static str, fn(&Value) -> bool) = match operation {
-        Operation::Search => ("sailings", "a sailings array", Value::is_array),
-        Operation::Price => ("price", "a price object", Value::is_object),
-        Operation::Ping => return Ok(()),
+        expected: match operation {
+            Operation::Price => "a price object",
+            _ => "a sailings array",
+        },
     };
-    if value.get(field).is_some_and(fits) {
-        if operation == Operation::Price {
-            lifeboat_core::price::quote(&value[field])?;
-        }
-        Ok(())
-    } else {
-        Err(PayloadError::WrongShape {
+    let unreadable = |e: serde_json::Error| match e.classify() {
+        serde_json::error::Category::Data => wrong_shape(),
+        _ => PayloadError::NotJson {
             operation,
-            expected,
-        })
+            reason: e.to_string(),
+        },
+    };
+    // An answer is an object (serde would read a struct from an array too).
+    if !body.trim_start().starts_with('{') {
+        serde_json::from_str::<IgnoredAny>(body).map_err(unreadable)?;
+        return Err(wrong_shape());
     }
+    if operation == Operation::Search {
+        let SearchShape { _sailings } = serde_json::from_str(body).map_err(unreadable)?;
+        return Ok(());
+    }
+    let PriceShape { price } = serde_json::from_str(body).map_err(unreadable)?;
+    if !price.is_object() {
+        return Err(wrong_shape());
+    }
+    lifeboat_core::price::quote(&price)?;
+    Ok(())
+}
+
+/// A search answer's top level: an object with a `sailings` array, each
+/// sailing skipped unread; any other field skipped too.
+#[derive(Deserialize)]
+struct SearchShape {
+    #[serde(rename = "sailings")]
+    _sailings: Vec<IgnoredAny>,
+}
+
+/// A price answer's top level: an object with a `price` (checked by
+/// [`lifeboat_core::price::quote`]); any other field skipped.
+#[derive(Deserialize)]
+struct PriceShape {
+    price: Value,
 }
 
 /// Classify an answer with HTTP `status` and `body` that arrived after
@@ -197,9 +227,41 @@ mod tests {
             check_payload(Operation::Search, r#"{"price":{}}"#),
             Err(PayloadError::WrongShape { .. })
         ));
-        assert!(check_payload(Operation::Search, r#"{"sailings":{}}"#).is_err());
-        assert!(check_payload(Operation::Price, r#"{"price":12}"#).is_err());
-        assert!(check_payload(Operation::Price, r#"[{"price":{}}]"#).is_err());
+        for (operation, wrong) in [
+            (Operation::Search, r#"{"sailings":{}}"#),
+            (Operation::Search, r#"{"sailings":null}"#),
+            (Operation::Search, r#"[{"sailings":[]}]"#),
+            (Operation::Price, r#"{"price":12}"#),
+            (Operation::Price, r#"[{"price":{}}]"#),
+        ] {
+            assert!(
+                matches!(
+                    check_payload(operation, wrong),
+                    Err(PayloadError::WrongShape { .. })
+                ),
+                "{wrong}"
+            );
+        }
+        // Whatever else the answer holds is skipped, sailings' fields too.
+        assert!(
+            check_payload(
+                Operation::Search,
+                r#"{"notes":"x","sailings":[{"sailing_id":"A","extra":[1,{"b":null}]},2]}"#
+            )
+            .is_ok()
+        );
+        for cut in [
+            r#"{"sailings":[{"sailing_id":"A""#,
+            r#"{"sailings":[]} trailing"#,
+        ] {
+            assert!(
+                matches!(
+                    check_payload(Operation::Search, cut),
+                    Err(PayloadError::NotJson { .. })
+                ),
+                "{cut}"
+            );
+        }
         let err = check_payload(Operation::Search, "<html>down</html>").unwrap_err();
         assert!(matches!(err, PayloadError::NotJson { .. }));
         assert!(
