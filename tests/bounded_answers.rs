@@ -22,7 +22,7 @@ use lifeboat_core::request::{MAX_ANSWER_BYTES, OutcomeKind, RequestRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{Clock, Operation, OperatorId, SystemClock};
 use lifeboat_operator::HttpOperatorApi;
-use real_consumer::RealConsumer;
+use real_consumer::{ConsumerPorts, RealConsumer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -134,26 +134,26 @@ async fn batch_against(answer: Answer) -> Run {
     let nordic = OperatorId::new("nordic").unwrap();
     let requests = Arc::new(MemoryRequestStore::new());
     let clock = Arc::new(SystemClock);
-    let consumer = RealConsumer {
-        requests: requests.clone(),
-        breakers: Arc::new(MemoryBreakerStore::new()),
-        window: Arc::new(MemoryWindowStore::new()),
-        events: Arc::new(MemoryEventBus::new()),
-        cache: Arc::new(MemoryCacheStore::new()),
-        metrics: Arc::new(MemoryMetrics::new()),
-        operator: Arc::new(HttpOperatorApi::parse(&format!("nordic={url}")).unwrap()),
-        clock: clock.clone(),
+    let consumer = RealConsumer::new(
+        ConsumerPorts {
+            requests: requests.clone(),
+            breakers: Arc::new(MemoryBreakerStore::new()),
+            window: Arc::new(MemoryWindowStore::new()),
+            events: Arc::new(MemoryEventBus::new()),
+            cache: Arc::new(MemoryCacheStore::new()),
+            metrics: Arc::new(MemoryMetrics::new()),
+            operator: Arc::new(HttpOperatorApi::parse(&format!("nordic={url}")).unwrap()),
+            clock: clock.clone(),
+        },
         // What is measured is memory: a search budget no busy machine's
         // parse of 50 answers at once can run out of.
-        settings: Settings::from_json(
+        Settings::from_json(
             r#"{"default": {"budgets": {"search": {"timeout": 60000, "slow_after": 50000}}}}"#,
         )
         .unwrap(),
-        concurrency: CALLS,
-        call_log_share: 0.0,
-        remembered: real_consumer::Remembered::default(),
-        limits: real_consumer::limit::Limits::for_concurrency(CALLS),
-    };
+        CALLS,
+    )
+    .with_call_log_share(0.0);
     let now = clock.now();
     let mut records = Vec::new();
     for i in 0..CALLS {

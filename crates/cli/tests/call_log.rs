@@ -19,7 +19,7 @@ use lifeboat_core::request::{CallClass, CallResult, OperatorCall, RequestRecord}
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{Clock, Operation, OperatorId, SystemClock};
 use lifeboat_sim::suite::stream_record;
-use real_consumer::RealConsumer;
+use real_consumer::{ConsumerPorts, RealConsumer};
 use serde_json::{Value, json};
 
 const DOC: &str = include_str!("../../../docs/timeouts.md");
@@ -115,21 +115,21 @@ async fn the_documented_query_exports_what_the_consumer_logs() {
     let nordic = OperatorId::new("nordic").unwrap();
     let requests = Arc::new(MemoryRequestStore::new());
     let clock = Arc::new(SystemClock);
-    let consumer = RealConsumer {
-        requests: requests.clone(),
-        breakers: Arc::new(MemoryBreakerStore::new()),
-        window: Arc::new(MemoryWindowStore::new()),
-        events: Arc::new(MemoryEventBus::new()),
-        cache: Arc::new(MemoryCacheStore::new()),
-        metrics: Arc::new(MemoryMetrics::new()),
-        operator: Arc::new(Scripted),
-        clock: clock.clone(),
-        settings: Settings::default(),
-        concurrency: 4,
-        call_log_share: 1.0,
-        remembered: real_consumer::Remembered::default(),
-        limits: real_consumer::limit::Limits::for_concurrency(4),
-    };
+    let consumer = RealConsumer::new(
+        ConsumerPorts {
+            requests: requests.clone(),
+            breakers: Arc::new(MemoryBreakerStore::new()),
+            window: Arc::new(MemoryWindowStore::new()),
+            events: Arc::new(MemoryEventBus::new()),
+            cache: Arc::new(MemoryCacheStore::new()),
+            metrics: Arc::new(MemoryMetrics::new()),
+            operator: Arc::new(Scripted),
+            clock: clock.clone(),
+        },
+        Settings::default(),
+        4,
+    )
+    .with_call_log_share(1.0);
     let now = clock.now();
     let mut records = Vec::new();
     for (i, id) in ["r-answered", "r-timeout", "r-failed"].iter().enumerate() {

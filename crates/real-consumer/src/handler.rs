@@ -112,29 +112,91 @@ pub enum StartupError {
     CallLogShare(String),
 }
 
-/// Everything the handler needs, built once per Lambda instance.
+/// Everything the handler needs, built once per Lambda instance:
+/// [`RealConsumer::new`] with its ports, then `with_…` for what a
+/// deployment (or a simulation) sets otherwise.
 pub struct RealConsumer {
+    pub(crate) requests: Arc<dyn RequestStore>,
+    pub(crate) breakers: Arc<dyn BreakerStore>,
+    pub(crate) window: Arc<dyn WindowStore>,
+    pub(crate) events: Arc<dyn EventPublisher>,
+    /// The answer cache, refreshed after every answered call.
+    pub(crate) cache: Arc<dyn CacheStore>,
+    /// Where the batch's metrics go (EMF lines on stdout in Lambda).
+    pub(crate) metrics: Arc<dyn MetricsSink>,
+    pub(crate) operator: Arc<dyn OperatorApi>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) settings: Settings,
+    pub(crate) concurrency: usize,
+    /// Share of operator calls logged at INFO as `operator call` lines
+    /// (`CALL_LOG_SHARE`), the input of `lifeboat advise-timeouts`; every
+    /// call is logged at DEBUG.
+    pub(crate) call_log_share: f64,
+    /// When this instance last kept each operator's answered question.
+    pub(crate) remembered: Remembered,
+    /// Each operator's limit on calls in flight from this instance
+    /// ([`limit`]), learned from its answers; at most `concurrency`.
+    pub(crate) limits: Arc<limit::Limits>,
+}
+
+/// The ports a real consumer cannot work without.
+pub struct ConsumerPorts {
     pub requests: Arc<dyn RequestStore>,
     pub breakers: Arc<dyn BreakerStore>,
     pub window: Arc<dyn WindowStore>,
     pub events: Arc<dyn EventPublisher>,
-    /// The answer cache, refreshed after every answered call.
     pub cache: Arc<dyn CacheStore>,
-    /// Where the batch's metrics go (EMF lines on stdout in Lambda).
     pub metrics: Arc<dyn MetricsSink>,
     pub operator: Arc<dyn OperatorApi>,
     pub clock: Arc<dyn Clock>,
-    pub settings: Settings,
-    pub concurrency: usize,
-    /// Share of operator calls logged at INFO as `operator call` lines
-    /// (`CALL_LOG_SHARE`), the input of `lifeboat advise-timeouts`; every
-    /// call is logged at DEBUG.
-    pub call_log_share: f64,
-    /// When this instance last kept each operator's answered question.
-    pub remembered: Remembered,
-    /// Each operator's limit on calls in flight from this instance
-    /// ([`limit`]), learned from its answers; at most `concurrency`.
-    pub limits: Arc<limit::Limits>,
+}
+
+impl RealConsumer {
+    /// A consumer making up to `concurrency` operator calls at once in a
+    /// batch (each operator's limit learned up to it), logging
+    /// [`DEFAULT_CALL_LOG_SHARE`] of its calls.
+    pub fn new(ports: ConsumerPorts, settings: Settings, concurrency: usize) -> Self {
+        let ConsumerPorts {
+            requests,
+            breakers,
+            window,
+            events,
+            cache,
+            metrics,
+            operator,
+            clock,
+        } = ports;
+        Self {
+            requests,
+            breakers,
+            window,
+            events,
+            cache,
+            metrics,
+            operator,
+            clock,
+            settings,
+            concurrency,
+            call_log_share: DEFAULT_CALL_LOG_SHARE,
+            remembered: Remembered::default(),
+            limits: limit::Limits::for_concurrency(concurrency),
+        }
+    }
+
+    /// The share of operator calls logged at INFO (`CALL_LOG_SHARE`).
+    pub fn with_call_log_share(self, call_log_share: f64) -> Self {
+        Self {
+            call_log_share,
+            ..self
+        }
+    }
+
+    /// Each operator's limit on calls in flight, in place of one learned up
+    /// to `concurrency` (a simulation's one consumer standing for several
+    /// instances).
+    pub fn with_limits(self, limits: Arc<limit::Limits>) -> Self {
+        Self { limits, ..self }
+    }
 }
 
 /// The default `CALL_LOG_SHARE`: one call in a hundred, chosen by request
@@ -240,7 +302,7 @@ impl RealConsumer {
         };
         let metrics: Arc<dyn MetricsSink> = Arc::new(StdoutMetrics::from_env());
         let clock: Arc<dyn Clock> = Arc::new(lifeboat_core::SystemClock);
-        Ok(Self {
+        let ports = ConsumerPorts {
             requests: watch(Arc::new(clients.request_store(env)?), &metrics, &clock),
             breakers: watch(
                 Arc::new(clients.breaker_store(
@@ -266,12 +328,8 @@ impl RealConsumer {
                 })?,
             ),
             clock,
-            settings,
-            concurrency,
-            call_log_share,
-            remembered: Remembered::default(),
-            limits: limit::Limits::for_concurrency(concurrency),
-        })
+        };
+        Ok(Self::new(ports, settings, concurrency).with_call_log_share(call_log_share))
     }
 
     /// Handle one stream batch.

@@ -49,21 +49,20 @@ fn world() -> World {
         SimConfig::default(),
         clock.clone(),
     );
-    let consumer = RealConsumer {
-        requests: requests.clone(),
-        breakers: breakers.clone(),
-        window: window.clone(),
-        events: bus.clone(),
-        cache: cache.clone(),
-        metrics: metrics.clone(),
-        operator: Arc::new(sim.clone()),
-        clock: clock.clone(),
-        settings: Settings::default(),
-        concurrency: DEFAULT_CONCURRENCY,
-        call_log_share: DEFAULT_CALL_LOG_SHARE,
-        remembered: Remembered::default(),
-        limits: limit::Limits::for_concurrency(DEFAULT_CONCURRENCY),
-    };
+    let consumer = RealConsumer::new(
+        ConsumerPorts {
+            requests: requests.clone(),
+            breakers: breakers.clone(),
+            window: window.clone(),
+            events: bus.clone(),
+            cache: cache.clone(),
+            metrics: metrics.clone(),
+            operator: Arc::new(sim.clone()),
+            clock: clock.clone(),
+        },
+        Settings::default(),
+        DEFAULT_CONCURRENCY,
+    );
     World {
         consumer,
         requests,

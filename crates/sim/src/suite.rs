@@ -31,7 +31,7 @@ use crate::meter::{InvocationKind, Ledger, Metered, metered};
 use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::request::{CallResult, OperatorCall, RequestRecord};
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
-use real_consumer::RealConsumer;
+use real_consumer::{ConsumerPorts, RealConsumer};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
@@ -210,36 +210,36 @@ impl MemorySuite {
             inner: operator,
             plan: faults.clone(),
         });
-        let real = RealConsumer {
-            requests: metered_requests.clone(),
-            breakers: metered_breakers.clone(),
-            window: port(
-                Metered::new(Charged::new(window.clone(), &aws)),
-                &faults,
-                &sink,
-                &clock,
-            ),
-            events: events.clone(),
-            cache: port(
-                Metered::new(Charged::new(cache.clone(), &aws)),
-                &faults,
-                &sink,
-                &clock,
-            ),
-            metrics: metrics.clone(),
-            operator: operator.clone(),
-            clock: clock.clone(),
-            settings: config.settings.clone(),
-            concurrency: config.concurrency,
-            call_log_share: real_consumer::DEFAULT_CALL_LOG_SHARE,
-            remembered: real_consumer::Remembered::default(),
-            // One consumer serves every batch of a lane here, where Lambda
-            // runs up to `parallelization` instances with a limit each: the
-            // limit tops out at all of theirs, and a cut is shared.
-            limits: real_consumer::limit::Limits::for_concurrency(
-                config.concurrency * config.parallelization.max(1),
-            ),
-        };
+        let real = RealConsumer::new(
+            ConsumerPorts {
+                requests: metered_requests.clone(),
+                breakers: metered_breakers.clone(),
+                window: port(
+                    Metered::new(Charged::new(window.clone(), &aws)),
+                    &faults,
+                    &sink,
+                    &clock,
+                ),
+                events: events.clone(),
+                cache: port(
+                    Metered::new(Charged::new(cache.clone(), &aws)),
+                    &faults,
+                    &sink,
+                    &clock,
+                ),
+                metrics: metrics.clone(),
+                operator: operator.clone(),
+                clock: clock.clone(),
+            },
+            config.settings.clone(),
+            config.concurrency,
+        )
+        // One consumer serves every batch of a lane here, where Lambda
+        // runs up to `parallelization` instances with a limit each: the
+        // limit tops out at all of theirs, and a cut is shared.
+        .with_limits(real_consumer::limit::Limits::for_concurrency(
+            config.concurrency * config.parallelization.max(1),
+        ));
         let fallback = FallbackConsumer {
             requests: metered_requests,
             events: events.clone(),
