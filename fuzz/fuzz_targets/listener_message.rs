@@ -80,7 +80,7 @@ const MAX_DETAIL_CHARS: usize = 400;
 fuzz_target!(|data: &[u8]| {
     let payload = payload(data, &VOCABULARY);
     let _ = sweep::is_schedule(&payload);
-    let on_sale_at = if data.len() % 2 == 0 {
+    let on_sale_at = if data.len().is_multiple_of(2) {
         OnSaleAt::Closed
     } else {
         OnSaleAt::HalfOpen

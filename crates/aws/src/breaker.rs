@@ -75,13 +75,14 @@ mod item;
 #[cfg(test)]
 mod tests;
 
+use change::is_trip;
 pub use change::{
     BreakerChange, CHANGE_PREFIX, CHANGE_TTL, FIRST_FAILURE_LOOKBACK, FIRST_FAILURE_MAX_GAP,
     change_key, first_failure,
 };
-use change::{ChangeItem, is_trip};
-pub use item::{ANSWERED_ITEM, BREAKER_ITEM};
-use item::{BreakerItem, TallyItem, breaker_from_item, n, s};
+pub use change::{change_from_item, change_to_item};
+pub use item::{ANSWERED_ITEM, BREAKER_ITEM, breaker_from_item, breaker_to_item};
+use item::{TallyItem, n, s};
 
 /// Keys per BatchGetItem call: DynamoDB's limit.
 const BATCH_GET_KEYS: usize = 100;
@@ -320,9 +321,7 @@ impl BreakerStore for DynamoBreakerStore {
         record: &BreakerRecord,
         expected_version: Option<u64>,
     ) -> Result<(), StoreError> {
-        let item: HashMap<String, AttributeValue> =
-            serde_dynamo::to_item(BreakerItem::from(record))
-                .map_err(|e| StoreError::Corrupt(format!("breaker of {}: {e}", record.operator)))?;
+        let item = breaker_to_item(record)?;
         let (condition, version_value) = match expected_version {
             None => ("attribute_not_exists(#op)", None),
             Some(v) => ("attribute_exists(#op) AND #version = :expected", Some(n(v))),
@@ -361,13 +360,7 @@ impl BreakerStore for DynamoBreakerStore {
             None
         };
         let change = BreakerChange::of(record, first_failure_at);
-        let change_item: HashMap<String, AttributeValue> =
-            serde_dynamo::to_item(ChangeItem::from(&change)).map_err(|e| {
-                StoreError::Corrupt(format!(
-                    "state change {} of {}: {e}",
-                    change.version, record.operator
-                ))
-            })?;
+        let change_item = change_to_item(&change)?;
         let not_built = |e: aws_sdk_dynamodb::error::BuildError| {
             StoreError::Corrupt(format!(
                 "breaker write of {} not built: {e}",

@@ -198,7 +198,9 @@ fn missing(field: &'static str, beside: &str) -> ItemError {
     }
 }
 
-fn entry_from_item(item: HashMap<String, AttributeValue>) -> Result<CacheEntry, ItemError> {
+/// A Cache-table item read as a cache entry (the store's `get`): a good
+/// answer, a refusal or both, each whole, or an error naming the attribute.
+pub fn entry_from_item(item: HashMap<String, AttributeValue>) -> Result<CacheEntry, ItemError> {
     let raw: CacheItem = serde_dynamo::from_item(item)?;
     raw.try_into()
 }
@@ -212,7 +214,7 @@ fn n(value: impl ToString) -> AttributeValue {
 }
 
 /// The attributes a good answer sets, TTL included.
-fn answer_values(
+pub(crate) fn answer_values(
     answer: &CachedAnswer,
     expires_at: DateTime<Utc>,
 ) -> Vec<(&'static str, AttributeValue)> {
@@ -227,7 +229,7 @@ fn answer_values(
 }
 
 /// The attributes a refusal sets (its TTL only where the item has none).
-fn refusal_values(refusal: &CachedRefusal) -> Vec<(&'static str, AttributeValue)> {
+pub(crate) fn refusal_values(refusal: &CachedRefusal) -> Vec<(&'static str, AttributeValue)> {
     vec![
         ("operator", s(refusal.operator.as_str())),
         ("operation", s(refusal.operation.as_str())),

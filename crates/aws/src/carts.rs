@@ -126,9 +126,17 @@ impl TryFrom<CartItem> for Cart {
     }
 }
 
-fn cart_from_item(item: HashMap<String, AttributeValue>) -> Result<Cart, ItemError> {
+/// A Carts-table item read as a cart: every attribute the design requires
+/// there and valid (the store's `get` and `all` read items with it).
+pub fn cart_from_item(item: HashMap<String, AttributeValue>) -> Result<Cart, ItemError> {
     let raw: CartItem = serde_dynamo::from_item(item)?;
     raw.try_into()
+}
+
+/// The item `save` writes for `cart`, its TTL included; [`cart_from_item`]
+/// reads it back as the same cart.
+pub fn cart_to_item(cart: &Cart) -> Result<HashMap<String, AttributeValue>, ItemError> {
+    Ok(serde_dynamo::to_item(CartItem::from(cart))?)
 }
 
 /// [`CartStore`] on the Carts table.
@@ -212,7 +220,7 @@ impl CartStore for DynamoCartStore {
     }
 
     async fn save(&self, cart: &Cart, expected_revision: Option<u64>) -> Result<(), StoreError> {
-        let item: HashMap<String, AttributeValue> = serde_dynamo::to_item(CartItem::from(cart))
+        let item = cart_to_item(cart)
             .map_err(|e| StoreError::Corrupt(format!("cart {}: {e}", cart.cart_id)))?;
         let request = self
             .client

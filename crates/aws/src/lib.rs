@@ -31,6 +31,8 @@ pub mod carts;
 pub mod clients;
 mod error;
 pub mod events;
+#[cfg(test)]
+mod fuzz_seeds;
 pub mod item;
 pub mod logs;
 pub mod operator_config;

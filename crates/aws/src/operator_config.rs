@@ -49,8 +49,9 @@ impl DynamoOperatorConfigStore {
     }
 }
 
-/// The item's attributes, each checked for its type.
-fn item_from(
+/// The item's attributes, each checked for its type (the store's `load`,
+/// when a function starts): an error names the attribute at fault.
+pub fn config_from_item(
     item: &HashMap<String, AttributeValue>,
 ) -> Result<OperatorConfigItem, (&'static str, String)> {
     let text = |attribute: &'static str| match item.get(attribute) {
@@ -88,6 +89,28 @@ fn item_from(
     })
 }
 
+/// The item `save` writes for `item`; [`config_from_item`] reads it back as
+/// the same item.
+pub fn config_to_item(item: &OperatorConfigItem) -> HashMap<String, AttributeValue> {
+    let mut attributes = HashMap::from([
+        ("name".to_owned(), AttributeValue::S(ITEM_NAME.to_owned())),
+        (
+            "revision".to_owned(),
+            AttributeValue::N(item.revision.to_string()),
+        ),
+    ]);
+    if let Some(endpoints) = &item.endpoints {
+        attributes.insert("endpoints".into(), AttributeValue::S(endpoints.clone()));
+    }
+    if let Some(settings) = &item.settings {
+        attributes.insert("settings".into(), AttributeValue::S(settings.clone()));
+    }
+    if let Some(at) = &item.updated_at {
+        attributes.insert("updated_at".into(), AttributeValue::S(at.to_rfc3339()));
+    }
+    attributes
+}
+
 fn type_name(value: &AttributeValue) -> &'static str {
     match value {
         AttributeValue::B(_) => "binary (B)",
@@ -121,7 +144,7 @@ impl OperatorConfigStore for DynamoOperatorConfigStore {
         output
             .item
             .map(|item| {
-                item_from(&item).map_err(|(attribute, reason)| {
+                config_from_item(&item).map_err(|(attribute, reason)| {
                     StoreError::Corrupt(format!(
                         "item name={ITEM_NAME:?}, attribute {attribute}: {reason}"
                     ))
@@ -135,22 +158,7 @@ impl OperatorConfigStore for DynamoOperatorConfigStore {
         item: &OperatorConfigItem,
         expected_revision: Option<u64>,
     ) -> Result<(), StoreError> {
-        let mut attributes = HashMap::from([
-            ("name".to_owned(), AttributeValue::S(ITEM_NAME.to_owned())),
-            (
-                "revision".to_owned(),
-                AttributeValue::N(item.revision.to_string()),
-            ),
-        ]);
-        if let Some(endpoints) = &item.endpoints {
-            attributes.insert("endpoints".into(), AttributeValue::S(endpoints.clone()));
-        }
-        if let Some(settings) = &item.settings {
-            attributes.insert("settings".into(), AttributeValue::S(settings.clone()));
-        }
-        if let Some(at) = &item.updated_at {
-            attributes.insert("updated_at".into(), AttributeValue::S(at.to_rfc3339()));
-        }
+        let attributes = config_to_item(item);
         let request = self
             .client
             .put_item()
@@ -283,7 +291,7 @@ mod tests {
                 AttributeValue::S("2026-12-05T10:00:00Z".into()),
             ),
         ]);
-        let item = item_from(&good).ok();
+        let item = config_from_item(&good).ok();
         assert_eq!(item.as_ref().map(|i| i.revision), Some(7));
         assert_eq!(item.and_then(|i| i.settings), None);
         for (attribute, value) in [
@@ -295,7 +303,10 @@ mod tests {
         ] {
             let mut bad = good.clone();
             bad.insert(attribute.to_owned(), value);
-            assert_eq!(item_from(&bad).err().map(|(a, _)| a), Some(attribute));
+            assert_eq!(
+                config_from_item(&bad).err().map(|(a, _)| a),
+                Some(attribute)
+            );
         }
     }
 

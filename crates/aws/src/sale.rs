@@ -135,9 +135,16 @@ impl TryFrom<SaleItem> for SaleRecord {
     }
 }
 
-fn record_from_item(item: HashMap<String, AttributeValue>) -> Result<SaleRecord, ItemError> {
+/// A SaleStatus-table item read as a sale record (the store's `load`).
+pub fn record_from_item(item: HashMap<String, AttributeValue>) -> Result<SaleRecord, ItemError> {
     let raw: SaleItem = serde_dynamo::from_item(item)?;
     raw.try_into()
+}
+
+/// The item `save` writes for `record`; [`record_from_item`] reads it back
+/// as the same record.
+pub fn record_to_item(record: &SaleRecord) -> Result<HashMap<String, AttributeValue>, ItemError> {
+    Ok(serde_dynamo::to_item(SaleItem::from(record))?)
 }
 
 /// [`SaleStatusStore`] on the SaleStatus table.
@@ -192,10 +199,8 @@ impl SaleStatusStore for DynamoSaleStatusStore {
         record: &SaleRecord,
         expected_revision: Option<u64>,
     ) -> Result<(), StoreError> {
-        let item: HashMap<String, AttributeValue> = serde_dynamo::to_item(SaleItem::from(record))
-            .map_err(|e| {
-            StoreError::Corrupt(format!("sale record of {}: {e}", record.operator))
-        })?;
+        let item = record_to_item(record)
+            .map_err(|e| StoreError::Corrupt(format!("sale record of {}: {e}", record.operator)))?;
         let request = self
             .client
             .put_item()

@@ -76,6 +76,13 @@ impl TryFrom<BucketItem> for Bucket {
     }
 }
 
+/// A Breaker-table item at `item = "bucket#…"` read as the failure
+/// window's bucket (the store's `buckets`).
+pub fn bucket_from_item(item: HashMap<String, AttributeValue>) -> Result<Bucket, ItemError> {
+    let raw: BucketItem = serde_dynamo::from_item(item)?;
+    raw.try_into()
+}
+
 fn n(value: impl ToString) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
@@ -173,11 +180,8 @@ impl WindowStore for DynamoWindowStore {
                     StoreError::Unavailable(describe(&format!("Query {}", self.table), &e))
                 })?;
             for item in output.items.unwrap_or_default() {
-                let raw: BucketItem = serde_dynamo::from_item(item).map_err(|e| {
-                    StoreError::Corrupt(format!("bucket of {operator}: {}", ItemError::from(e)))
-                })?;
                 buckets.push(
-                    Bucket::try_from(raw)
+                    bucket_from_item(item)
                         .map_err(|e| StoreError::Corrupt(format!("bucket of {operator}: {e}")))?,
                 );
             }

@@ -57,18 +57,17 @@ use std::sync::Arc;
 
 use lifeboat_core::OperatorId;
 use lifeboat_core::cart::{
-    Cart, CartPolicy, CartRefusal, CartSettings, CartStore, Sailing, StepKind, StepRecord,
+    Cart, CartPolicy, CartRefusal, CartSettings, CartStore, StepKind, StepRecord,
 };
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::StoreError;
 use lifeboat_core::sale::SaleStatusStore;
 use lifeboat_core::watched::watch;
 use lifeboat_lookup::http::{Caller, HttpRequest, Problem, Reply};
-use lifeboat_lookup::params;
 use lifeboat_lookup::{Lookup, Mode};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
+pub mod body;
 mod pricing;
 #[cfg(test)]
 use pricing::{fare_of, quote_in};
@@ -96,36 +95,10 @@ pub struct CartService {
     pub settings: CartSettings,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewCart {
-    operator: String,
-    sailing_id: String,
-    from: String,
-    to: String,
-    date: String,
-    passengers: u8,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AccommodationBody {
-    code: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExtrasBody {
-    codes: Vec<String>,
-}
-
 /// The longest a step that changes nothing but the cart's history waits for
 /// that history to be written (an incident is when such steps are most
 /// common, and when the store may be slowest).
 const HISTORY_WRITE_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// The most extras one cart may hold.
-const MAX_EXTRAS: usize = 10;
 
 impl CartService {
     /// Build the cart on AWS from the function's environment; the
@@ -200,28 +173,12 @@ impl CartService {
 
     async fn open(&self, request: &HttpRequest) -> Result<Reply, Problem> {
         let owner = subject_of(&request.caller)?;
-        let body: NewCart = json_body(request)?;
-        let operator = params::operator("operator", &body.operator, &self.operators)?;
-        let from = params::port("from", &body.from)?;
-        let to = params::port("to", &body.to)?;
-        if from == to {
-            return Err(Problem::invalid("to", "must differ from from"));
-        }
-        if !(1..=9).contains(&body.passengers) {
-            return Err(Problem::invalid(
-                "passengers",
-                "must be a whole number from 1 to 9",
-            ));
-        }
-        // In the operator's case: the cart asks, caches and shows one spelling.
-        let ids = self.lookup.settings.for_operator(&operator).ids;
-        let sailing = Sailing {
-            sailing_id: params::id("sailing_id", &body.sailing_id, ids)?,
-            from,
-            to,
-            date: params::date("date", &body.date, self.lookup.clock.now())?.to_string(),
-            passengers: body.passengers,
-        };
+        let (operator, sailing) = body::new_cart(
+            &request.body,
+            &self.operators,
+            &self.lookup.settings,
+            self.lookup.clock.now(),
+        )?;
         let on_sale = self.on_sale(&operator).await?;
         let now = self.lookup.clock.now();
         let policy = self.settings.for_operator(&operator);
@@ -341,8 +298,7 @@ impl CartService {
         let now = self.lookup.clock.now();
         match step {
             "accommodation" => {
-                let body: AccommodationBody = json_body(request)?;
-                let code = params::code("code", &body.code)?;
+                let code = body::accommodation(&request.body)?;
                 // Kept to undo a choice the operator will not price.
                 let before = cart.clone();
                 cart.choose_accommodation(code, on_sale, now)
@@ -350,21 +306,7 @@ impl CartService {
                 self.reprice_choices(cart, before, policy).await
             }
             "extras" => {
-                let body: ExtrasBody = json_body(request)?;
-                if body.codes.len() > MAX_EXTRAS {
-                    return Err(Problem::invalid(
-                        "codes",
-                        &format!("at most {MAX_EXTRAS} extras"),
-                    ));
-                }
-                let mut codes = Vec::with_capacity(body.codes.len());
-                for code in &body.codes {
-                    let code = params::code("codes", code)?;
-                    if codes.contains(&code) {
-                        return Err(Problem::invalid("codes", "each extra at most once"));
-                    }
-                    codes.push(code);
-                }
+                let codes = body::extras(&request.body)?;
                 let before = cart.clone();
                 cart.choose_extras(codes, on_sale, now).map_err(refusal)?;
                 self.reprice_choices(cart, before, policy).await
@@ -521,32 +463,7 @@ fn log_ref(cart_id: &str) -> String {
     format!("{:012x}", hasher.finish() >> 16)
 }
 
-/// The largest cart body read, in bytes. Every cart body is a few fields
-/// (a new cart is about 150 bytes); anything longer is refused before it is
-/// parsed, so a 6 MB body costs a length check, not a parse in a 128 MB
-/// function.
-pub const MAX_BODY_BYTES: usize = 4096;
-
-fn json_body<T: for<'de> Deserialize<'de>>(request: &HttpRequest) -> Result<T, Problem> {
-    if request.body.len() > MAX_BODY_BYTES {
-        return Err(Problem::new(
-            413,
-            "body too large",
-            format!("{} bytes, at most {MAX_BODY_BYTES}", request.body.len()),
-        ));
-    }
-    serde_json::from_slice(&request.body).map_err(|e| {
-        // serde's message names the field and says what was wrong with it;
-        // it does not echo internals.
-        let reason = e.to_string();
-        let field = reason
-            .split('`')
-            .nth(1)
-            .filter(|f| f.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
-            .unwrap_or("body");
-        Problem::invalid(field, &reason)
-    })
-}
+pub use body::MAX_BODY_BYTES;
 
 fn title_of(member: &str) -> &'static str {
     match member {

@@ -248,7 +248,9 @@ impl BreakerConfig {
             .unwrap_or(self.open_max);
         let capped = doubled.min(self.open_max);
         let off = self.jitter.clamp(0.0, 1.0) * unit.clamp(0.0, 1.0);
-        capped.mul_f64(1.0 - off)
+        // mul_f64 goes through seconds as an f64: past 2^53 ns it may round
+        // up, over the cap.
+        capped.mul_f64(1.0 - off).min(capped)
     }
 }
 
@@ -707,6 +709,15 @@ mod tests {
         assert_eq!(cfg.open_period(40, 0.5), Duration::from_secs(600));
         let jittered = BreakerConfig::default().open_period(0, 0.99);
         assert!(jittered >= Duration::from_secs(24) && jittered <= Duration::from_secs(30));
+        // OPERATOR_SETTINGS may give any cap up to u64::MAX ms; found by the
+        // settings_json fuzz target (docs/fuzzing.md).
+        let longest = Duration::from_millis(u64::MAX);
+        let cfg = BreakerConfig {
+            open_base: longest,
+            open_max: longest,
+            ..BreakerConfig::default()
+        };
+        assert_eq!(cfg.open_period(0, 0.0), longest);
     }
 
     #[test]

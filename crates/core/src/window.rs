@@ -292,10 +292,15 @@ impl WindowConfig {
         self.oldest_within(self.length.max(self.streak_length), now)
     }
 
-    /// The start of the bucket after the one that holds `now - length`.
+    /// The start of the bucket after the one that holds `now - length`; the
+    /// calendar's start for a window (or a bucket) reaching beyond it, as
+    /// `OPERATOR_SETTINGS` may ask for (any length up to `u64::MAX` ms).
     fn oldest_within(&self, length: Duration, now: DateTime<Utc>) -> DateTime<Utc> {
         let length = TimeDelta::from_std(length).unwrap_or(TimeDelta::seconds(10));
-        self.bucket_start(now - length) + TimeDelta::from_std(self.bucket).unwrap_or_default()
+        let width = TimeDelta::from_std(self.bucket).unwrap_or_default();
+        now.checked_sub_signed(length)
+            .and_then(|start| self.bucket_start(start).checked_add_signed(width))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
     }
 
     /// The start of the bucket after the one that holds `at`, where bucket
@@ -314,7 +319,7 @@ impl WindowConfig {
     fn oldest_stable_until(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let until = |length: Duration| {
             let length = TimeDelta::from_std(length).unwrap_or(TimeDelta::seconds(10));
-            self.next_bucket_after(now - length)?
+            self.next_bucket_after(now.checked_sub_signed(length)?)?
                 .checked_add_signed(length)
         };
         Some(until(self.length)?.min(until(self.length.max(self.streak_length))?))
@@ -577,6 +582,33 @@ mod tests {
     fn many(counts: &mut CallCounts, health: Health, n: u32) {
         for _ in 0..n {
             counts.record(health);
+        }
+    }
+
+    #[test]
+    fn a_window_longer_than_the_calendar_reaches_back_to_its_start() {
+        // OPERATOR_SETTINGS may give any length up to u64::MAX milliseconds;
+        // found by the settings_json fuzz target (docs/fuzzing.md).
+        for (length, width) in [
+            (
+                Duration::from_millis(10_000_000_000_000_000),
+                Duration::from_secs(1),
+            ),
+            (
+                Duration::from_secs(10),
+                Duration::from_millis(9_000_000_000_000_000),
+            ),
+        ] {
+            let cfg = WindowConfig {
+                length,
+                bucket: width,
+                ..WindowConfig::default()
+            };
+            assert_eq!(cfg.oldest_bucket(at(0)), DateTime::<Utc>::MIN_UTC);
+            assert_eq!(cfg.oldest_read(at(0)), DateTime::<Utc>::MIN_UTC);
+            assert_eq!(cfg.evaluate(&[], at(0)), None);
+            let timeouts = bucket(0, |c| many(c, Health::Timeout, 20));
+            let _ = cfg.evaluate(&[timeouts], at(500));
         }
     }
 

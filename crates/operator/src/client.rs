@@ -87,15 +87,18 @@ impl OperatorUrls {
     pub fn parse(spec: &str) -> Result<Self, OperatorUrlsError> {
         let mut urls = Self::default();
         for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            // Errors show the entry redacted, whatever is wrong with it: an
+            // entry without `=` or with its URL where the operator should
+            // be may still hold a key or credentials.
             let Some((operator, url)) = entry.split_once('=') else {
                 return Err(OperatorUrlsError::NotAPair {
-                    entry: entry.to_owned(),
+                    entry: redacted(entry),
                 });
             };
-            let operator = OperatorId::new(operator.trim()).map_err(|source| {
+            let operator = OperatorId::new(operator.trim()).map_err(|InvalidOperatorId(id)| {
                 OperatorUrlsError::BadOperator {
-                    entry: entry.to_owned(),
-                    source,
+                    entry: redacted(entry),
+                    source: InvalidOperatorId(redacted(&id)),
                 }
             })?;
             urls.insert_entry(entry, operator, url.trim())?;
@@ -613,6 +616,18 @@ mod tests {
         let err = OperatorUrls::parse("nordic=ftp://me:s3cret@h.example/?key=k3y").unwrap_err();
         let text = err.to_string();
         assert!(!text.contains("s3cret") && !text.contains("k3y"), "{text}");
+        // An entry without its operator, or with the URL where the operator
+        // goes, is shown redacted too (found by the operator_urls fuzz
+        // target, docs/fuzzing.md).
+        for entry in [
+            "https://me:s3cret@h.example/?key=k3y",
+            "https://h.example/?key=k3y",
+            "nordic:https://me:s3cret@h.example/?key=k3y",
+        ] {
+            let err = OperatorUrls::parse(entry).unwrap_err();
+            let text = format!("{err} {:?}", std::error::Error::source(&err));
+            assert!(!text.contains("s3cret") && !text.contains("k3y"), "{text}");
+        }
         let keyed = OperatorUrls::parse("nordic=https://h.example/api?key=k3y").unwrap();
         let shown = format!(
             "{keyed:?} {:?}",

@@ -19,6 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+use chrono::{DateTime, Utc};
+use lifeboat_core::settings::Settings;
 use lifeboat_core::{Operation, OperatorId};
 use lifeboat_lookup::config::StartupError;
 use lifeboat_lookup::http::{HttpRequest, Problem, Reply};
@@ -33,13 +35,17 @@ pub struct Search {
 }
 
 /// A checked question and its reply's leading fields.
-struct Question {
-    operator: OperatorId,
-    operation: Operation,
-    params: BTreeMap<String, String>,
+#[derive(Debug, Clone, PartialEq)]
+pub struct Question {
+    pub operator: OperatorId,
+    pub operation: Operation,
+    /// The gateway parameters: the question as the operator is asked it
+    /// and as the cache keys it.
+    pub params: BTreeMap<String, String>,
     /// The answer's field the reply carries (`sailings` or `price`).
-    field: &'static str,
-    echo: Value,
+    pub field: &'static str,
+    /// The checked parameters, as the reply repeats them.
+    pub echo: Value,
 }
 
 impl Search {
@@ -69,7 +75,8 @@ impl Search {
     /// Answer one HTTP request.
     pub async fn handle(&self, request: &HttpRequest) -> Reply {
         let started = Instant::now();
-        let question = match self.question(request) {
+        let now = self.lookup.clock.now();
+        let question = match question(request, &self.operators, &self.lookup.settings, now) {
             Ok(q) => q,
             Err(problem) => return problem.reply(),
         };
@@ -88,63 +95,70 @@ impl Search {
             Err(unavailable) => unavailable_reply(&question.operator, unavailable),
         }
     }
+}
 
-    fn question(&self, request: &HttpRequest) -> Result<Question, Problem> {
-        let segments = request.segments();
-        let operation = match segments.as_slice() {
-            ["sailings"] => Operation::Search,
-            ["price"] => Operation::Price,
-            _ => {
-                return Err(Problem::not_found(
-                    "this service answers GET /sailings and GET /price",
-                ));
-            }
-        };
-        if request.method != "GET" {
-            return Err(Problem::method_not_allowed("GET"));
-        }
-        let now = self.lookup.clock.now();
-        match operation {
-            Operation::Search => {
-                let q = request.query_map(&["operator", "from", "to", "date", "passengers"])?;
-                let operator =
-                    params::operator("operator", required(&q, "operator")?, &self.operators)?;
-                let from = params::port("from", required(&q, "from")?)?;
-                let to = params::port("to", required(&q, "to")?)?;
-                if from == to {
-                    return Err(Problem::invalid("to", "must differ from from"));
-                }
-                let date = params::date("date", required(&q, "date")?, now)?.to_string();
-                let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
-                Ok(Question {
-                    echo: json!({"operator": operator, "from": from, "to": to, "date": date, "passengers": passengers}),
-                    params: search_params(&from, &to, &date, passengers),
-                    operator,
-                    operation,
-                    field: "sailings",
-                })
-            }
-            Operation::Price => {
-                let q = request.query_map(&["operator", "sailing_id", "passengers"])?;
-                let operator =
-                    params::operator("operator", required(&q, "operator")?, &self.operators)?;
-                // In the operator's case: every spelling is one question.
-                let ids = self.lookup.settings.for_operator(&operator).ids;
-                let sailing_id = params::id("sailing_id", required(&q, "sailing_id")?, ids)?;
-                let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
-                Ok(Question {
-                    echo: json!({"operator": operator, "sailing_id": sailing_id, "passengers": passengers}),
-                    params: price_params(&sailing_id, passengers),
-                    operator,
-                    operation,
-                    field: "price",
-                })
-            }
-            // No customer route asks an operator for a ping.
-            Operation::Ping => Err(Problem::not_found(
+/// The question a request asks: `GET /sailings` or `GET /price` with every
+/// parameter it needs, each once and checked (an operator of `operators`,
+/// a sailing id in the operator's case as its `settings` say, a date from
+/// yesterday to the horizon at `now`), and no other; otherwise the problem
+/// to answer with (404, 405, or 400 naming the parameter).
+pub fn question(
+    request: &HttpRequest,
+    operators: &BTreeSet<OperatorId>,
+    settings: &Settings,
+    now: DateTime<Utc>,
+) -> Result<Question, Problem> {
+    let segments = request.segments();
+    let operation = match segments.as_slice() {
+        ["sailings"] => Operation::Search,
+        ["price"] => Operation::Price,
+        _ => {
+            return Err(Problem::not_found(
                 "this service answers GET /sailings and GET /price",
-            )),
+            ));
         }
+    };
+    if request.method != "GET" {
+        return Err(Problem::method_not_allowed("GET"));
+    }
+    match operation {
+        Operation::Search => {
+            let q = request.query_map(&["operator", "from", "to", "date", "passengers"])?;
+            let operator = params::operator("operator", required(&q, "operator")?, operators)?;
+            let from = params::port("from", required(&q, "from")?)?;
+            let to = params::port("to", required(&q, "to")?)?;
+            if from == to {
+                return Err(Problem::invalid("to", "must differ from from"));
+            }
+            let date = params::date("date", required(&q, "date")?, now)?.to_string();
+            let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
+            Ok(Question {
+                echo: json!({"operator": operator, "from": from, "to": to, "date": date, "passengers": passengers}),
+                params: search_params(&from, &to, &date, passengers),
+                operator,
+                operation,
+                field: "sailings",
+            })
+        }
+        Operation::Price => {
+            let q = request.query_map(&["operator", "sailing_id", "passengers"])?;
+            let operator = params::operator("operator", required(&q, "operator")?, operators)?;
+            // In the operator's case: every spelling is one question.
+            let ids = settings.for_operator(&operator).ids;
+            let sailing_id = params::id("sailing_id", required(&q, "sailing_id")?, ids)?;
+            let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
+            Ok(Question {
+                echo: json!({"operator": operator, "sailing_id": sailing_id, "passengers": passengers}),
+                params: price_params(&sailing_id, passengers),
+                operator,
+                operation,
+                field: "price",
+            })
+        }
+        // No customer route asks an operator for a ping.
+        Operation::Ping => Err(Problem::not_found(
+            "this service answers GET /sailings and GET /price",
+        )),
     }
 }
 

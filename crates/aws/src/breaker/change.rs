@@ -188,7 +188,9 @@ impl TryFrom<ChangeItem> for BreakerChange {
     }
 }
 
-pub(super) fn change_from_item(
+/// A Breaker-table item at `item = "change#…"` read as the transition it
+/// records (the store's `changes`).
+pub fn change_from_item(
     item: HashMap<String, AttributeValue>,
 ) -> Result<BreakerChange, StoreError> {
     let key = match item.get("item") {
@@ -199,6 +201,19 @@ pub(super) fn change_from_item(
         .map_err(|e| StoreError::Corrupt(format!("state change {key}: {}", ItemError::from(e))))?;
     BreakerChange::try_from(raw)
         .map_err(|e| StoreError::Corrupt(format!("state change {key}: {e}")))
+}
+
+/// The item a transition's save writes for `change`, its TTL included;
+/// [`change_from_item`] reads it back as the same change.
+pub fn change_to_item(
+    change: &BreakerChange,
+) -> Result<HashMap<String, AttributeValue>, StoreError> {
+    serde_dynamo::to_item(ChangeItem::from(change)).map_err(|e| {
+        StoreError::Corrupt(format!(
+            "state change {} of {}: {e}",
+            change.version, change.operator
+        ))
+    })
 }
 
 impl DynamoBreakerStore {

@@ -116,12 +116,23 @@ pub(super) struct TallyItem {
     pub(super) trial_failures: u32,
 }
 
-pub(super) fn breaker_from_item(
+/// A Breaker-table item at `item = "breaker"` read as the operator's
+/// breaker record (the store's `load`, `load_many` and `list`).
+pub fn breaker_from_item(
     item: HashMap<String, AttributeValue>,
 ) -> Result<BreakerRecord, StoreError> {
     let raw: BreakerItem = serde_dynamo::from_item(item)
         .map_err(|e| StoreError::Corrupt(format!("breaker item: {}", ItemError::from(e))))?;
     BreakerRecord::try_from(raw).map_err(|e| StoreError::Corrupt(format!("breaker item: {e}")))
+}
+
+/// The item `save` writes for `record`; [`breaker_from_item`] reads it back
+/// as the same record.
+pub fn breaker_to_item(
+    record: &BreakerRecord,
+) -> Result<HashMap<String, AttributeValue>, StoreError> {
+    serde_dynamo::to_item(BreakerItem::from(record))
+        .map_err(|e| StoreError::Corrupt(format!("breaker of {}: {e}", record.operator)))
 }
 
 pub(super) fn n(value: impl ToString) -> AttributeValue {

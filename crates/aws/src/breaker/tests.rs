@@ -4,6 +4,7 @@ use lifeboat_core::window::Bucket;
 use std::sync::Arc;
 
 use super::change::{ChangeItem, change_from_item};
+use super::item::BreakerItem;
 
 fn record() -> BreakerRecord {
     let mut r = BreakerRecord::initial(
