@@ -1152,11 +1152,14 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
     let operators: Vec<OperatorId> = (0..OPERATORS).map(|i| op(&format!("op-{i:03}"))).collect();
     let now = t(1_796_000_000);
 
-    // Every operator's breaker, closed.
+    // Every operator's breaker, closed for the last hour.
     let store = DynamoBreakerStore::new(plain.clone(), table);
     for operator in &operators {
         store
-            .save(&BreakerRecord::initial(operator.clone(), now), None)
+            .save(
+                &BreakerRecord::initial(operator.clone(), now - chrono::TimeDelta::hours(1)),
+                None,
+            )
             .await
             .unwrap();
     }
@@ -1216,15 +1219,16 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
         started.elapsed().as_secs_f64()
     );
 
-    // The tripped operator failed every call of its last five seconds: the
-    // switch reads its window before it opens the breaker.
+    // The tripped operator timed out four calls in five of its last 20
+    // seconds (beside the bulk's successes): the switch reads its window,
+    // which trips on that, before it opens the breaker.
     let failing = CallCounts {
-        calls: 10,
-        timeouts: 10,
+        calls: 40,
+        timeouts: 40,
         ..CallCounts::default()
     };
     let windows = DynamoWindowStore::new(plain.clone(), table);
-    for age in 0..5 {
+    for age in 0..20 {
         windows
             .add(
                 &op("op-007"),
