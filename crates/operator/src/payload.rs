@@ -8,8 +8,6 @@ use std::time::Duration;
 use lifeboat_core::Operation;
 use lifeboat_core::budget::Budget;
 use lifeboat_core::request::{CallClass, CallResult};
-use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_json::Value;
 
 /// Why a 2xx answer is not what the operator's API promises.
@@ -46,54 +44,26 @@ pub fn check_payload(operation: Operation, body: &str) -> Result<(), PayloadErro
         // Any 2xx answers a ping, whatever it says.
         return Ok(());
     }
-    // Read into the shape the operation promises, not into a JSON tree: a
-    // search's sailings are skipped as they are read, so the check keeps
-    // nothing of an answer beside its text, and of a price only its small
-    // object (tests/bounded_answers.rs measures a batch).
-    let wrong_shape = || PayloadError::WrongShape {
+    let value: Value = serde_json::from_str(body).map_err(|e| PayloadError::NotJson {
         operation,
-        expected: match operation {
-            Operation::Price => "a price object",
-            _ => "a sailings array",
-        },
+        reason: e.to_string(),
+    })?;
+    let (field, expected, fits): (&str, &'static str, fn(&Value) -> bool) = match operation {
+        Operation::Search => ("sailings", "a sailings array", Value::is_array),
+        Operation::Price => ("price", "a price object", Value::is_object),
+        Operation::Ping => return Ok(()),
     };
-    let unreadable = |e: serde_json::Error| match e.classify() {
-        serde_json::error::Category::Data => wrong_shape(),
-        _ => PayloadError::NotJson {
+    if value.get(field).is_some_and(fits) {
+        if operation == Operation::Price {
+            lifeboat_core::price::quote(&value[field])?;
+        }
+        Ok(())
+    } else {
+        Err(PayloadError::WrongShape {
             operation,
-            reason: e.to_string(),
-        },
-    };
-    // An answer is an object (serde would read a struct from an array too).
-    if !body.trim_start().starts_with('{') {
-        serde_json::from_str::<IgnoredAny>(body).map_err(unreadable)?;
-        return Err(wrong_shape());
+            expected,
+        })
     }
-    if operation == Operation::Search {
-        let SearchShape { _sailings } = serde_json::from_str(body).map_err(unreadable)?;
-        return Ok(());
-    }
-    let PriceShape { price } = serde_json::from_str(body).map_err(unreadable)?;
-    if !price.is_object() {
-        return Err(wrong_shape());
-    }
-    lifeboat_core::price::quote(&price)?;
-    Ok(())
-}
-
-/// A search answer's top level: an object with a `sailings` array, each
-/// sailing skipped unread; any other field skipped too.
-#[derive(Deserialize)]
-struct SearchShape {
-    #[serde(rename = "sailings")]
-    _sailings: Vec<IgnoredAny>,
-}
-
-/// A price answer's top level: an object with a `price` (checked by
-/// [`lifeboat_core::price::quote`]); any other field skipped.
-#[derive(Deserialize)]
-struct PriceShape {
-    price: Value,
 }
 
 /// Classify an answer with HTTP `status` and `body` that arrived after
