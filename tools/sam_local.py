@@ -751,6 +751,25 @@ def run_all(inv, res):
         check(target == res["functions"]["fallback-consumer"], f"nordic's lane points at {target}")
         return "nordic open, lane on the fallback consumer"
 
+    # The switch opens a closed breaker on an ALARM only when the failure
+    # window the consumers wrote bears it out (docs/security.md, "Breaker
+    # signals"): nordic times out every call of its last ten seconds, as
+    # the real consumer would have counted them in the Breaker table.
+    now_s = int(time.time())
+    for age in range(1, 11):
+        ddb.put_item(
+            TableName=NAMES["breaker"],
+            Item={
+                "operator": {"S": "nordic"},
+                "item": {"S": f"bucket#{(now_s - age) * 1000:015d}"},
+                "calls": {"N": "10"},
+                "successes": {"N": "0"},
+                "failures": {"N": "0"},
+                "timeouts": {"N": "10"},
+                "slow": {"N": "0"},
+            },
+        )
+
     inv.step(
         "CircuitSwitchFunction",
         "cloudwatch-alarm-state-change",
