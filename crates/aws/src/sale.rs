@@ -12,6 +12,7 @@
 //! | `applied_at` | S | RFC 3339; absent until the first write |
 //! | `pending` | M | the write still owed: `version`, `status`, `attempts`, `next_attempt_at`, `since`, `fault_published`, and `last_error`, `gave_up_at` when set; absent when nothing is owed |
 //! | `lease` | M | the attempt in flight: `version`, `attempt`, `until`; absent when none is |
+//! | `switch_unknown` | BOOL | `true` while an unconfirmed attempt of a replaced version may have reached the switch; absent when `false` |
 //!
 //! A save is one `PutItem` on the condition of
 //! [`lifeboat_core::sale`]'s `attribute_not_exists(operator) OR revision =
@@ -73,6 +74,8 @@ struct SaleItem {
     pending: Option<PendingItem>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     lease: Option<LeaseItem>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    switch_unknown: bool,
 }
 
 impl From<&SaleRecord> for SaleItem {
@@ -98,6 +101,7 @@ impl From<&SaleRecord> for SaleItem {
                 attempt: l.attempt,
                 until: l.until,
             }),
+            switch_unknown: r.switch_unknown,
         }
     }
 }
@@ -131,6 +135,7 @@ impl TryFrom<SaleItem> for SaleRecord {
                 attempt: l.attempt,
                 until: l.until,
             }),
+            switch_unknown: i.switch_unknown,
         })
     }
 }
@@ -256,6 +261,7 @@ mod tests {
             attempt: 2,
             until: at(5) + TimeDelta::milliseconds(250),
         });
+        r.switch_unknown = true;
         r
     }
 
@@ -279,11 +285,15 @@ mod tests {
             Some(&AttributeValue::S("on_sale".into()))
         );
         assert!(!pending.contains_key("gave_up_at"));
+        assert_eq!(
+            item.get("switch_unknown"),
+            Some(&AttributeValue::Bool(true))
+        );
         assert_eq!(record_from_item(item).unwrap(), busy());
 
         let idle = SaleRecord::new(OperatorId::new("baltic").unwrap());
         let item = to_item(&idle);
-        for absent in ["applied_at", "pending", "lease"] {
+        for absent in ["applied_at", "pending", "lease", "switch_unknown"] {
             assert!(!item.contains_key(absent), "{absent} is written as absent");
         }
         assert_eq!(record_from_item(item).unwrap(), idle);

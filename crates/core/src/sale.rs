@@ -164,6 +164,13 @@ pub struct SaleRecord {
     pub pending: Option<PendingWrite>,
     #[serde(default)]
     pub lease: Option<WriteLease>,
+    /// An attempt of a version that was then replaced may have reached the
+    /// switch without the listener hearing of it (a timeout, a crash, a
+    /// save that failed after the write): what the switch holds is unknown
+    /// until the next write it confirms, so no version is taken as already
+    /// held meanwhile.
+    #[serde(default)]
+    pub switch_unknown: bool,
 }
 
 /// How writes are retried and how long an attempt may take.
@@ -307,6 +314,7 @@ impl SaleRecord {
             applied_at: None,
             pending: None,
             lease: None,
+            switch_unknown: false,
         }
     }
 
@@ -396,10 +404,14 @@ impl SaleRecord {
         // An attempt of the write this one replaces may have reached the
         // switch without our hearing of it (a timeout, a crash): then what
         // the switch holds is unknown, and this version is written.
-        let unconfirmed_attempt = self
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.version != pending.version && p.attempts > 0);
+        // Remembered on the record: the version replacing this one starts
+        // its attempts from 0, and a later change must still know.
+        let unconfirmed_attempt = self.switch_unknown
+            || self
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.version != pending.version && p.attempts > 0);
+        next.switch_unknown = unconfirmed_attempt;
         if pending.status == self.applied_status
             && !unconfirmed_attempt
             && self.applied_at.is_some()
@@ -512,6 +524,7 @@ impl SaleRecord {
                     next.applied_version = change.version;
                     next.applied_status = change.status;
                     next.applied_at = Some(now);
+                    next.switch_unknown = false;
                 }
                 if next
                     .pending

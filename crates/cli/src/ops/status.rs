@@ -129,6 +129,10 @@ pub struct SaleView {
     pub applied_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending: Option<PendingView>,
+    /// An unconfirmed attempt may have changed the switch: `status` is what
+    /// it held last known, and the pending write is made whatever it is.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub switch_unknown: bool,
 }
 
 impl SaleView {
@@ -138,6 +142,7 @@ impl SaleView {
         };
         Self {
             stored: true,
+            switch_unknown: record.switch_unknown,
             status: record.status(),
             version: record.applied_version,
             applied_at: record.applied_at,
@@ -160,6 +165,7 @@ impl SaleView {
             version: 0,
             applied_at: None,
             pending: None,
+            switch_unknown: false,
         }
     }
 }
@@ -413,7 +419,9 @@ pub fn render_table(report: &StatusReport) -> String {
         columns.row(&mut out, row);
         match &o.sale {
             Lookup::Ok(SaleView {
-                pending: Some(p), ..
+                pending: Some(p),
+                switch_unknown,
+                ..
             }) => {
                 let mut text = format!(
                     "  sale write pending: {} v{}, {} attempt{}",
@@ -432,6 +440,9 @@ pub fn render_table(report: &StatusReport) -> String {
                 }
                 if let Some(e) = &p.last_error {
                     let _ = write!(text, ", last error: {e}");
+                }
+                if *switch_unknown {
+                    text.push_str(" (an earlier attempt may have changed the switch)");
                 }
                 let _ = writeln!(out, "{text}");
             }

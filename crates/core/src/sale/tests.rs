@@ -461,3 +461,38 @@ async fn the_memory_queue_hides_redelivers_and_deletes() {
     assert!(queue.delete(&second[0].receipt_handle));
     assert!(queue.is_empty());
 }
+
+#[test]
+fn an_unconfirmed_attempt_is_remembered_past_the_version_that_replaces_it() {
+    // On sale (v1). Off sale wanted (v2): its attempt reaches the switch but
+    // is never confirmed (the listener's save after the write failed).
+    // Another open (v3) replaces v2 before its retry, then a close (v4):
+    // the switch may hold off sale, so v4 is written, not assumed held.
+    let p = policy(8);
+    let mut r = SaleRecord::new(nordic());
+    let v1 = change(1, BreakerState::Closed);
+    step(&mut r, &v1, secs(0), &p);
+    finish(&mut r, &v1, 1, true, secs(0), &p);
+    let v2 = change(2, BreakerState::Open);
+    assert_eq!(step(&mut r, &v2, secs(1), &p), Step::Attempt { attempt: 1 });
+    assert!(!r.switch_unknown);
+    let v3 = change(3, BreakerState::Open);
+    // v2's lease still runs: v3 waits, and now carries v2's doubt.
+    assert!(matches!(step(&mut r, &v3, secs(2), &p), Step::Wait { .. }));
+    assert!(r.switch_unknown);
+    assert_eq!(r.pending.as_ref().map(|p| p.attempts), Some(0));
+    let v4 = change(4, BreakerState::Closed);
+    assert_eq!(
+        step(&mut r, &v4, secs(30), &p),
+        Step::Attempt { attempt: 1 }
+    );
+    finish(&mut r, &v4, 1, true, secs(30), &p);
+    assert!(!r.switch_unknown, "a confirmed write settles the doubt");
+    assert_eq!((r.applied_version, r.status()), (4, SaleStatus::OnSale));
+    // Known again: a newer close needs no write.
+    let v6 = change(6, BreakerState::Closed);
+    assert_eq!(
+        step(&mut r, &v6, secs(31), &p),
+        Step::Done(Settled::AlreadyHeld)
+    );
+}
