@@ -35,7 +35,7 @@ use lifeboat_core::memory::{MemoryBreakerStore, MemoryRequestStore};
 use lifeboat_core::operator::{Operation, OperatorId};
 use lifeboat_core::ports::{
     BreakerStore, EventPublisher, OutcomeWrite, Repoint, RequestStore, RouterError, StoreError,
-    StreamRouter, TrialTally, WindowStore,
+    StreamRouter, Trial, TrialTally, WindowStore,
 };
 use lifeboat_core::request::{FailureReason, Outcome, OutcomeKind, RequestRecord};
 use lifeboat_core::settings::Settings;
@@ -697,23 +697,41 @@ async fn trial_results_are_tallied_until_the_breaker_moves_on() {
     let nordic = op("nordic");
     store.save(&half_open("nordic", 5), None).await.unwrap();
 
-    assert_eq!(
-        store.record_trial(&nordic, 5, true).await.unwrap(),
+    let tally = |successes, failures, timeouts| {
         Some(TrialTally {
-            successes: 1,
-            failures: 0
+            successes,
+            failures,
+            timeouts,
         })
+    };
+    assert_eq!(
+        store.record_trial(&nordic, 5, Trial::Passed).await.unwrap(),
+        tally(1, 0, 0)
     );
     assert_eq!(
-        store.record_trial(&nordic, 5, false).await.unwrap(),
-        Some(TrialTally {
-            successes: 1,
-            failures: 1
-        })
+        store.record_trial(&nordic, 5, Trial::Failed).await.unwrap(),
+        tally(1, 1, 0)
+    );
+    // A timeout is a failure, and counted as a timeout.
+    assert_eq!(
+        store
+            .record_trial(&nordic, 5, Trial::TimedOut)
+            .await
+            .unwrap(),
+        tally(1, 2, 1)
+    );
+    assert_eq!(
+        store.load(&nordic).await.unwrap().unwrap().trial_timeouts,
+        1
     );
     let concurrent = (0..10).map(|_| {
         let store = Arc::clone(&store);
-        tokio::spawn(async move { store.record_trial(&op("nordic"), 5, true).await.unwrap() })
+        tokio::spawn(async move {
+            store
+                .record_trial(&op("nordic"), 5, Trial::Passed)
+                .await
+                .unwrap()
+        })
     });
     let tallies: Vec<TrialTally> = join_all(concurrent)
         .await
@@ -728,7 +746,7 @@ async fn trial_results_are_tallied_until_the_breaker_moves_on() {
         "every result counted once"
     );
     assert_eq!(
-        store.record_trial(&nordic, 4, true).await.unwrap(),
+        store.record_trial(&nordic, 4, Trial::Passed).await.unwrap(),
         None,
         "an older round"
     );
@@ -739,9 +757,12 @@ async fn trial_results_are_tallied_until_the_breaker_moves_on() {
     closed.previous = Some(BreakerState::HalfOpen);
     closed.version = 6;
     store.save(&closed, Some(5)).await.unwrap();
-    assert_eq!(store.record_trial(&nordic, 5, true).await.unwrap(), None);
     assert_eq!(
-        store.record_trial(&nordic, 6, true).await.unwrap(),
+        store.record_trial(&nordic, 5, Trial::Passed).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.record_trial(&nordic, 6, Trial::Passed).await.unwrap(),
         None,
         "not half-open"
     );

@@ -64,7 +64,7 @@ use aws_sdk_dynamodb::types::{
 use chrono::{DateTime, Utc};
 use lifeboat_core::breaker::{BreakerRecord, BreakerState};
 use lifeboat_core::operator::OperatorId;
-use lifeboat_core::ports::{BreakerStore, StoreError, TrialTally};
+use lifeboat_core::ports::{BreakerStore, StoreError, Trial, TrialTally};
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::watched::FailureCounter;
 
@@ -470,19 +470,20 @@ impl BreakerStore for DynamoBreakerStore {
         &self,
         operator: &OperatorId,
         version: u64,
-        success: bool,
+        trial: Trial,
     ) -> Result<Option<TrialTally>, StoreError> {
-        let counter = if success {
-            "trial_successes"
-        } else {
-            "trial_failures"
+        // A timed-out trial is a failure, and counted as a timeout too.
+        let (update, counter) = match trial {
+            Trial::Passed => ("ADD #counter :one", "trial_successes"),
+            Trial::Failed => ("ADD #counter :one", "trial_failures"),
+            Trial::TimedOut => ("ADD #counter :one, trial_timeouts :one", "trial_failures"),
         };
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(operator)))
-            .update_expression("ADD #counter :one")
+            .update_expression(update)
             .condition_expression("#state = :half_open AND #version = :v")
             .expression_attribute_names("#counter", counter)
             .expression_attribute_names("#state", "state")
@@ -502,6 +503,7 @@ impl BreakerStore for DynamoBreakerStore {
                 Ok(Some(TrialTally {
                     successes: tally.trial_successes,
                     failures: tally.trial_failures,
+                    timeouts: tally.trial_timeouts,
                 }))
             }
             Err(e)

@@ -42,7 +42,7 @@ use lifeboat_core::cache::{
 };
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryCacheStore, MemoryRequestStore};
 use lifeboat_core::metrics::{MetricSet, MetricsSink};
-use lifeboat_core::ports::{BreakerStore, StoreError, TrialTally};
+use lifeboat_core::ports::{BreakerStore, StoreError, Trial, TrialTally};
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Clock, ManualClock, Operation, OperatorId};
@@ -145,9 +145,9 @@ impl<S: BreakerStore> BreakerStore for Counting<S> {
         &self,
         operator: &OperatorId,
         version: u64,
-        success: bool,
+        trial: Trial,
     ) -> Result<Option<TrialTally>, StoreError> {
-        self.inner.record_trial(operator, version, success).await
+        self.inner.record_trial(operator, version, trial).await
     }
 
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::breaker::{Decision, Input, TripReason, decide};
+use lifeboat_core::breaker::{Decision, Input, TrialVerdict, TripReason, decide};
 use lifeboat_core::request::Health;
 use lifeboat_core::window::{RollingWindow, WindowConfig};
 use lifeboat_core::{BreakerConfig, BreakerRecord, BreakerState, OperatorId};
@@ -272,29 +272,33 @@ impl InProcessBreaker {
             return;
         }
         match health {
-            Health::Success | Health::SlowSuccess => {
-                self.record.trial_successes += 1;
-                if self.record.trial_successes >= self.breaker.successes_to_close {
-                    let input = Input::TrialsPassed {
-                        observed_version: self.record.version,
-                    };
-                    let decision = decide(&self.record, &input, now, &self.breaker);
-                    self.apply(decision);
-                }
-            }
-            Health::Failure | Health::Timeout => {
+            Health::Success | Health::SlowSuccess => self.record.trial_successes += 1,
+            Health::Failure => self.record.trial_failures += 1,
+            Health::Timeout => {
                 self.record.trial_failures += 1;
-                let input = Input::Trip {
-                    reason: TripReason::TrialFailed {
-                        detail: "trial call failed".to_owned(),
-                    },
-                    observed_version: self.record.version,
-                };
-                let decision = decide(&self.record, &input, now, &self.breaker);
-                self.apply(decision);
+                self.record.trial_timeouts += 1;
             }
-            Health::Neutral => {}
+            Health::Neutral => return,
         }
+        let verdict = self.breaker.trial_verdict(
+            self.record.trial_successes,
+            self.record.trial_failures,
+            self.record.trial_timeouts,
+        );
+        let input = match verdict {
+            TrialVerdict::Passed => Input::TrialsPassed {
+                observed_version: self.record.version,
+            },
+            TrialVerdict::Failed => Input::Trip {
+                reason: TripReason::TrialFailed {
+                    detail: "trial calls failed".to_owned(),
+                },
+                observed_version: self.record.version,
+            },
+            TrialVerdict::Undecided => return,
+        };
+        let decision = decide(&self.record, &input, now, &self.breaker);
+        self.apply(decision);
     }
 }
 

@@ -205,11 +205,11 @@ async fn recovery_goes_through_half_open_and_points_back() {
             .unwrap()
     );
     w.breakers
-        .record_trial(&nordic(), half.version, true)
+        .record_trial(&nordic(), half.version, lifeboat_core::ports::Trial::Passed)
         .await
         .unwrap();
     w.breakers
-        .record_trial(&nordic(), half.version, true)
+        .record_trial(&nordic(), half.version, lifeboat_core::ports::Trial::Passed)
         .await
         .unwrap();
     let passed = json!({"detail-type": "Trials Passed", "source": "lifeboat",
@@ -811,11 +811,11 @@ async fn every_fixture_payload_is_understood() {
     let mut passed = fixture("trials-passed.json");
     passed["detail"]["observed_version"] = half.version.into();
     w.breakers
-        .record_trial(&nordic(), half.version, true)
+        .record_trial(&nordic(), half.version, lifeboat_core::ports::Trial::Passed)
         .await
         .unwrap();
     w.breakers
-        .record_trial(&nordic(), half.version, true)
+        .record_trial(&nordic(), half.version, lifeboat_core::ports::Trial::Passed)
         .await
         .unwrap();
     w.switch.handle(&passed).await.unwrap();
@@ -1042,9 +1042,9 @@ impl BreakerStore for OneCorrupt {
         &self,
         operator: &OperatorId,
         version: u64,
-        success: bool,
+        trial: lifeboat_core::ports::Trial,
     ) -> Result<Option<lifeboat_core::ports::TrialTally>, StoreError> {
-        self.inner.record_trial(operator, version, success).await
+        self.inner.record_trial(operator, version, trial).await
     }
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {
         self.inner.mark_announced(operator, version).await

@@ -2,6 +2,7 @@
 //! round its verdict, without waiting for customers.
 
 use super::*;
+use lifeboat_core::breaker::TrialVerdict;
 
 impl CircuitSwitch {
     /// A timer came due for `timer.operator` at `timer.version`: end the open
@@ -33,7 +34,7 @@ impl CircuitSwitch {
                     return Ok(());
                 }
                 let (health, detail) = self.probe(operator, report).await;
-                if health.recovered(record.opened_slow) == Some(true) {
+                if health.trial(record.opened_slow) == Some(lifeboat_core::ports::Trial::Passed) {
                     tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe answered");
                     let input = Input::ProbeAnswered {
                         observed_version: record.version,
@@ -122,8 +123,8 @@ impl CircuitSwitch {
                 }
             }
             let (health, detail) = self.probe(operator, report).await;
-            let success = match (health, health.recovered(opened_slow)) {
-                (_, Some(success)) => success,
+            let trial = match (health, health.trial(opened_slow)) {
+                (_, Some(trial)) => trial,
                 // Up but slow after a slow-call trip: not a pass, not a
                 // failure; the round's next slot asks again.
                 (Health::SlowSuccess, None) => {
@@ -137,7 +138,7 @@ impl CircuitSwitch {
                     break;
                 }
             };
-            let tally = match self.breakers.record_trial(operator, version, success).await {
+            let tally = match self.breakers.record_trial(operator, version, trial).await {
                 Ok(Some(tally)) => tally,
                 Ok(None) => break,
                 Err(e) => {
@@ -145,17 +146,15 @@ impl CircuitSwitch {
                     break;
                 }
             };
-            let input = if !success {
-                Input::Trip {
+            let input = match cfg.trial_verdict(tally.successes, tally.failures, tally.timeouts) {
+                TrialVerdict::Failed => Input::Trip {
                     reason: TripReason::TrialFailed { detail },
                     observed_version: version,
-                }
-            } else if tally.failures == 0 && tally.successes >= cfg.successes_to_close {
-                Input::TrialsPassed {
+                },
+                TrialVerdict::Passed => Input::TrialsPassed {
                     observed_version: version,
-                }
-            } else {
-                continue;
+                },
+                TrialVerdict::Undecided => continue,
             };
             let decision = self.apply(operator, &input, None).await?;
             report.decisions.push(decision);

@@ -10,7 +10,7 @@
 //!            trip (window / alarm)              open period over (tick)
 //!   closed ─────────────────────────▶ open ─────────────────────────▶ half-open
 //!     ▲                                ▲                                  │
-//!     │ enough trial successes         │ a trial failed / no result in    │
+//!     │ enough trial successes         │ too many trials failed / none in │
 //!     └────────────────────────────────┼──────────── time ◀───────────────┘
 //!                                      └── (period doubles, capped, jittered)
 //!   force-open / force-closed pin the breaker; only `release` unpins it
@@ -135,8 +135,12 @@ pub struct BreakerRecord {
     pub trials_claimed: u32,
     #[serde(default)]
     pub trial_successes: u32,
+    /// Failed trials of the round, timed-out ones included.
     #[serde(default)]
     pub trial_failures: u32,
+    /// Of `trial_failures`, those that timed out.
+    #[serde(default)]
+    pub trial_timeouts: u32,
     /// The newest version whose Breaker State Changed event was published.
     #[serde(default)]
     pub announced_version: u64,
@@ -175,6 +179,7 @@ impl BreakerRecord {
             trials_claimed: 0,
             trial_successes: 0,
             trial_failures: 0,
+            trial_timeouts: 0,
             announced_version: 0,
             routed_version: 0,
             opened_slow: false,
@@ -204,8 +209,14 @@ pub struct BreakerConfig {
     pub jitter: f64,
     /// Trial calls admitted in one half-open round, across all instances.
     pub trial_calls: u32,
-    /// Trial successes that close the breaker (no failure allowed).
+    /// Trial successes that close the breaker.
     pub successes_to_close: u32,
+    /// Timed-out trials a half-open round bears: it fails at the next one,
+    /// or at any error. A healthy operator in a slow moment times out one
+    /// call in twenty; a round that failed on one such timeout kept a
+    /// recovered operator open for another probe gap or two. Errors (a
+    /// brownout's 5xx) still fail the round at once.
+    pub trial_timeouts_allowed: u32,
     /// A half-open round without a verdict for this long counts as failed.
     #[serde(with = "crate::budget::millis")]
     pub half_open_timeout: Duration,
@@ -230,6 +241,7 @@ impl Default for BreakerConfig {
             jitter: 0.2,
             trial_calls: 3,
             successes_to_close: 2,
+            trial_timeouts_allowed: 1,
             half_open_timeout: Duration::from_secs(60),
             probe_every: Duration::from_secs(10),
             alarm_failed_calls: 5,
@@ -238,7 +250,36 @@ impl Default for BreakerConfig {
     }
 }
 
+/// What a half-open round's counted trials say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrialVerdict {
+    /// Enough successes, no error and no more timeouts than allowed: close.
+    Passed,
+    /// An error, more timeouts than allowed, or no slot left to pass with:
+    /// reopen.
+    Failed,
+    /// Neither yet.
+    Undecided,
+}
+
 impl BreakerConfig {
+    /// The verdict of a round with `successes` and `failures` counted,
+    /// `timeouts` of the failures timed out.
+    pub fn trial_verdict(&self, successes: u32, failures: u32, timeouts: u32) -> TrialVerdict {
+        let errors = failures.saturating_sub(timeouts);
+        if errors > 0 || timeouts > self.trial_timeouts_allowed {
+            TrialVerdict::Failed
+        } else if successes >= self.successes_to_close {
+            TrialVerdict::Passed
+        } else if successes.saturating_add(failures) >= self.trial_calls {
+            // Every slot used and too few successes: settings whose trial
+            // calls cannot hold the successes and the allowed failures.
+            TrialVerdict::Failed
+        } else {
+            TrialVerdict::Undecided
+        }
+    }
+
     /// The open period after `failed_trials` failed rounds, with jitter drawn
     /// from `unit` (a number in `[0, 1)`).
     pub fn open_period(&self, failed_trials: u32, unit: f64) -> Duration {
@@ -419,14 +460,23 @@ pub fn decide(
         (HalfOpen, Input::TrialsPassed { observed_version }) => {
             if *observed_version != current.version {
                 Decision::Unchanged("trial result for an older half-open round")
-            } else if current.trial_failures > 0 {
-                Decision::Unchanged("a trial failed in this round")
-            } else if current.trial_successes < cfg.successes_to_close {
-                Decision::Unchanged("not enough trial successes yet")
             } else {
-                let mut next = successor(current, Closed, now);
-                next.reason = format!("{} half-open trials succeeded", current.trial_successes);
-                Decision::Transition(next)
+                match cfg.trial_verdict(
+                    current.trial_successes,
+                    current.trial_failures,
+                    current.trial_timeouts,
+                ) {
+                    TrialVerdict::Failed => Decision::Unchanged("this round's trials failed"),
+                    TrialVerdict::Undecided => {
+                        Decision::Unchanged("not enough trial successes yet")
+                    }
+                    TrialVerdict::Passed => {
+                        let mut next = successor(current, Closed, now);
+                        next.reason =
+                            format!("{} half-open trials succeeded", current.trial_successes);
+                        Decision::Transition(next)
+                    }
+                }
             }
         }
         (_, Input::TrialsPassed { .. }) => Decision::Unchanged("not half-open"),
@@ -524,6 +574,7 @@ fn successor(current: &BreakerRecord, state: BreakerState, now: DateTime<Utc>) -
         trials_claimed: 0,
         trial_successes: 0,
         trial_failures: 0,
+        trial_timeouts: 0,
         announced_version: current.announced_version,
         routed_version: current.routed_version,
         opened_slow: current.opened_slow
@@ -797,7 +848,7 @@ mod tests {
     }
 
     #[test]
-    fn trials_need_enough_successes_and_no_failure() {
+    fn trials_need_enough_successes_no_error_and_at_most_the_allowed_timeouts() {
         let cfg = BreakerConfig::default();
         let open = apply(&closed(), &window_trip(0), t(0));
         let mut half = apply(&open, &Input::Tick, t(100));
@@ -809,12 +860,55 @@ mod tests {
             decide(&half, &passed, t(101), &cfg),
             Decision::Unchanged(_)
         ));
+        // One timeout among the trials (a slow moment): still closes.
         half.trial_successes = 2;
         half.trial_failures = 1;
+        half.trial_timeouts = 1;
+        assert!(matches!(
+            decide(&half, &passed, t(101), &cfg),
+            Decision::Transition(BreakerRecord {
+                state: BreakerState::Closed,
+                ..
+            })
+        ));
+        // An error: does not.
+        half.trial_timeouts = 0;
         assert!(matches!(
             decide(&half, &passed, t(101), &cfg),
             Decision::Unchanged(_)
         ));
+        let strict = BreakerConfig {
+            trial_timeouts_allowed: 0,
+            ..cfg
+        };
+        half.trial_timeouts = 1;
+        assert!(matches!(
+            decide(&half, &passed, t(101), &strict),
+            Decision::Unchanged(_)
+        ));
+    }
+
+    #[test]
+    fn a_round_fails_at_an_error_past_its_timeouts_or_out_of_slots() {
+        let cfg = BreakerConfig::default();
+        assert_eq!(cfg.trial_verdict(0, 0, 0), TrialVerdict::Undecided);
+        assert_eq!(cfg.trial_verdict(1, 1, 1), TrialVerdict::Undecided);
+        assert_eq!(cfg.trial_verdict(2, 1, 1), TrialVerdict::Passed);
+        assert_eq!(cfg.trial_verdict(2, 0, 0), TrialVerdict::Passed);
+        assert_eq!(cfg.trial_verdict(0, 1, 0), TrialVerdict::Failed);
+        assert_eq!(cfg.trial_verdict(2, 1, 0), TrialVerdict::Failed);
+        assert_eq!(cfg.trial_verdict(0, 2, 2), TrialVerdict::Failed);
+        // Two slots cannot hold two successes and a timeout.
+        let tight = BreakerConfig {
+            trial_calls: 2,
+            ..cfg
+        };
+        assert_eq!(tight.trial_verdict(1, 1, 1), TrialVerdict::Failed);
+        let strict = BreakerConfig {
+            trial_timeouts_allowed: 0,
+            ..cfg
+        };
+        assert_eq!(strict.trial_verdict(1, 1, 1), TrialVerdict::Failed);
     }
 
     #[test]

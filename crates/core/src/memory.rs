@@ -28,7 +28,7 @@ use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
 use crate::ports::{
     BreakerStore, BreakerTimers, EventPublisher, PublishError, Repoint, RouterError, StoreError,
-    StreamRouter, TimerError, TrialTally, WindowStore,
+    StreamRouter, TimerError, Trial, TrialTally, WindowStore,
 };
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::window::{BUCKET_TTL, Bucket, CallCounts};
@@ -132,19 +132,23 @@ impl BreakerStore for MemoryBreakerStore {
         &self,
         operator: &OperatorId,
         version: u64,
-        success: bool,
+        trial: Trial,
     ) -> Result<Option<TrialTally>, StoreError> {
         let mut records = lock(&self.records);
         match records.get_mut(operator) {
             Some(r) if r.state == BreakerState::HalfOpen && r.version == version => {
-                if success {
-                    r.trial_successes += 1;
-                } else {
-                    r.trial_failures += 1;
+                match trial {
+                    Trial::Passed => r.trial_successes += 1,
+                    Trial::Failed => r.trial_failures += 1,
+                    Trial::TimedOut => {
+                        r.trial_failures += 1;
+                        r.trial_timeouts += 1;
+                    }
                 }
                 Ok(Some(TrialTally {
                     successes: r.trial_successes,
                     failures: r.trial_failures,
+                    timeouts: r.trial_timeouts,
                 }))
             }
             _ => Ok(None),

@@ -75,7 +75,20 @@ pub trait RequestStore: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TrialTally {
     pub successes: u32,
+    /// Failed trials, timed-out ones included.
     pub failures: u32,
+    /// Of `failures`, those that timed out.
+    pub timeouts: u32,
+}
+
+/// How one half-open trial call went, as counted in the Breaker table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trial {
+    Passed,
+    /// An error: refused, 5xx, a failure status, an unreadable answer.
+    Failed,
+    /// No answer within the budget.
+    TimedOut,
 }
 
 /// The Breaker table: one record per operator.
@@ -130,7 +143,7 @@ pub trait BreakerStore: Send + Sync {
         &self,
         operator: &OperatorId,
         version: u64,
-        success: bool,
+        trial: Trial,
     ) -> Result<Option<TrialTally>, StoreError>;
 
     /// Note that the state change to `version` was published, if the breaker

@@ -197,17 +197,19 @@ pub enum Health {
 }
 
 impl Health {
-    /// What a probe or a half-open trial says of recovery: `Some(true)` it
-    /// passed, `Some(false)` a failure or a timeout, `None` nothing either
-    /// way (a refusal of the question). A slow answer passes, unless the
+    /// What a probe or a half-open trial says of recovery: passed, failed
+    /// or timed out, or `None`, nothing either way (a refusal of the
+    /// question). A slow answer passes, unless the
     /// breaker opened for slowness (`opened_slow`): then it says the
     /// operator is up but not well, and passing it would close the breaker
     /// in a brownout for the slow-call rule to open it again seconds later.
-    pub fn recovered(self, opened_slow: bool) -> Option<bool> {
+    pub fn trial(self, opened_slow: bool) -> Option<crate::ports::Trial> {
+        use crate::ports::Trial;
         match self {
-            Health::Success => Some(true),
-            Health::SlowSuccess if !opened_slow => Some(true),
-            Health::Timeout | Health::Failure => Some(false),
+            Health::Success => Some(Trial::Passed),
+            Health::SlowSuccess if !opened_slow => Some(Trial::Passed),
+            Health::Timeout => Some(Trial::TimedOut),
+            Health::Failure => Some(Trial::Failed),
             Health::SlowSuccess | Health::Neutral => None,
         }
     }

@@ -21,7 +21,8 @@ use crate::metrics::{MetricSet, MetricsSink};
 use crate::operator::OperatorId;
 use crate::ports::{
     BreakerStore, BreakerTimers, EventPublisher, OutcomeWrite, PublishError, Repoint, RequestStore,
-    RouterError, StoreError, StoredRequest, StreamRouter, TimerError, TrialTally, WindowStore,
+    RouterError, StoreError, StoredRequest, StreamRouter, TimerError, Trial, TrialTally,
+    WindowStore,
 };
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::request::{Outcome, RequestRecord};
@@ -201,9 +202,9 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Watched<T> {
         &self,
         operator: &OperatorId,
         version: u64,
-        success: bool,
+        trial: Trial,
     ) -> Result<Option<TrialTally>, StoreError> {
-        let tally = self.inner.record_trial(operator, version, success).await;
+        let tally = self.inner.record_trial(operator, version, trial).await;
         self.store("breaker.trial", tally)
     }
 

@@ -140,10 +140,12 @@ proptest! {
                     if record.state == BreakerState::Open {
                         prop_assert_ne!(next.state, BreakerState::Closed);
                     }
-                    // Closing from half-open needs enough successes and no failure.
+                    // Closing from half-open needs enough successes and no
+                    // more failures than the round allows.
                     if next.state == BreakerState::Closed && record.state == BreakerState::HalfOpen {
                         prop_assert!(record.trial_successes >= cfg.successes_to_close);
-                        prop_assert_eq!(record.trial_failures, 0);
+                        prop_assert_eq!(record.trial_failures, record.trial_timeouts);
+                        prop_assert!(record.trial_timeouts <= cfg.trial_timeouts_allowed);
                     }
                     // An open breaker always knows when to test again, within the cap.
                     if next.state == BreakerState::Open {

@@ -251,7 +251,7 @@ struct Processed {
     call: Option<CallSeen>,
     /// Failed fast because the breaker was open.
     failed_fast: bool,
-    trial: Option<bool>,
+    trial: Option<lifeboat_core::ports::Trial>,
     event: Option<LifeboatEvent>,
     /// The hang check's pings of a call that timed out.
     hang_train: Option<train::Train>,
@@ -366,7 +366,7 @@ impl RealConsumer {
         let mut failed = Vec::new();
         let mut metrics = BatchMetrics::default();
         let mut counts: BTreeMap<OperatorId, CallCounts> = BTreeMap::new();
-        let mut trials: BTreeMap<OperatorId, Vec<bool>> = BTreeMap::new();
+        let mut trials: BTreeMap<OperatorId, Vec<lifeboat_core::ports::Trial>> = BTreeMap::new();
         let mut trains: BTreeMap<OperatorId, Vec<train::Train>> = BTreeMap::new();
         let mut answered = HashMap::new();
         for mut p in processed {

@@ -5,9 +5,10 @@
 //! enough successes report the trials passed).
 
 use chrono::{DateTime, Utc};
-use lifeboat_core::breaker::TripReason;
+use lifeboat_core::breaker::{TrialVerdict, TripReason};
 use lifeboat_core::events::{LifeboatEvent, SCHEMA_VERSION, TrialsPassed, TripRequested};
 use lifeboat_core::hang::HangVerdict;
+use lifeboat_core::ports::{Trial, TrialTally};
 use lifeboat_core::window::{CallCounts, WindowVerdict};
 use lifeboat_core::{BreakerRecord, BreakerState, OperatorId};
 
@@ -115,48 +116,53 @@ impl RealConsumer {
     pub(super) async fn count_trials(
         &self,
         operator: &OperatorId,
-        results: &[bool],
+        results: &[Trial],
         view: Option<&BreakerRecord>,
     ) -> Vec<LifeboatEvent> {
         let Some(record) = view else {
             return Vec::new();
         };
-        let needed = self
-            .settings
-            .for_operator(operator)
-            .breaker
-            .successes_to_close;
+        let breaker = self.settings.for_operator(operator).breaker;
         let now = self.clock.now();
         let mut events = Vec::new();
-        let mut best = None;
-        for ok in results {
+        let mut best: Option<TrialTally> = None;
+        let mut uncounted_failure = false;
+        for trial in results {
             match self
                 .breakers
-                .record_trial(operator, record.version, *ok)
+                .record_trial(operator, record.version, *trial)
                 .await
             {
                 Ok(Some(tally)) => best = Some(tally),
                 Ok(None) => return events,
                 Err(e) => {
+                    uncounted_failure |= *trial != Trial::Passed;
                     tracing::warn!(operator = %operator, error = %e, "trial result not counted")
                 }
             }
         }
-        if results.iter().any(|ok| !ok) {
+        let verdict = match best {
+            Some(tally) => breaker.trial_verdict(tally.successes, tally.failures, tally.timeouts),
+            None => TrialVerdict::Undecided,
+        };
+        // A failure the table would not count still fails the round: the
+        // breaker must not close on results it never saw.
+        if verdict == TrialVerdict::Failed || uncounted_failure {
+            let failures = best.map_or(1, |t| t.failures.max(1));
             events.push(LifeboatEvent::TripRequested(TripRequested {
                 schema_version: SCHEMA_VERSION,
                 operator: operator.clone(),
                 observed_version: record.version,
                 reason: TripReason::TrialFailed {
-                    detail: "a half-open trial call failed".into(),
+                    detail: format!(
+                        "{failures} half-open trial call{} failed",
+                        if failures == 1 { "" } else { "s" }
+                    ),
                 },
                 at: now,
             }));
-        } else if let Some(tally) = best
-            && tally.failures == 0
-            && tally.successes >= needed
-        {
-            tracing::info!(operator = %operator, state = %record.state, version = record.version, successes = tally.successes, "half-open trials passed");
+        } else if let (TrialVerdict::Passed, Some(tally)) = (verdict, best) {
+            tracing::info!(operator = %operator, state = %record.state, version = record.version, successes = tally.successes, failures = tally.failures, "half-open trials passed");
             events.push(LifeboatEvent::TrialsPassed(TrialsPassed {
                 schema_version: SCHEMA_VERSION,
                 operator: operator.clone(),

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use lifeboat_core::cache::{CacheKey, CachedAnswer, CachedRefusal};
-use lifeboat_core::ports::StoreError;
+use lifeboat_core::ports::{StoreError, Trial};
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::request::{
     CallClass, CallResult, FailureReason, Health, MAX_ANSWER_BYTES, OperatorCall, Outcome,
@@ -60,7 +60,7 @@ impl Processed {
             // says nothing of its health, nor a slow one after a slow-call
             // trip (up, not well): the trial is neither passed nor failed,
             // and the round waits for the other slots.
-            self.trial = health.recovered(view.is_some_and(|r| r.opened_slow));
+            self.trial = health.trial(view.is_some_and(|r| r.opened_slow));
         }
     }
 }
@@ -83,7 +83,7 @@ impl RealConsumer {
             return self.fail(done, &request, reason, &detail).await;
         }
         match self.pass_breaker(&request, view.as_ref()).await {
-            Ok(trial) => done.trial = trial.then_some(false),
+            Ok(trial) => done.trial = trial.then_some(Trial::Failed),
             Err(detail) => {
                 return self
                     .fail(done, &request, FailureReason::BreakerOpen, detail)

@@ -681,6 +681,42 @@ async fn half_open_calls_at_most_k_and_reports_the_round() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_half_open_round_bears_one_timed_out_trial_but_no_error() {
+    let mut w = world();
+    without_hang_check(&mut w);
+    put_breaker(&w, BreakerState::HalfOpen, 5).await;
+    // One trial times out (a healthy operator's slow moment): no verdict.
+    w.sim.set_mode(Some(OutageMode::Hang));
+    let first = trial_batch(&w, 1).await;
+    assert_eq!((first.trips_requested, first.trials_passed), (0, 0));
+    // Two answered: the round passes with its one timeout.
+    w.sim.set_mode(None);
+    let second = trial_batch(&w, 2).await;
+    assert_eq!((second.trips_requested, second.trials_passed), (0, 1));
+
+    // A new round: one refused trial fails it at once.
+    let nordic = OperatorId::new("nordic").unwrap();
+    let mut next = BreakerRecord::initial(nordic.clone(), w.clock.now());
+    next.state = BreakerState::HalfOpen;
+    next.version = 7;
+    w.breakers.save(&next, Some(5)).await.unwrap();
+    w.sim.set_mode(Some(OutageMode::ServerError));
+    assert_eq!(trial_batch(&w, 1).await.trips_requested, 1);
+
+    // And another: a second timeout fails it.
+    next.version = 9;
+    w.breakers.save(&next, Some(7)).await.unwrap();
+    w.sim.set_mode(Some(OutageMode::Hang));
+    assert_eq!(trial_batch(&w, 1).await.trips_requested, 0);
+    assert_eq!(trial_batch(&w, 1).await.trips_requested, 1);
+}
+
+async fn trial_batch(w: &World, n: usize) -> crate::BatchReport {
+    let payload = batch(w, "nordic", n, 10).await;
+    w.consumer.handle(&payload).await.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_pings_stop_once_the_breaker_has_opened() {
     // A batch already running when the switch opened the breaker (a trip
     // the batch before asked for): one ping, then the train reads the

@@ -21,7 +21,8 @@ use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::memory::MemoryStreamRouter;
 use lifeboat_core::ports::{
     BreakerStore, BreakerTimers, EventPublisher, OutcomeWrite, PublishError, Repoint, RequestStore,
-    RouterError, StoreError, StoredRequest, StreamRouter, TimerError, TrialTally, WindowStore,
+    RouterError, StoreError, StoredRequest, StreamRouter, TimerError, Trial, TrialTally,
+    WindowStore,
 };
 use lifeboat_core::probe::{BreakerTimer, ProbeSpec};
 use lifeboat_core::request::{Outcome, RequestRecord};
@@ -158,10 +159,10 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Charged<T> {
         &self,
         operator: &OperatorId,
         version: u64,
-        success: bool,
+        trial: Trial,
     ) -> Result<Option<TrialTally>, StoreError> {
         self.charge(write).await;
-        self.inner.record_trial(operator, version, success).await
+        self.inner.record_trial(operator, version, trial).await
     }
 
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {

@@ -25,8 +25,8 @@ use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::ports::{
     BreakerStore, BreakerTimers, EventPublisher, OperatorApi, OutcomeWrite, PublishError, Repoint,
-    RequestStore, RouterError, StoreError, StoredRequest, StreamRouter, TimerError, TrialTally,
-    WindowStore,
+    RequestStore, RouterError, StoreError, StoredRequest, StreamRouter, TimerError, Trial,
+    TrialTally, WindowStore,
 };
 use lifeboat_core::probe::{BreakerTimer, ProbeSpec};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall, Outcome, RequestRecord};
@@ -343,10 +343,10 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Faulty<T> {
         &self,
         operator: &OperatorId,
         version: u64,
-        success: bool,
+        trial: Trial,
     ) -> Result<Option<TrialTally>, StoreError> {
         self.gate(FaultClass::TrialClaim).await?;
-        self.inner.record_trial(operator, version, success).await
+        self.inner.record_trial(operator, version, trial).await
     }
 
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {

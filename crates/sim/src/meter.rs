@@ -19,7 +19,7 @@ use lifeboat_core::cache::{
 };
 use lifeboat_core::ports::{
     BreakerStore, OutcomeWrite, Repoint, RequestStore, RouterError, StoreError, StoredRequest,
-    StreamRouter, TrialTally, WindowStore,
+    StreamRouter, Trial, TrialTally, WindowStore,
 };
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::request::{Outcome, RequestRecord};
@@ -261,10 +261,10 @@ impl<T: BreakerStore + ?Sized> BreakerStore for Metered<T> {
         &self,
         operator: &OperatorId,
         version: u64,
-        success: bool,
+        trial: Trial,
     ) -> Result<Option<TrialTally>, StoreError> {
         note_write();
-        self.0.record_trial(operator, version, success).await
+        self.0.record_trial(operator, version, trial).await
     }
 
     async fn mark_announced(&self, operator: &OperatorId, version: u64) -> Result<(), StoreError> {

@@ -39,6 +39,9 @@ pub(super) struct BreakerItem {
     trials_claimed: u32,
     trial_successes: u32,
     trial_failures: u32,
+    /// Absent on items written before timed-out trials were told apart.
+    #[serde(default)]
+    trial_timeouts: u32,
     announced_version: u64,
     /// Absent on items written before lanes were marked: not confirmed.
     #[serde(default)]
@@ -67,6 +70,7 @@ impl From<&BreakerRecord> for BreakerItem {
             trials_claimed: r.trials_claimed,
             trial_successes: r.trial_successes,
             trial_failures: r.trial_failures,
+            trial_timeouts: r.trial_timeouts,
             announced_version: r.announced_version,
             routed_version: r.routed_version,
             opened_slow: r.opened_slow,
@@ -101,6 +105,7 @@ impl TryFrom<BreakerItem> for BreakerRecord {
             trials_claimed: i.trials_claimed,
             trial_successes: i.trial_successes,
             trial_failures: i.trial_failures,
+            trial_timeouts: i.trial_timeouts,
             announced_version: i.announced_version,
             routed_version: i.routed_version,
             opened_slow: i.opened_slow,
@@ -114,6 +119,8 @@ impl TryFrom<BreakerItem> for BreakerRecord {
 pub(super) struct TallyItem {
     pub(super) trial_successes: u32,
     pub(super) trial_failures: u32,
+    #[serde(default)]
+    pub(super) trial_timeouts: u32,
 }
 
 /// A Breaker-table item at `item = "breaker"` read as the operator's
