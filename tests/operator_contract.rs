@@ -20,87 +20,13 @@ use lifeboat_lookup::params::{price_params_for, search_params};
 use lifeboat_operator::{HttpOperatorApi, SimConfig, SimServer, SimulatedOperator, check_payload};
 use serde_json::Value;
 
+#[path = "schema.rs"]
+mod schema;
+use schema::{check, resolve};
+
 fn doc() -> Value {
     serde_json::from_str(include_str!("../docs/operator-api.json"))
         .expect("docs/operator-api.json is JSON")
-}
-
-/// The object `#/a/b` names in `doc`.
-fn resolve<'a>(doc: &'a Value, value: &'a Value) -> &'a Value {
-    match value.get("$ref").and_then(Value::as_str) {
-        Some(reference) => {
-            let pointer = reference.strip_prefix('#').expect("a local $ref");
-            resolve(doc, doc.pointer(pointer).expect("the $ref resolves"))
-        }
-        None => value,
-    }
-}
-
-/// `value` against `schema`, for the keywords the document uses: `type`
-/// (object, array, string, integer), `required`, `properties`, `items`,
-/// `enum`, `minimum`, `maximum`, `maxItems`.
-fn check(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
-    let schema = resolve(doc, schema);
-    let fits = match schema.get("type").and_then(Value::as_str) {
-        Some("object") => value.is_object(),
-        Some("array") => value.is_array(),
-        Some("string") => value.is_string(),
-        Some("integer") => value.is_i64() || value.is_u64(),
-        Some(other) => return Err(format!("{at}: type {other} not understood by this check")),
-        None => true,
-    };
-    if !fits {
-        return Err(format!("{at}: {value} is not of type {}", schema["type"]));
-    }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
-        && !allowed.contains(value)
-    {
-        return Err(format!("{at}: {value} is not one of {allowed:?}"));
-    }
-    if let Some(n) = value.as_i64() {
-        if schema
-            .get("minimum")
-            .and_then(Value::as_i64)
-            .is_some_and(|m| n < m)
-        {
-            return Err(format!("{at}: {n} under the minimum"));
-        }
-        if schema
-            .get("maximum")
-            .and_then(Value::as_i64)
-            .is_some_and(|m| n > m)
-        {
-            return Err(format!("{at}: {n} over the maximum"));
-        }
-    }
-    if let Some(object) = value.as_object() {
-        for field in schema["required"].as_array().into_iter().flatten() {
-            let field = field.as_str().unwrap_or_default();
-            if !object.contains_key(field) {
-                return Err(format!("{at}: {field} is required"));
-            }
-        }
-        for (field, property) in schema["properties"].as_object().into_iter().flatten() {
-            if let Some(v) = object.get(field) {
-                check(doc, property, v, &format!("{at}.{field}"))?;
-            }
-        }
-    }
-    if let Some(items) = value.as_array() {
-        if schema
-            .get("maxItems")
-            .and_then(Value::as_u64)
-            .is_some_and(|m| items.len() as u64 > m)
-        {
-            return Err(format!("{at}: more than maxItems"));
-        }
-        if let Some(item) = schema.get("items") {
-            for (i, v) in items.iter().enumerate() {
-                check(doc, item, v, &format!("{at}[{i}]"))?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The path's operation in the document.
