@@ -366,6 +366,9 @@ async fn every_answer_along_a_customers_way_is_as_documented() {
     assert_eq!(w.send("POST", "/carts", huge).await.status, 413);
     let nobody = "/carts/00000000-0000-4000-8000-000000000000";
     assert_eq!(w.get(nobody, &[]).await.status, 404);
+    // A cart id that came as nothing (a newline URL parsing removed): no
+    // cart, not another route.
+    assert_eq!(w.send("POST", "/carts//price", json!({})).await.status, 404);
     let anonymous_token = HttpRequest::with_json("POST", "/carts", &new_cart(&sailing_id))
         .from_caller(Caller::Token { subject: None });
     assert_eq!(w.ask(anonymous_token).await.status, 403);

@@ -17,8 +17,9 @@ tests/events/, checking each answer and what the function wrote to moto.
 `sam local invoke` exits 0 when the function fails, so an answer with
 `errorType`, no answer (a function that did not start), an HTTP status or a
 report other than the one expected, or a missing write fails the run. With
---api it then serves search and cart with `sam local start-api` and takes a
-search and two cart steps over HTTP. Prints one line per invocation
+--api it then serves search and cart with `sam local start-api`, takes a
+search and two cart steps over HTTP, and (--contract-examples N) runs
+schemathesis against it with docs/api.json. Prints one line per invocation
 (function, event, seconds, result) and exits non-zero on any failure.
 """
 
@@ -37,6 +38,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -996,6 +998,8 @@ def start_api(inv, question):
                 )
                 ok = status == 200 and cart_id in text and "cabin" in text
                 rows.append(("PUT /carts/{id}/accommodation", ok, f"HTTP {status}", seconds, text))
+            if inv.contract_examples:
+                rows.append(schemathesis(inv, base, log))
         finally:
             api.terminate()
             try:
@@ -1012,6 +1016,117 @@ def start_api(inv, question):
             result = f"FAILED: {status}: {text[:200]} (log: {shown(log)})"
         inv.rows.append(("start-api", label, result, seconds))
         print(f"{'start-api':<26} {label:<34} {seconds:5.1f} s  {result}", flush=True)
+
+
+# What schemathesis holds every answer to (docs/api.json): no 5xx but a
+# documented 503, every status, content type, required header and body as
+# documented, and invalid input refused with a 4xx. Not
+# `positive_data_acceptance`: a request the schema allows may still name an
+# operator this deployment does not sell, a 400 by design.
+CONTRACT_CHECKS = ",".join(
+    [
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_headers_conformance",
+        "response_schema_conformance",
+        "negative_data_rejection",
+    ]
+)
+
+
+# A 503 is lifeboat's documented "unavailable right now" (with Retry-After),
+# not a server error.
+CONTRACT_CONFIG = """\
+[checks.not_a_server_error]
+expected-statuses = ["2xx", "3xx", "4xx", "503"]
+"""
+
+
+def schemathesis(inv, base, api_log):
+    """schemathesis against the running API with docs/api.json: a row."""
+    report = inv.state / "logs" / "schemathesis"
+    log = inv.state / "logs" / "schemathesis.log"
+    config = inv.state / "schemathesis.toml"
+    config.write_text(CONTRACT_CONFIG)
+    started = time.monotonic()
+    with open(log, "w") as out:
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "schemathesis"),
+                "--config-file",
+                str(config),
+                "run",
+                # SAM's emulator answers 502 to a body that is not UTF-8
+                # without calling the function.
+                "--generation-codec",
+                "utf-8",
+                str(ROOT / "docs" / "api.json"),
+                "--url",
+                base,
+                "--checks",
+                CONTRACT_CHECKS,
+                "--max-examples",
+                str(inv.contract_examples),
+                "--seed",
+                "1",
+                "--workers",
+                "1",
+                "--generation-database",
+                "none",
+                "--request-timeout",
+                "60",
+                "--no-color",
+                "--report",
+                "junit",
+                "--report-dir",
+                str(report),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=inv.state,
+            check=False,
+        )
+    text = log.read_text()
+    summary = next((l for l in reversed(text.splitlines()) if l.strip()), "").strip("= ")
+    ok = done.returncode == 0
+    if not ok:
+        ok, summary = emulator_only(report, api_log, summary)
+    return (
+        f"schemathesis ({inv.contract_examples} a route)",
+        ok,
+        summary,
+        time.monotonic() - started,
+        f"{summary} (log: {shown(log)})",
+    )
+
+
+def emulator_only(report, api_log, summary):
+    """Whether every failure schemathesis reported is SAM's emulator
+    answering 502 to a body that is not UTF-8 (it logs a UnicodeDecodeError
+    and never calls the function; API Gateway hands such a body to the
+    function base64-encoded), with the summary to show. Any other failure,
+    or a 502 SAM did not log so, is lifeboat's."""
+    cases = []
+    for junit in report.glob("*.xml"):
+        for failure in ET.parse(junit).iter("failure"):
+            cases += [c for c in re.split(r"\n(?=\d+\. Test Case ID:)", failure.text or "") if c.strip()]
+    if not cases:
+        return False, summary
+    emulator = [
+        c
+        for c in cases
+        if "[502] Bad Gateway" in c and '{"message":"Internal server error"}' in c and " -d $'" in c
+    ]
+    log = api_log.read_text(errors="replace")
+    refused = log.count("UnicodeDecodeError while processing HTTP request")
+    answered_502 = len(re.findall(r'" 502 -', log))
+    if len(emulator) == len(cases) and refused >= len(emulator) and answered_502 == refused:
+        return True, (
+            f"{summary}: each a body that is not UTF-8, which SAM's emulator answered 502 "
+            f"without calling the function ({refused} in its log); nothing else"
+        )
+    return False, summary
 
 
 def free_port():
@@ -1039,6 +1154,12 @@ def main():
     parser.add_argument(
         "--api", action="store_true", help="also sam local start-api: one search and one cart step"
     )
+    parser.add_argument(
+        "--contract-examples",
+        type=int,
+        default=0,
+        help="with --api, schemathesis with docs/api.json, this many cases a route (0: none)",
+    )
     args = parser.parse_args()
     state = args.state.resolve()
     state.mkdir(parents=True, exist_ok=True)
@@ -1057,6 +1178,7 @@ def main():
     env_file.write_text(json.dumps(function_env(args.moto, operator_base, res), indent=1))
     template = local_template(args.build_dir.resolve())
     inv = Invoker(template, env_file, state, args.arch, args.host_address)
+    inv.contract_examples = args.contract_examples if args.api else 0
     # Where the functions reach the stub: the capacity check's response URL.
     inv.operator_base = operator_base
     print(f"{'function':<26} {'event':<34} {'time':>7}  result", flush=True)

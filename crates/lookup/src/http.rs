@@ -76,9 +76,18 @@ impl HttpRequest {
         self
     }
 
-    /// The path's segments, without empty ones (`/carts/c1/` → `carts`, `c1`).
+    /// The path's segments after its leading `/`, a trailing `/` dropped
+    /// (`/carts/c1/` → `carts`, `c1`). An empty segment inside the path
+    /// stays one: `/carts//price` (a cart id that came as nothing, or as a
+    /// newline URL parsing removes) is a cart `""` and its step, not the
+    /// cart `price`.
     pub fn segments(&self) -> Vec<&str> {
-        self.path.split('/').filter(|s| !s.is_empty()).collect()
+        let path = self.path.strip_prefix('/').unwrap_or(&self.path);
+        let path = path.strip_suffix('/').unwrap_or(path);
+        if path.is_empty() {
+            return Vec::new();
+        }
+        path.split('/').collect()
     }
 
     /// The query parameters as a map, checked: only `allowed` names, each at
@@ -353,6 +362,16 @@ mod tests {
         );
         let twice = HttpRequest::get("/x", &[("a", "1"), ("a", "2")]).query_map(&["a"]);
         assert!(twice.is_err());
+    }
+
+    #[test]
+    fn an_empty_segment_inside_a_path_stays_one() {
+        let segments = |path: &str| HttpRequest::get(path, &[]).segments().join("|");
+        assert_eq!(segments("/carts/c1/"), "carts|c1");
+        assert_eq!(segments("/sailings"), "sailings");
+        assert_eq!(segments("/"), "");
+        // A cart id that came as nothing: not the cart `price`.
+        assert_eq!(segments("/carts//price"), "carts||price");
     }
 
     #[test]
