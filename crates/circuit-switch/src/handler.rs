@@ -47,15 +47,11 @@ use lambda_runtime::Diagnostic;
 use lifeboat_core::breaker::TripReason;
 use lifeboat_core::breaker::{Decision, Input, decide};
 use lifeboat_core::corroborate::{self, NotCorroborated};
-use lifeboat_core::events::{BreakerStateChanged, LifeboatEvent, SCHEMA_VERSION};
 use lifeboat_core::lane::Lanes;
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names};
 use lifeboat_core::ports::{
-    BreakerStore, BreakerTimers, EventPublisher, OperatorApi, Repoint, RouterError, StoreError,
-    WindowStore,
+    BreakerStore, BreakerTimers, EventPublisher, OperatorApi, RouterError, StoreError, WindowStore,
 };
-use lifeboat_core::probe::{BreakerTimer, ProbeSpec, next_wake};
-use lifeboat_core::request::Health;
 use lifeboat_core::settings::Settings;
 use lifeboat_core::watched::watch;
 use lifeboat_core::{BreakerRecord, BreakerState, Clock, ConsumerTarget, OperatorId};

@@ -1,9 +1,15 @@
 //! Reconcile: each lane's stream pointed where its stored breakers say, and
 //! every state change published.
 
+use lifeboat_core::events::{BreakerStateChanged, LifeboatEvent, SCHEMA_VERSION};
 use lifeboat_core::lane::Lane;
+use lifeboat_core::ports::{Repoint, RouterError, StoreError};
+use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, OperatorId};
 
-use super::*;
+use crate::{
+    CircuitSwitch, REPOINT_ATTEMPTS, REPOINT_ROUNDS, SWEEP_LANES_PER_TICK, Skipped, StreamReport,
+    SwitchError, SwitchReport,
+};
 
 impl CircuitSwitch {
     /// Point the stream of the lanes this invocation must look at where the

@@ -5,10 +5,13 @@ use super::*;
 use chrono::TimeDelta;
 use lifeboat_core::ManualClock;
 use lifeboat_core::Operation;
+use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::memory::{
     MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryTimers, MemoryWindowStore,
 };
-use lifeboat_core::ports::{BreakerStore, StreamRouter};
+use lifeboat_core::ports::{BreakerStore, Repoint, StreamRouter};
+use lifeboat_core::probe::BreakerTimer;
+use lifeboat_core::request::Health;
 use serde_json::json;
 
 struct World {

@@ -1,8 +1,13 @@
 //! Timers and probes: how an open breaker reaches half-open, and a half-open
 //! round its verdict, without waiting for customers.
 
-use super::*;
-use lifeboat_core::breaker::TrialVerdict;
+use chrono::DateTime;
+use lifeboat_core::breaker::{Input, TrialVerdict, TripReason};
+use lifeboat_core::probe::{BreakerTimer, ProbeSpec, next_wake};
+use lifeboat_core::request::Health;
+use lifeboat_core::{BreakerRecord, BreakerState, OperatorId};
+
+use crate::{CircuitSwitch, SwitchError, SwitchReport};
 
 impl CircuitSwitch {
     /// A timer came due for `timer.operator` at `timer.version`: end the open

@@ -240,12 +240,35 @@ struct CallSeen {
     while_open: bool,
 }
 
+/// What became of a request's outcome in this batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// Nothing to write: the request item is gone (expired and removed).
+    Nothing,
+    /// This batch wrote the outcome.
+    Outcome,
+    /// An outcome was already stored (another delivery's), or the item
+    /// went while this one was called: left as it was.
+    AlreadyAnswered,
+}
+
+impl From<bool> for Written {
+    /// [`lifeboat_stream::write_outcome`]'s answer: written or left as it was.
+    fn from(written: bool) -> Self {
+        if written {
+            Written::Outcome
+        } else {
+            Written::AlreadyAnswered
+        }
+    }
+}
+
 /// The end of one request in this batch.
 struct Processed {
     sequence: Option<String>,
     operator: OperatorId,
     /// `Err`: the record must come back.
-    written: Result<Option<bool>, StoreError>,
+    written: Result<Written, StoreError>,
     called: Option<Health>,
     /// The call made, for metrics.
     call: Option<CallSeen>,
@@ -378,9 +401,9 @@ impl RealConsumer {
             }
             metrics.record(&p);
             match p.written {
-                Ok(Some(true)) => report.outcomes_written += 1,
-                Ok(Some(false)) => report.already_answered += 1,
-                Ok(None) => {}
+                Ok(Written::Outcome) => report.outcomes_written += 1,
+                Ok(Written::AlreadyAnswered) => report.already_answered += 1,
+                Ok(Written::Nothing) => {}
                 Err(e) => {
                     tracing::error!(error = %e, sequence = p.sequence.as_deref().unwrap_or("-"), "outcome not written; the record will come back");
                     if let Some(seq) = p.sequence {

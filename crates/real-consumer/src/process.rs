@@ -15,7 +15,7 @@ use lifeboat_core::{BreakerRecord, BreakerState};
 use lifeboat_stream::failure_event;
 
 use super::train::{Slots, Train};
-use super::{BreakerView, CallSeen, NAME, Processed, RealConsumer, limit, sampled};
+use super::{BreakerView, CallSeen, NAME, Processed, RealConsumer, Written, limit, sampled};
 
 impl Processed {
     /// Nothing done yet for `request`.
@@ -23,7 +23,7 @@ impl Processed {
         Processed {
             sequence,
             operator: request.operator.clone(),
-            written: Ok(None),
+            written: Ok(Written::Nothing),
             called: None,
             call: None,
             failed_fast: false,
@@ -177,23 +177,22 @@ impl RealConsumer {
     }
 
     /// `Some`: the request needs no call, and this is what to report as
-    /// written: an outcome is already stored (`Ok(Some(false))`), the item
-    /// is gone (`Ok(None)`), or it could not be read (`Err`, the record
-    /// comes back).
+    /// written: an outcome is already stored, the item is gone, or it could
+    /// not be read (`Err`, the record comes back).
     async fn answered_already(
         &self,
         request: &RequestRecord,
-    ) -> Option<Result<Option<bool>, StoreError>> {
+    ) -> Option<Result<Written, StoreError>> {
         match self
             .requests
             .get(&request.operator, &request.request_id)
             .await
         {
-            Ok(Some(stored)) if stored.outcome.is_some() => Some(Ok(Some(false))),
+            Ok(Some(stored)) if stored.outcome.is_some() => Some(Ok(Written::AlreadyAnswered)),
             Ok(Some(_)) => None,
             Ok(None) => {
                 tracing::warn!(request_id = %request.request_id, "request item is gone; nothing to answer");
-                Some(Ok(None))
+                Some(Ok(Written::Nothing))
             }
             Err(e) => Some(Err(e)),
         }
@@ -382,7 +381,7 @@ impl RealConsumer {
         }
         done.written = lifeboat_stream::write_outcome(self.requests.as_ref(), request, &outcome)
             .await
-            .map(Some);
+            .map(Written::from);
         if let Err(StoreError::Rejected(why)) = &done.written {
             // The outcome can never be stored as it is: store that it
             // failed instead, rather than send the record back to call the
@@ -393,7 +392,7 @@ impl RealConsumer {
                 .fail(done, request, FailureReason::UpstreamError, detail)
                 .await;
         }
-        if matches!(done.written, Ok(Some(false))) {
+        if matches!(done.written, Ok(Written::AlreadyAnswered)) {
             done.event = None;
         }
         done
@@ -457,8 +456,8 @@ impl RealConsumer {
         let outcome = Outcome::failed(reason, detail, self.clock.now(), NAME);
         done.written = lifeboat_stream::write_outcome(self.requests.as_ref(), request, &outcome)
             .await
-            .map(Some);
-        if matches!(done.written, Ok(Some(true))) {
+            .map(Written::from);
+        if matches!(done.written, Ok(Written::Outcome)) {
             done.event = Some(failure_event(request, reason, detail, outcome.at));
         }
         done
