@@ -21,15 +21,13 @@
 #![no_main]
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
 
 use cart::body::{MAX_BODY_BYTES, MAX_EXTRAS, accommodation, extras, new_cart};
-use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+use chrono::{NaiveDate, TimeDelta};
 use libfuzzer_sys::fuzz_target;
 use lifeboat_core::OperatorId;
 use lifeboat_core::cart::Sailing;
-use lifeboat_core::settings::Settings;
-use lifeboat_fuzz::{Vocabulary, generated};
+use lifeboat_fuzz::{Vocabulary, customers, generated};
 use lifeboat_lookup::http::{MAX_ECHO_CHARS, Problem};
 use lifeboat_lookup::params::DATE_HORIZON_DAYS;
 use serde_json::{Value, json};
@@ -67,39 +65,6 @@ const VOCABULARY: Vocabulary = Vocabulary {
     ],
 };
 
-/// 2026-11-30T10:00:00Z, the fixtures' now.
-const NOW: i64 = 1_796_032_800;
-
-struct World {
-    operators: BTreeSet<OperatorId>,
-    settings: Settings,
-    now: DateTime<Utc>,
-}
-
-fn world() -> &'static World {
-    static WORLD: OnceLock<World> = OnceLock::new();
-    WORLD.get_or_init(|| {
-        let operators = ["nordic", "baltic"]
-            .into_iter()
-            .filter_map(|o| OperatorId::new(o).ok())
-            .collect();
-        let settings = match Settings::from_json(
-            r#"{"operators": {"nordic": {"ids": "upper"}, "baltic": {"ids": "lower"}}}"#,
-        ) {
-            Ok(settings) => settings,
-            Err(e) => panic!("the fixtures' settings are refused: {e}"),
-        };
-        let Some(now) = DateTime::from_timestamp(NOW, 0) else {
-            panic!("no clock");
-        };
-        World {
-            operators,
-            settings,
-            now,
-        }
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
     check(data);
     if serde_json::from_slice::<Value>(data).is_err() {
@@ -108,7 +73,7 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn check(body: &[u8]) {
-    let w = world();
+    let w = customers();
     let sent: Option<Value> = serde_json::from_slice(body).ok();
     // A field as sent: by name, or by its place in the body's struct when
     // the body is an array (serde reads a struct from a sequence too).

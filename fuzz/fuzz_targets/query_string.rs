@@ -22,21 +22,17 @@
 #![no_main]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::OnceLock;
 
-use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+use chrono::{NaiveDate, TimeDelta};
 use lambda_http::aws_lambda_events::query_map::QueryMap;
 use lambda_http::{Body, RequestExt};
 use libfuzzer_sys::fuzz_target;
-use lifeboat_core::settings::Settings;
-use lifeboat_core::{Operation, OperatorId};
+use lifeboat_core::Operation;
+use lifeboat_fuzz::{Customers, customers};
 use lifeboat_lookup::http::{HttpRequest, MAX_ECHO_CHARS, Problem, from_lambda, into_lambda};
 use lifeboat_lookup::params::DATE_HORIZON_DAYS;
 use search::{Question, question};
 use serde_json::json;
-
-/// 2026-11-30T10:00:00Z, the fixtures' now.
-const NOW: i64 = 1_796_032_800;
 
 /// The parameters of each route.
 const SEARCH: [&str; 5] = ["operator", "from", "to", "date", "passengers"];
@@ -64,36 +60,6 @@ const DICTIONARY: &[&str] = &[
     ";",
 ];
 
-struct World {
-    operators: BTreeSet<OperatorId>,
-    settings: Settings,
-    now: DateTime<Utc>,
-}
-
-fn world() -> &'static World {
-    static WORLD: OnceLock<World> = OnceLock::new();
-    WORLD.get_or_init(|| {
-        let operators = ["nordic", "baltic"]
-            .into_iter()
-            .filter_map(|o| OperatorId::new(o).ok())
-            .collect();
-        let settings = match Settings::from_json(
-            r#"{"operators": {"nordic": {"ids": "upper"}, "baltic": {"ids": "lower"}}}"#,
-        ) {
-            Ok(settings) => settings,
-            Err(e) => panic!("the fixtures' settings are refused: {e}"),
-        };
-        let Some(now) = DateTime::from_timestamp(NOW, 0) else {
-            panic!("no clock");
-        };
-        World {
-            operators,
-            settings,
-            now,
-        }
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
     let Ok(target) = std::str::from_utf8(data) else {
         return;
@@ -120,7 +86,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(sorted(&from_uri), sorted(&from_event), "{target:?}");
     assert_eq!(from_uri.path, from_event.path);
 
-    let w = world();
+    let w = customers();
     let asked = question(&from_uri, &w.operators, &w.settings, w.now);
     let asked_by_event = question(&from_event, &w.operators, &w.settings, w.now);
     match (&asked, &asked_by_event) {
@@ -140,7 +106,7 @@ fn sorted(request: &HttpRequest) -> Vec<(String, String)> {
     pairs
 }
 
-fn asked_well(request: &HttpRequest, q: &Question, w: &World) {
+fn asked_well(request: &HttpRequest, q: &Question, w: &Customers) {
     let names: &[&str] = match q.operation {
         Operation::Search => &SEARCH,
         Operation::Price => &PRICE,

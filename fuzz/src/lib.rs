@@ -167,3 +167,40 @@ pub fn round_trip(event: &lifeboat_core::events::LifeboatEvent) {
         Err(e) => panic!("{event:?} does not read back: {e}"),
     }
 }
+
+/// The customers' side both HTTP targets (query_string, cart_body) check
+/// against: two operators sold, nordic's ids in capitals and baltic's in
+/// small letters, at the fixtures' now.
+pub struct Customers {
+    pub operators: std::collections::BTreeSet<lifeboat_core::OperatorId>,
+    pub settings: lifeboat_core::settings::Settings,
+    pub now: chrono::DateTime<chrono::Utc>,
+}
+
+/// 2026-11-30T10:00:00Z, the fixtures' now.
+pub const NOW: i64 = 1_796_032_800;
+
+/// The [`Customers`] fixture, made once.
+pub fn customers() -> &'static Customers {
+    static CUSTOMERS: std::sync::OnceLock<Customers> = std::sync::OnceLock::new();
+    CUSTOMERS.get_or_init(|| {
+        let operators = ["nordic", "baltic"]
+            .into_iter()
+            .filter_map(|o| lifeboat_core::OperatorId::new(o).ok())
+            .collect();
+        let settings = match lifeboat_core::settings::Settings::from_json(
+            r#"{"operators": {"nordic": {"ids": "upper"}, "baltic": {"ids": "lower"}}}"#,
+        ) {
+            Ok(settings) => settings,
+            Err(e) => panic!("the fixtures' settings are refused: {e}"),
+        };
+        let Some(now) = chrono::DateTime::from_timestamp(NOW, 0) else {
+            panic!("no clock");
+        };
+        Customers {
+            operators,
+            settings,
+            now,
+        }
+    })
+}
