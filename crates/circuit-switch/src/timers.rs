@@ -3,6 +3,7 @@
 
 use chrono::DateTime;
 use lifeboat_core::breaker::{Input, TrialVerdict, TripReason};
+use lifeboat_core::ports::Trial;
 use lifeboat_core::probe::{BreakerTimer, ProbeSpec, next_wake};
 use lifeboat_core::request::Health;
 use lifeboat_core::{BreakerRecord, BreakerState, OperatorId};
@@ -39,7 +40,7 @@ impl CircuitSwitch {
                     return Ok(());
                 }
                 let (health, detail) = self.probe(operator, report).await;
-                if health.trial(record.opened_slow) == Some(lifeboat_core::ports::Trial::Passed) {
+                if health.trial(record.opened_slow) == Some(Trial::Passed) {
                     tracing::info!(operator = %operator, state = %record.state, version = record.version, detail, "probe answered");
                     let input = Input::ProbeAnswered {
                         observed_version: record.version,
