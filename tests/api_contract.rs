@@ -115,7 +115,9 @@ fn world() -> World {
             gateway.cache.clone(),
             gateway.breakers.clone(),
             clock.clone(),
-            Settings::default(),
+            // nordic's routes are known: another is refused unasked.
+            Settings::from_json(r#"{"operators": {"nordic": {"routes": ["HEL-TLL", "HEL-STO"]}}}"#)
+                .expect("settings"),
         )
         .with_metrics(gateway.metrics.clone())
     };
@@ -279,6 +281,12 @@ async fn every_answer_along_a_customers_way_is_as_documented() {
     let mut extra = SAILINGS.to_vec();
     extra.push(("page", "2"));
     assert_eq!(w.get("/sailings", &extra).await.status, 400);
+    let mut not_sailed = SAILINGS;
+    not_sailed[1] = ("from", "TLL");
+    not_sailed[2] = ("to", "STO");
+    let not_sailed = w.get("/sailings", &not_sailed).await;
+    assert_eq!(not_sailed.status, 404, "{}", not_sailed.body);
+    assert_eq!(not_sailed.body["reason"], "unknown_route");
     let price = [
         ("operator", "nordic"),
         ("sailing_id", sailing_id.as_str()),

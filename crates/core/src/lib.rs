@@ -32,7 +32,7 @@ pub mod window;
 
 pub use breaker::{BreakerConfig, BreakerRecord, BreakerState, ConsumerTarget};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use operator::{Operation, OperatorId};
+pub use operator::{Operation, OperatorId, Route};
 
 /// Whether `host` (a URL's host, IPv6 in brackets or not) is this machine:
 /// `localhost` or a loopback address, the only place lifeboat sends

@@ -63,6 +63,69 @@ impl fmt::Display for OperatorId {
     }
 }
 
+/// Whether `code` is a port code: 3 to 5 capital letters (`HEL`, `TLL`).
+pub fn is_port_code(code: &str) -> bool {
+    (3..=5).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_uppercase())
+}
+
+/// A route an operator sails, one way: from one port to another, written
+/// `HEL-TLL` in configuration (`routes` in `OPERATOR_SETTINGS`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Route {
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid route {0:?}: write it FROM-TO, two different port codes of 3 to 5 capital letters (\"HEL-TLL\")"
+)]
+pub struct InvalidRoute(pub String);
+
+impl Route {
+    /// The route from `from` to `to`, both port codes and different.
+    pub fn new(from: &str, to: &str) -> Result<Self, InvalidRoute> {
+        if is_port_code(from) && is_port_code(to) && from != to {
+            Ok(Self {
+                from: from.to_owned(),
+                to: to.to_owned(),
+            })
+        } else {
+            Err(InvalidRoute(format!("{from}-{to}")))
+        }
+    }
+}
+
+impl FromStr for Route {
+    type Err = InvalidRoute;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once('-') {
+            Some((from, to)) => Self::new(from, to).map_err(|_| InvalidRoute(s.to_owned())),
+            None => Err(InvalidRoute(s.to_owned())),
+        }
+    }
+}
+
+impl TryFrom<String> for Route {
+    type Error = InvalidRoute;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        value.parse()
+    }
+}
+
+impl From<Route> for String {
+    fn from(value: Route) -> Self {
+        value.to_string()
+    }
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.from, self.to)
+    }
+}
+
 /// What a request asks the operator for. Every operation of one operator shares
 /// that operator's single breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -131,5 +194,27 @@ mod tests {
             assert_eq!(op.as_str().parse::<Operation>(), Ok(op));
         }
         assert!("book".parse::<Operation>().is_err());
+    }
+
+    #[test]
+    fn routes_are_two_different_port_codes() {
+        let route: Route = "HEL-TLL".parse().unwrap();
+        assert_eq!((route.from.as_str(), route.to.as_str()), ("HEL", "TLL"));
+        assert_eq!(route.to_string(), "HEL-TLL");
+        assert_eq!(serde_json::to_string(&route).unwrap(), "\"HEL-TLL\"");
+        for bad in [
+            "HEL",
+            "HEL-HEL",
+            "hel-TLL",
+            "HEL-TLLXXX",
+            "HE-TLL",
+            "HEL-TLL-STO",
+            "-TLL",
+            "",
+        ] {
+            let e = bad.parse::<Route>().unwrap_err();
+            assert!(e.to_string().contains("FROM-TO"), "{bad}: {e}");
+        }
+        assert!(serde_json::from_str::<Route>("\"HEL_TLL\"").is_err());
     }
 }

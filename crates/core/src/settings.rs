@@ -14,7 +14,7 @@
 //! `default`'s whole), and both to the built-in defaults; `default` applies
 //! to operators without a block of their own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::breaker::BreakerConfig;
 use crate::budget::{Budget, Budgets};
 use crate::cache::CachePolicy;
-use crate::operator::{Operation, OperatorId};
+use crate::operator::{Operation, OperatorId, Route};
 use crate::probe::ProbeSpec;
 use crate::request::{FailureStatuses, OperatorCall};
 use crate::window::WindowConfig;
@@ -59,6 +59,25 @@ pub struct OperatorSettings {
     /// the case they are put in before they reach a cache key, a request
     /// and the operator.
     pub ids: IdCase,
+    /// The routes the operator sails, when they are known: a search for any
+    /// other is refused (404, `unknown_route`) without asking the operator.
+    /// `None` (the default): every route is asked, and the operator's own
+    /// "no such route" is what the negative cache keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<BTreeSet<Route>>,
+}
+
+impl OperatorSettings {
+    /// Whether a search from `from` to `to` may be asked of this operator:
+    /// always without `routes`, else only a route it lists.
+    pub fn sails(&self, from: &str, to: &str) -> bool {
+        self.routes.as_ref().is_none_or(|routes| {
+            routes.contains(&Route {
+                from: from.to_owned(),
+                to: to.to_owned(),
+            })
+        })
+    }
 }
 
 impl Default for OperatorSettings {
@@ -72,6 +91,7 @@ impl Default for OperatorSettings {
             probe: None,
             hang_check: Some(HangCheck::default()),
             ids: IdCase::default(),
+            routes: None,
         }
     }
 }
@@ -366,6 +386,39 @@ mod tests {
         }
         let round: Settings = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(round, s);
+    }
+
+    #[test]
+    fn routes_are_whatever_the_operator_sails_unless_listed() {
+        let s = Settings::from_json(
+            r#"{"default": {"routes": ["HEL-TLL"]},
+                "operators": {"nordic": {"routes": ["HEL-STO", "STO-HEL"]}, "open": {"routes": null}}}"#,
+        )
+        .unwrap();
+        let sails = |op: &str, from, to| {
+            s.for_operator(&OperatorId::new(op).unwrap())
+                .sails(from, to)
+        };
+        assert!(sails("nordic", "HEL", "STO"));
+        assert!(sails("nordic", "STO", "HEL"));
+        assert!(
+            !sails("nordic", "HEL", "TLL"),
+            "an operator's list replaces default's"
+        );
+        assert!(!sails("nordic", "STO", "TLL"));
+        assert!(sails("viking", "HEL", "TLL"), "the `default` block");
+        assert!(!sails("viking", "TLL", "HEL"), "one way");
+        assert!(sails("open", "ABC", "XYZ"), "null: every route");
+        assert!(Settings::default().default.sails("ABC", "XYZ"));
+        for bad in [r#"["HEL"]"#, r#"["HEL-HEL"]"#, r#"["hel-tll"]"#] {
+            let json = format!(r#"{{"default": {{"routes": {bad}}}}}"#);
+            let e = Settings::from_json(&json).unwrap_err().to_string();
+            assert!(
+                e.contains("invalid route") && e.contains("FROM-TO"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(Settings::from_json(r#"{"default": {"routes": "HEL-TLL"}}"#).is_err());
     }
 
     #[test]

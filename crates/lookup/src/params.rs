@@ -30,7 +30,7 @@ pub fn operator(
 
 /// A port code: 3 to 5 capital letters.
 pub fn port(name: &str, value: &str) -> Result<String, Problem> {
-    if (3..=5).contains(&value.len()) && value.bytes().all(|b| b.is_ascii_uppercase()) {
+    if lifeboat_core::operator::is_port_code(value) {
         Ok(value.to_owned())
     } else {
         Err(Problem::invalid(

@@ -31,4 +31,5 @@ pub use payload::{PayloadError, check_payload};
 pub use server::SimServer;
 pub use sim::{
     ModeCounts, OperationCounts, Outage, OutageMode, SimConfig, SimStats, SimulatedOperator,
+    SimulatedOperators,
 };

@@ -271,6 +271,7 @@ async fn operation(
         .headers()
         .get(REQUEST_ID_HEADER)
         .and_then(|v| v.to_str().ok());
+    let _in_flight = sim.in_flight(operation);
     let budget = sim.config().budgets.for_operation(operation);
     let plan = sim.plan(operation, &params, &budget, request_id);
     match plan.reply {

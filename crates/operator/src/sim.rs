@@ -21,7 +21,7 @@
 //! A ping answers in 30 ms, plus the operator's [`Hesitation`] (its load
 //! tail and slow moments), whenever the API itself is up.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -218,6 +218,11 @@ pub struct SimStats {
     pub rejected: u64,
     /// Healthy calls that drew a background `500`.
     pub background_errors: u64,
+    /// The most customer questions (searches and prices; pings are not
+    /// counted) the operator had in hand at once: each counted from the
+    /// moment it arrives until it is answered or its caller gives up.
+    #[serde(default)]
+    pub peak_in_flight: u64,
 }
 
 impl SimStats {
@@ -250,6 +255,18 @@ struct State {
     last_request_id: Option<String>,
     /// The calls received lately, for the hesitation's load tail.
     load: Load,
+    /// Questions in hand right now ([`SimStats::peak_in_flight`]).
+    in_flight: u64,
+}
+
+/// A question in the operator's hand: counted in flight until dropped.
+pub(crate) struct InFlight(Arc<Inner>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.in_flight = state.in_flight.saturating_sub(1);
+    }
 }
 
 /// Quick failures (a `503`, a `400`) take this long, times the model's scale.
@@ -288,6 +305,7 @@ impl SimulatedOperator {
             stats: SimStats::default(),
             last_request_id: None,
             load: Load::default(),
+            in_flight: 0,
         };
         Self {
             inner: Arc::new(Inner {
@@ -333,9 +351,26 @@ impl SimulatedOperator {
         self.lock().stats
     }
 
-    /// Start counting from zero again.
+    /// Start counting from zero again (the peak in flight from the
+    /// questions in hand now).
     pub fn reset_stats(&self) {
-        self.lock().stats = SimStats::default();
+        let mut state = self.lock();
+        state.stats = SimStats {
+            peak_in_flight: state.in_flight,
+            ..SimStats::default()
+        };
+    }
+
+    /// Counts `operation`, if it is a customer's question, as in the
+    /// operator's hand until the guard is dropped.
+    pub(crate) fn in_flight(&self, operation: Operation) -> Option<InFlight> {
+        if operation == Operation::Ping {
+            return None;
+        }
+        let mut state = self.lock();
+        state.in_flight += 1;
+        state.stats.peak_in_flight = state.stats.peak_in_flight.max(state.in_flight);
+        Some(InFlight(self.inner.clone()))
     }
 
     /// The request id of the last call received, if it carried one.
@@ -599,6 +634,7 @@ impl OperatorApi for SimulatedOperator {
             return payload::not_sent(404, format!("unknown operator {}", call.operator));
         }
         let started = tokio::time::Instant::now();
+        let _in_flight = self.in_flight(call.operation);
         let budget = call.budget;
         let plan = self.plan(
             call.operation,
@@ -624,6 +660,48 @@ impl OperatorApi for SimulatedOperator {
             Reply::Hang | Reply::Close => {
                 payload::connect_failed(started.elapsed(), "connection refused")
             }
+        }
+    }
+}
+
+/// Several simulated operators behind one [`OperatorApi`]: each call goes
+/// to its operator's simulator; a call to any other is a 404, never sent.
+#[derive(Clone, Default)]
+pub struct SimulatedOperators(Arc<HashMap<OperatorId, SimulatedOperator>>);
+
+impl SimulatedOperators {
+    /// The simulator playing `operator`.
+    pub fn get(&self, operator: &OperatorId) -> Option<&SimulatedOperator> {
+        self.0.get(operator)
+    }
+}
+
+impl FromIterator<SimulatedOperator> for SimulatedOperators {
+    fn from_iter<I: IntoIterator<Item = SimulatedOperator>>(sims: I) -> Self {
+        Self(Arc::new(
+            sims.into_iter()
+                .map(|sim| (sim.operator().clone(), sim))
+                .collect(),
+        ))
+    }
+}
+
+impl fmt::Debug for SimulatedOperators {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
+#[async_trait]
+impl OperatorApi for SimulatedOperators {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        self.0.contains_key(operator)
+    }
+
+    async fn call(&self, call: &OperatorCall) -> CallResult {
+        match self.0.get(&call.operator) {
+            Some(sim) => sim.call(call).await,
+            None => payload::not_sent(404, format!("unknown operator {}", call.operator)),
         }
     }
 }
@@ -689,6 +767,45 @@ mod tests {
                 .collect(),
             budget: Budget::with_timeout(Duration::from_secs(3)),
         }
+    }
+
+    /// The peak counts questions held at once: five hung together are five,
+    /// three one after another one, pings none, and a question whose caller
+    /// gave up leaves the operator's hand.
+    #[tokio::test(start_paused = true)]
+    async fn the_peak_in_flight_counts_the_questions_held_at_once() {
+        let (sim, _clock) = sim(quiet());
+        sim.set_mode(Some(OutageMode::Hang));
+        let (search, price, ping) = (
+            call(Operation::Search),
+            call(Operation::Price),
+            call(Operation::Ping),
+        );
+        tokio::join!(
+            sim.call(&search),
+            sim.call(&search),
+            sim.call(&search),
+            sim.call(&price),
+            sim.call(&price),
+            sim.call(&ping),
+        );
+        assert_eq!(sim.stats().peak_in_flight, 5);
+
+        sim.reset_stats();
+        assert_eq!(sim.stats().peak_in_flight, 0, "nothing in hand");
+        for _ in 0..3 {
+            sim.call(&search).await;
+        }
+        assert_eq!(sim.stats().peak_in_flight, 1);
+
+        sim.reset_stats();
+        tokio::join!(sim.call(&ping), sim.call(&ping));
+        assert_eq!(sim.stats().peak_in_flight, 0, "pings are not questions");
+
+        let gave_up = tokio::time::timeout(Duration::from_millis(10), sim.call(&search)).await;
+        assert!(gave_up.is_err());
+        sim.call(&search).await;
+        assert_eq!(sim.stats().peak_in_flight, 1, "the abandoned call left");
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,7 +7,9 @@
 //!
 //! Every parameter is required and checked; anything else (a missing, repeated,
 //! unknown or malformed parameter, an operator this deployment does not sell)
-//! is a 400 problem that names the parameter. A `sailing_id` is put in the
+//! is a 400 problem that names the parameter. A route the operator's `routes`
+//! (in `OPERATOR_SETTINGS`) does not list is a 404 (`unknown_route`), asked
+//! of nobody. A `sailing_id` is put in the
 //! operator's case (`ids` in `OPERATOR_SETTINGS`) and echoed so: its case
 //! variants are one question. An answer comes from the recent cache, the
 //! operator through the gateway, or the last good answer (see
@@ -129,6 +131,13 @@ pub fn question(
             let to = params::port("to", required(&q, "to")?)?;
             if from == to {
                 return Err(Problem::invalid("to", "must differ from from"));
+            }
+            // A route the operator is known not to sail is not asked.
+            if !settings.for_operator(&operator).sails(&from, &to) {
+                return Err(Problem::not_found(format!(
+                    "{operator} sails no route from {from} to {to}"
+                ))
+                .with("reason", json!("unknown_route")));
             }
             let date = params::date("date", required(&q, "date")?, now)?.to_string();
             let passengers = params::passengers("passengers", required(&q, "passengers")?)?;

@@ -344,6 +344,48 @@ async fn a_flood_costs_one_request_and_one_call_per_distinct_valid_question() {
     );
 }
 
+/// An operator whose routes are configured is asked only those: any other
+/// is a 404 that costs no request and no call.
+#[tokio::test(start_paused = true)]
+async fn a_route_the_operator_does_not_sail_is_refused_unasked() {
+    let settings =
+        Settings::from_json(r#"{"operators": {"nordic": {"routes": ["HEL-TLL", "TLL-HEL"]}}}"#)
+            .unwrap();
+    let mut w = world_with(settings);
+    let known = get(&mut w, "/sailings", &SAILINGS).await;
+    assert_eq!(known.status, 200, "{}", known.body);
+    assert_eq!(known.body["source"], "live");
+    for (from, to) in [("HEL", "STO"), ("TLL", "STO"), ("STO", "HEL")] {
+        let unknown = get(&mut w, "/sailings", &route(from, to)).await;
+        assert_eq!(unknown.status, 404, "{from}-{to}: {}", unknown.body);
+        assert_eq!(unknown.body["reason"], "unknown_route");
+        assert_eq!(
+            unknown.body["detail"],
+            format!("nordic sails no route from {from} to {to}")
+        );
+        assert_eq!(
+            unknown.header("content-type"),
+            Some("application/problem+json")
+        );
+    }
+    // Malformed ports are still the 400 that names them, before the route.
+    let malformed = get(&mut w, "/sailings", &route("HEL", "tll")).await;
+    assert_eq!(malformed.status, 400);
+    assert_eq!(w.gateway.requests.counts().total, 1, "only the known route");
+    assert_eq!(w.sim.stats().questions(), 1);
+}
+
+fn route(from: &'static str, to: &'static str) -> Vec<(&'static str, &'static str)> {
+    SAILINGS
+        .iter()
+        .map(|&(k, v)| match k {
+            "from" => (k, from),
+            "to" => (k, to),
+            _ => (k, v),
+        })
+        .collect()
+}
+
 /// Settings with nordic's ids compared as `case`.
 fn ids(case: IdCase) -> Settings {
     let mut settings = Settings::default();
@@ -502,4 +544,183 @@ async fn a_flood_of_case_variants_costs_one_request_and_one_call_per_sailing() {
     let answered = |c: &FloodCost| c.by_status.get(&200).copied().unwrap_or(0);
     assert!(answered(&upper) >= 1_800, "{:?}", upper.by_status);
     assert!(answered(&exact) < answered(&upper), "{:?}", exact.by_status);
+}
+
+/// What a minute with (or without) a flood at nordic did.
+struct FloodMinute {
+    /// nordic's questions asked by the flood, and how many reached it.
+    flood_questions: usize,
+    nordic_calls: u64,
+    /// The most of them nordic held at once.
+    nordic_peak: u64,
+    /// baltic's customers: each answer's source and how long it took.
+    baltic: Vec<(String, Duration)>,
+    transitions: usize,
+}
+
+/// A minute of the AWS world on the template's defaults, with two
+/// operators: baltic's customers ask a search a second (20 questions, so
+/// some repeat and come fresh), and for the first 30 s nordic gets
+/// `flood_per_s` distinct valid searches a second (four routes, dates up to
+/// a year ahead, one to nine passengers: none repeats).
+async fn flood_minute(flood_per_s: usize) -> FloodMinute {
+    let clock = Arc::new(TokioClock::starting_at(base()));
+    let baltic = OperatorId::new("baltic").unwrap();
+    let sims: lifeboat_operator::SimulatedOperators = [nordic(), baltic.clone()]
+        .into_iter()
+        .map(|operator| SimulatedOperator::new(operator, SimConfig::default(), clock.clone()))
+        .collect();
+    let mut gateway = MemorySuite::new(
+        Arc::new(sims.clone()),
+        clock.clone(),
+        MemorySuiteConfig {
+            operators: vec![nordic(), baltic.clone()],
+            ..MemorySuiteConfig::in_world(lifeboat_sim::World::Aws, 7)
+        },
+    );
+    let search = Search {
+        lookup: Lookup::new(
+            gateway.requests.clone(),
+            gateway.cache.clone(),
+            gateway.breakers.clone(),
+            clock.clone(),
+            Settings::default(),
+        ),
+        operators: BTreeSet::from([nordic(), baltic.clone()]),
+    };
+    let day = |n: usize| {
+        (base() + TimeDelta::days(1 + i64::try_from(n).unwrap()))
+            .format("%Y-%m-%d")
+            .to_string()
+    };
+    let routes = [
+        ("HEL", "TLL"),
+        ("TLL", "HEL"),
+        ("HEL", "STO"),
+        ("STO", "HEL"),
+    ];
+    let mut asked: Vec<(Duration, &str, HttpRequest)> = Vec::new();
+    for k in 0..flood_per_s * 30 {
+        let (from, to) = routes[k % 4];
+        let passengers = (k / 4 % 9 + 1).to_string();
+        let date = day(k / 36 % 365);
+        let query = [
+            ("operator", "nordic"),
+            ("from", from),
+            ("to", to),
+            ("date", date.as_str()),
+            ("passengers", passengers.as_str()),
+        ];
+        let at = Duration::from_secs_f64(k as f64 / flood_per_s as f64);
+        asked.push((at, "nordic", HttpRequest::get("/sailings", &query)));
+    }
+    let flood_questions = asked.len();
+    for s in 0..60 {
+        let (from, to) = routes[s % 2];
+        let date = day(s % 10);
+        let query = [
+            ("operator", "baltic"),
+            ("from", from),
+            ("to", to),
+            ("date", date.as_str()),
+            ("passengers", "2"),
+        ];
+        let at = Duration::from_secs(u64::try_from(s).unwrap()) + Duration::from_millis(500);
+        asked.push((at, "baltic", HttpRequest::get("/sailings", &query)));
+    }
+    let start = tokio::time::Instant::now();
+    let customers = asked.iter().map(|(at, operator, request)| {
+        let search = &search;
+        async move {
+            tokio::time::sleep_until(start + *at).await;
+            let asked_at = tokio::time::Instant::now();
+            let reply = search.handle(request).await;
+            (*operator, reply, asked_at.elapsed())
+        }
+    });
+    let until = clock.now() + TimeDelta::seconds(75);
+    let (replies, ()) = tokio::join!(
+        futures::future::join_all(customers),
+        gateway.run_until(until)
+    );
+    let nordic_stats = sims.get(&nordic()).unwrap().stats();
+    FloodMinute {
+        flood_questions,
+        nordic_calls: nordic_stats.questions(),
+        nordic_peak: nordic_stats.peak_in_flight,
+        baltic: replies
+            .into_iter()
+            .filter(|(operator, ..)| *operator == "baltic")
+            .map(|(_, reply, took)| {
+                let source = match reply.status {
+                    200 => reply.body["source"].as_str().unwrap_or("?").to_owned(),
+                    status => status.to_string(),
+                };
+                (source, took)
+            })
+            .collect(),
+        transitions: gateway.transitions.len(),
+    }
+}
+
+fn p95(took: &[(String, Duration)]) -> Duration {
+    let mut sorted: Vec<Duration> = took.iter().map(|(_, d)| *d).collect();
+    sorted.sort();
+    sorted[(sorted.len() * 95).div_ceil(100) - 1]
+}
+
+/// A flood of distinct valid questions at one operator (400 a second for
+/// 30 s, none of them cached) costs that operator at most what its lane
+/// can have in flight: the template's 50 calls per batch times its 4
+/// batches per shard. What the lane cannot call before its deadline
+/// expires unasked (the flood's own customers get a 503, or a cached
+/// answer where there is one). Nothing trips, so nothing goes off sale,
+/// and another operator's customers get the same answers as on a quiet
+/// minute, as fast. `cargo test -p search flood -- --nocapture` prints the
+/// figures.
+#[tokio::test(start_paused = true)]
+async fn a_flood_at_one_operator_is_held_to_its_lanes_calls_and_touches_no_other() {
+    let cap = u64::try_from(
+        real_consumer::DEFAULT_CONCURRENCY * lifeboat_sim::aws::TEMPLATE.parallelization,
+    )
+    .unwrap();
+    let quiet = flood_minute(0).await;
+    let flooded = flood_minute(400).await;
+    let sources = |m: &FloodMinute| {
+        let mut by = std::collections::BTreeMap::<String, usize>::new();
+        for (source, _) in &m.baltic {
+            *by.entry(source.clone()).or_default() += 1;
+        }
+        by
+    };
+    eprintln!(
+        "flood: {} distinct questions at nordic in 30 s: {} calls reached it, at most {} at once (the lane's cap {cap}); \
+         breaker transitions {}; baltic's answers {:?}, p95 {:?} (a quiet minute: {:?}, p95 {:?})",
+        flooded.flood_questions,
+        flooded.nordic_calls,
+        flooded.nordic_peak,
+        flooded.transitions,
+        sources(&flooded),
+        p95(&flooded.baltic),
+        sources(&quiet),
+        p95(&quiet.baltic),
+    );
+    assert_eq!(quiet.nordic_calls, 0);
+    assert!(
+        flooded.nordic_peak <= cap && flooded.nordic_peak >= cap * 9 / 10,
+        "the flood fills nordic's lane nearly to its cap {cap}, and no further: {}",
+        flooded.nordic_peak
+    );
+    assert!(
+        flooded.nordic_calls < flooded.flood_questions as u64,
+        "what the lane cannot call in time is never called"
+    );
+    assert_eq!(flooded.transitions, 0, "no breaker moved: nobody off sale");
+    assert_eq!(sources(&flooded), sources(&quiet), "baltic's answers");
+    assert!(
+        p95(&flooded.baltic) <= p95(&quiet.baltic).mul_f64(1.1),
+        "baltic's p95 {:?} against {:?} on a quiet minute",
+        p95(&flooded.baltic),
+        p95(&quiet.baltic)
+    );
 }

@@ -2,16 +2,14 @@
 //! faulty ports, customers asking new questions, and the loop that plays
 //! AWS and samples the truth every second.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
 use lifeboat_core::metrics::MetricsSink;
-use lifeboat_core::ports::{BreakerStore, OperatorApi, StreamRouter};
-use lifeboat_core::request::{CallResult, OperatorCall};
+use lifeboat_core::ports::{BreakerStore, StreamRouter};
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{
     MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, OnSaleAt, WritePolicy,
@@ -19,7 +17,7 @@ use lifeboat_core::sale::{
 use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
-use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
+use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator, SimulatedOperators};
 use lifeboat_sim::fault::{FaultClass, FaultPlan, port};
 use lifeboat_sim::offsale::{InTransit, deliver, rule_message};
 use lifeboat_sim::{HttpFunction, MemorySuite, MemorySuiteConfig, TokioClock};
@@ -37,28 +35,6 @@ const IDLE: Duration = Duration::from_millis(50);
 const SWEEP_EVERY: Duration = Duration::from_secs(300);
 /// Travel dates asked: within the search's 400-day horizon.
 const DAYS: u64 = 390;
-
-/// Every simulated operator behind one [`OperatorApi`].
-struct Marketplace(HashMap<OperatorId, SimulatedOperator>);
-
-#[async_trait]
-impl OperatorApi for Marketplace {
-    fn knows(&self, operator: &OperatorId) -> bool {
-        self.0.contains_key(operator)
-    }
-
-    async fn call(&self, call: &OperatorCall) -> CallResult {
-        match self.0.get(&call.operator) {
-            Some(sim) => sim.call(call).await,
-            None => CallResult {
-                class: lifeboat_core::request::CallClass::ClientError { status: 404 },
-                elapsed: Duration::ZERO,
-                body: None,
-                detail: format!("unknown operator {}", call.operator),
-            },
-        }
-    }
-}
 
 pub(super) struct World {
     script: ChaosScript,
@@ -99,13 +75,12 @@ impl World {
                         .collect(),
                     ..SimConfig::default()
                 };
-                let sim = SimulatedOperator::new(operator.clone(), config, clock.clone());
-                (operator.clone(), sim)
+                SimulatedOperator::new(operator.clone(), config, clock.clone())
             })
-            .collect();
+            .collect::<SimulatedOperators>();
         let plan = Arc::new(FaultPlan::new(script.seed));
         let gateway = MemorySuite::new(
-            Arc::new(Marketplace(sims)),
+            Arc::new(sims),
             clock.clone(),
             MemorySuiteConfig {
                 operators: operators.clone(),
