@@ -12,7 +12,7 @@
 //! functions use them at once: the probe's and the hang check's calls are
 //! built (the same operation and parameter names, `today+N` resolved), the
 //! open period never exceeds `open_max`, and the failure window can judge
-//! an empty window. Accepted cart settings absorb a rise of at most
+//! an empty window; every route listed is one the operator sails. Accepted cart settings absorb a rise of at most
 //! `MAX_ABSORB_RISE_PERCENT`, and read back as themselves too.
 #![no_main]
 
@@ -71,6 +71,7 @@ const VOCABULARY: Vocabulary = Vocabulary {
         "from",
         "date",
         "ids",
+        "routes",
         "default_accommodation",
         "confirm_on_cached_price",
         "max_price_age_s",
@@ -84,6 +85,9 @@ const VOCABULARY: Vocabulary = Vocabulary {
         "lower",
         "exact",
         "HEL",
+        "HEL-TLL",
+        "TLL-HEL",
+        "HEL-HEL",
         "today",
         "today+7",
         "today+99999999999",
@@ -99,7 +103,7 @@ const NOW: i64 = 1_796_032_800;
 
 /// The fields of an operator's block, each inherited from `default` when
 /// the block does not give it.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 9] = [
     "budgets",
     "window",
     "breaker",
@@ -108,6 +112,7 @@ const FIELDS: [&str; 8] = [
     "probe",
     "hang_check",
     "ids",
+    "routes",
 ];
 
 fuzz_target!(|data: &[u8]| {
@@ -241,6 +246,10 @@ fn usable(operator: &OperatorId, settings: &OperatorSettings, now: DateTime<Utc>
             let period = settings.breaker.open_period(failed_trials, unit);
             assert!(period <= settings.breaker.open_max, "{period:?}");
         }
+    }
+    for route in settings.routes.iter().flatten() {
+        assert!(settings.sails(&route.from, &route.to), "{route}");
+        assert_ne!(route.from, route.to);
     }
     let _ = settings.window.bucket_start(now);
     let _ = settings.window.oldest_read(now);
