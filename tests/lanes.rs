@@ -15,7 +15,7 @@ use lifeboat_core::request::{FailureReason, Outcome, RequestRecord};
 use lifeboat_local::moto::MotoServer;
 use lifeboat_local::moto::resources;
 
-const PREFIX: &str = "lanes-requests-";
+const PREFIX: &str = "lanes.requests.";
 
 fn op(name: &str) -> OperatorId {
     OperatorId::new(name).expect("valid operator id")

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "tests" / "events"
 REGION = "us-east-1"
 OPERATORS = ["nordic", "baltic"]
-PREFIX = "lifeboat-requests-"
+PREFIX = "lifeboat.requests."
 NAMES = {
     "breaker": "lifeboat-breaker",
     "cache": "lifeboat-cache",
@@ -606,7 +606,7 @@ def run_all(inv, res):
             if i.get("operation", {}).get("S") == "search"
             and i.get("params", {}).get("M", {}).get("date", {}).get("S") == question["date"]
         ]
-        check(mine, "search wrote no request to lifeboat-requests-nordic")
+        check(mine, "search wrote no request to lifeboat.requests.nordic")
         written["item"] = mine[-1]
         return f"HTTP 503 (timeout), request {mine[-1]['request_id']['S'][:8]} written"
 

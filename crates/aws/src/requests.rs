@@ -412,13 +412,16 @@ mod tests {
         assert_eq!(one.table_for(&nordic), "Requests");
         assert_eq!(one.operator_of("Requests"), None);
         let per = RequestTables::PerOperator {
-            prefix: "lifeboat-requests-".into(),
+            prefix: "lifeboat.requests.".into(),
         };
-        assert_eq!(per.table_for(&nordic), "lifeboat-requests-nordic");
-        assert_eq!(per.operator_of("lifeboat-requests-nordic"), Some(nordic));
-        assert_eq!(per.operator_of("lifeboat-requests-"), None);
+        assert_eq!(per.table_for(&nordic), "lifeboat.requests.nordic");
+        assert_eq!(per.operator_of("lifeboat.requests.nordic"), Some(nordic));
+        assert_eq!(per.operator_of("lifeboat.requests."), None);
         assert_eq!(per.operator_of("other-requests-nordic"), None);
-        assert_eq!(per.operator_of("lifeboat-requests-Not_An_Id"), None);
+        // Another stack's lane, whose name begins with this stack's: stack
+        // names have no '.', so it cannot share the prefix.
+        assert_eq!(per.operator_of("lifeboat-requests-x.requests.nordic"), None);
+        assert_eq!(per.operator_of("lifeboat.requests.Not_An_Id"), None);
     }
     use chrono::{DateTime, Utc};
     use lifeboat_core::request::FailureReason;

@@ -269,9 +269,9 @@ mod tests {
     fn a_stream_arn_names_its_table() {
         assert_eq!(
             table_of_stream(
-                "arn:aws:dynamodb:eu-west-1:123456789012:table/lifeboat-requests-nordic/stream/2026-12-01T06:00:00.000"
+                "arn:aws:dynamodb:eu-west-1:123456789012:table/lifeboat.requests.nordic/stream/2026-12-01T06:00:00.000"
             ),
-            Some("lifeboat-requests-nordic")
+            Some("lifeboat.requests.nordic")
         );
         assert_eq!(
             table_of_stream("arn:aws:dynamodb:eu-west-1:1:table/t"),

@@ -45,7 +45,7 @@ Resources:
   RequestsTablenordic:
     Type: AWS::DynamoDB::Table
     Properties:
-      TableName: !Sub "${AWS::StackName}-requests-nordic"
+      TableName: !Sub "${AWS::StackName}.requests.nordic"
       BillingMode: PAY_PER_REQUEST
       AttributeDefinitions:
         - {AttributeName: request_id, AttributeType: S}
@@ -125,7 +125,7 @@ Resources:
       StartingPosition: LATEST
 Outputs:
   RequestsTablePrefix:
-    Value: !Sub "${AWS::StackName}-requests-"
+    Value: !Sub "${AWS::StackName}.requests."
 "#;
 
 /// A stack with only the Breaker table: what a failed or partial deploy
@@ -225,7 +225,7 @@ async fn status_resolves_everything_from_the_stack_and_gathers() {
     assert_eq!(
         mapping.lanes,
         LaneConfig::PerOperator {
-            prefix: "lifeboat-requests-".into()
+            prefix: "lifeboat.requests.".into()
         }
     );
     assert_eq!(

@@ -1016,7 +1016,7 @@ async fn the_consumer_starts_with_the_operator_config_tables_settings() {
     use lifeboat_core::memory::MemoryOperatorConfigStore;
     use lifeboat_core::operator_config::OperatorConfigItem;
     let env = lifeboat_aws::Env::from_pairs([
-        ("REQUESTS_TABLE_PREFIX", "lifeboat-requests-"),
+        ("REQUESTS_TABLE_PREFIX", "lifeboat.requests."),
         ("BREAKER_TABLE", "breakers"),
         ("EVENT_BUS_NAME", "bus"),
         ("CACHE_TABLE", "cache"),

@@ -212,7 +212,7 @@ mod tests {
         );
         let lanes = Env::from_pairs([
             ("BREAKER_TABLE", "Breakers"),
-            ("REQUESTS_TABLE_PREFIX", "lifeboat-requests-"),
+            ("REQUESTS_TABLE_PREFIX", "lifeboat.requests."),
             ("REQUESTS_MAPPING_UUID", "u-1"),
             ("REAL_CONSUMER_FUNCTION", "real"),
             ("FALLBACK_CONSUMER_FUNCTION", "fallback"),
@@ -221,7 +221,7 @@ mod tests {
         assert_eq!(
             config.mapping.unwrap().lanes,
             LaneConfig::PerOperator {
-                prefix: "lifeboat-requests-".into()
+                prefix: "lifeboat.requests.".into()
             },
             "the template's lanes win over a shared mapping"
         );
@@ -263,7 +263,7 @@ mod tests {
             .into(),
             outputs: [(
                 "RequestsTablePrefix".to_owned(),
-                "lifeboat-requests-".to_owned(),
+                "lifeboat.requests.".to_owned(),
             )]
             .into(),
             parameters: Default::default(),
@@ -284,7 +284,7 @@ mod tests {
         assert_eq!(
             mapping.lanes,
             LaneConfig::PerOperator {
-                prefix: "lifeboat-requests-".into()
+                prefix: "lifeboat.requests.".into()
             }
         );
         assert_eq!(mapping.real_consumer, "lifeboat-RealConsumerFunction-1");

@@ -55,7 +55,7 @@ pub const REQUESTS_TABLE_PREFIX: Setting = Setting {
     flag: "requests-table-prefix",
     var: lifeboat_aws::clients::REQUESTS_TABLE_PREFIX,
     // The lanes' tables are stamped per operator (`RequestsTable&{Operator}`,
-    // `<stack>-requests-<operator>`); their logical ids drop the operator's
+    // `<stack>.requests.<operator>`); their logical ids drop the operator's
     // '-', so the prefix is read from the output that states it.
     stack: Some(FromStack::Output("RequestsTablePrefix")),
 };
@@ -272,7 +272,7 @@ mod tests {
         // The lanes the prefix names: tables stamped per operator, named
         // with the prefix the output states.
         assert!(template.contains("    - RequestsTable&{Operator}:"));
-        assert!(template.contains(r#"TableName: !Sub "${AWS::StackName}-requests-${Operator}""#));
+        assert!(template.contains(r#"TableName: !Sub "${AWS::StackName}.requests.${Operator}""#));
         let output: Vec<&str> = template
             .lines()
             .skip_while(|l| *l != "  RequestsTablePrefix:")
@@ -282,9 +282,25 @@ mod tests {
         assert!(
             output
                 .iter()
-                .any(|l| l.trim() == r#"Value: !Sub "${AWS::StackName}-requests-""#),
+                .any(|l| l.trim() == r#"Value: !Sub "${AWS::StackName}.requests.""#),
             "{output:?}"
         );
+        // Every right on the lanes' tables names this stack's alone: a
+        // stack name has no '.', so no other stack's table starts with
+        // "<stack>.requests." (with "-requests-" a stack named
+        // "<stack>-requests-x" matched too).
+        let table_rights: Vec<&str> = template
+            .lines()
+            .filter(|l| l.contains(":table/${AWS::StackName}"))
+            .collect();
+        assert!(table_rights.len() >= 4, "{table_rights:?}");
+        for line in table_rights {
+            assert!(
+                line.contains(":table/${AWS::StackName}.requests.*\"")
+                    || line.contains(":table/${AWS::StackName}.requests.*/stream/*\""),
+                "{line}"
+            );
+        }
     }
 
     #[test]

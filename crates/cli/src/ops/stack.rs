@@ -692,7 +692,7 @@ stack_name = "prod"
             .into(),
             outputs: [(
                 "RequestsTablePrefix".to_owned(),
-                "lifeboat-requests-".to_owned(),
+                "lifeboat.requests.".to_owned(),
             )]
             .into(),
             parameters: [("AlarmOperators".to_owned(), " ".to_owned())].into(),
@@ -703,7 +703,7 @@ stack_name = "prod"
         );
         assert_eq!(
             stack.value(FromStack::Output("RequestsTablePrefix")),
-            Ok("lifeboat-requests-")
+            Ok("lifeboat.requests.")
         );
         assert_eq!(
             stack.value(FromStack::Resource("CartsTable")),

@@ -128,7 +128,7 @@ pub struct SuiteNames {
 impl SuiteNames {
     pub fn prefixed(prefix: &str) -> Self {
         Self {
-            requests_table_prefix: format!("{prefix}requests-"),
+            requests_table_prefix: format!("{prefix}requests."),
             breaker_table: format!("{prefix}Breaker"),
             cache_table: format!("{prefix}Cache"),
             bus: format!("{prefix}lifeboat-events"),
