@@ -220,6 +220,7 @@ pub struct Clients(Arc<Lazy>);
 #[derive(Debug)]
 struct Lazy {
     config: SdkConfig,
+    cloudwatch: OnceLock<aws_sdk_cloudwatch::Client>,
     dynamodb: OnceLock<aws_sdk_dynamodb::Client>,
     eventbridge: OnceLock<aws_sdk_eventbridge::Client>,
     lambda: OnceLock<aws_sdk_lambda::Client>,
@@ -241,12 +242,24 @@ impl Clients {
     pub fn new(config: &SdkConfig) -> Self {
         Self(Arc::new(Lazy {
             config: config.clone(),
+            cloudwatch: OnceLock::new(),
             dynamodb: OnceLock::new(),
             eventbridge: OnceLock::new(),
             lambda: OnceLock::new(),
             sqs: OnceLock::new(),
             ssm: OnceLock::new(),
         }))
+    }
+
+    pub fn cloudwatch(&self) -> &aws_sdk_cloudwatch::Client {
+        self.0
+            .cloudwatch
+            .get_or_init(|| aws_sdk_cloudwatch::Client::new(&self.0.config))
+    }
+
+    /// Who CloudWatch's contributor alarms have in ALARM.
+    pub fn alarm_contributors(&self) -> crate::alarms::CloudWatchAlarmContributors {
+        crate::alarms::CloudWatchAlarmContributors::new(self.cloudwatch().clone())
     }
 
     pub fn dynamodb(&self) -> &aws_sdk_dynamodb::Client {

@@ -12,6 +12,7 @@
 //! | [`EventPublisher`](lifeboat_core::ports::EventPublisher) | [`EventBridgePublisher`] | EventBridge `PutEvents` |
 //! | [`StreamRouter`](lifeboat_core::ports::StreamRouter) | [`LambdaStreamRouter`] | Lambda event source mappings |
 //! | [`SecretStore`](lifeboat_core::ports::SecretStore) | [`secrets::SsmSecretStore`] | SSM `GetParametersByPath`, operator credentials |
+//! | [`AlarmContributors`](lifeboat_core::ports::AlarmContributors) | [`CloudWatchAlarmContributors`] | CloudWatch `DescribeAlarmContributors`, `OperatorsErrorsAlarm` |
 //! | [`OperatorConfigStore`](lifeboat_core::operator_config::OperatorConfigStore) | [`DynamoOperatorConfigStore`] | DynamoDB, operator config table (one item) |
 //!
 //! Every adapter has the semantics of its in-memory twin in
@@ -25,6 +26,7 @@
 //! `AWS_ENDPOINT_URL_<SERVICE>`, so the same binaries talk to moto locally.
 //! [`logs::init`] sets up a function's log lines; [`tls`] its one TLS stack.
 
+pub mod alarms;
 pub mod breaker;
 pub mod cache;
 pub mod carts;
@@ -44,6 +46,7 @@ pub mod sqs;
 pub mod tls;
 pub mod window;
 
+pub use alarms::CloudWatchAlarmContributors;
 pub use breaker::DynamoBreakerStore;
 pub use cache::DynamoCacheStore;
 pub use carts::DynamoCartStore;

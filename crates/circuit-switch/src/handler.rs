@@ -50,7 +50,8 @@ use lifeboat_core::corroborate::{self, NotCorroborated};
 use lifeboat_core::lane::Lanes;
 use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names};
 use lifeboat_core::ports::{
-    BreakerStore, BreakerTimers, EventPublisher, OperatorApi, RouterError, StoreError, WindowStore,
+    AlarmContributors, BreakerStore, BreakerTimers, EventPublisher, OperatorApi, RouterError,
+    StoreError, WindowStore,
 };
 use lifeboat_core::settings::Settings;
 use lifeboat_core::watched::watch;
@@ -95,6 +96,10 @@ pub enum SwitchError {
     Router(#[from] RouterError),
     #[error("operator {0} is not one of this gateway's OPERATORS")]
     UnknownOperator(OperatorId),
+    /// A contributor alarm's operators could not be read, or the switch
+    /// has no way to read them.
+    #[error("contributor alarm {alarm}: {why}")]
+    Contributors { alarm: String, why: String },
 }
 
 impl From<SwitchError> for Diagnostic {
@@ -106,6 +111,7 @@ impl From<SwitchError> for Diagnostic {
             SwitchError::Contended(_) => "Contended",
             SwitchError::Router(_) => "RouterError",
             SwitchError::UnknownOperator(_) => "UnknownOperator",
+            SwitchError::Contributors { .. } => "AlarmContributors",
         };
         Diagnostic {
             error_type: error_type.into(),
@@ -170,6 +176,9 @@ pub struct CircuitSwitch {
     /// (`OPERATOR_ENDPOINTS`); only operators with a `probe` in their
     /// settings are probed.
     pub(crate) prober: Option<Arc<dyn OperatorApi>>,
+    /// Who the contributor alarms of `alarms` have in ALARM (CloudWatch);
+    /// `None`: no contributor alarm is mapped.
+    pub(crate) contributors: Option<Arc<dyn AlarmContributors>>,
 }
 
 /// The ports a switch cannot work without.
@@ -182,6 +191,10 @@ pub struct SwitchPorts {
     pub clock: Arc<dyn Clock>,
     pub metrics: Arc<dyn MetricsSink>,
 }
+
+/// The contributor attribute that names the operator: the dimension
+/// `OperatorsErrorsAlarm` groups `FailedOperatorCalls` by.
+pub const CONTRIBUTOR_OPERATOR: &str = "Operator";
 
 /// Pause between attempts at re-pointing a busy mapping, unless
 /// [`CircuitSwitch::with_repoint_backoff`] says otherwise.
@@ -212,12 +225,22 @@ impl CircuitSwitch {
             metrics,
             timers: None,
             prober: None,
+            contributors: None,
         }
     }
 
     /// Which operator each errors alarm speaks for (`ALARM_OPERATORS`).
     pub fn with_alarms(self, alarms: AlarmMap) -> Self {
         Self { alarms, ..self }
+    }
+
+    /// Who the contributor alarms (`alarm=*` in `ALARM_OPERATORS`) have in
+    /// ALARM.
+    pub fn with_alarm_contributors(self, contributors: Arc<dyn AlarmContributors>) -> Self {
+        Self {
+            contributors: Some(contributors),
+            ..self
+        }
     }
 
     /// Wake-ups at the end of open periods and for probes.
@@ -436,7 +459,11 @@ impl CircuitSwitch {
             clock: clock.clone(),
             metrics: metrics.clone(),
         };
+        let contributor_alarm = alarms.has_contributor_alarm();
         let mut switch = Self::new(ports, config.settings()?, operators).with_alarms(alarms);
+        if contributor_alarm {
+            switch = switch.with_alarm_contributors(Arc::new(clients.alarm_contributors()));
+        }
         if let Some(url) = env.optional(BREAKER_TIMER_QUEUE_URL)? {
             switch = switch.with_timers(watch(
                 Arc::new(clients.breaker_timers(url)),
@@ -460,6 +487,61 @@ impl CircuitSwitch {
         Ok(switch)
     }
 
+    /// A contributor alarm changed: each operator it has in ALARM gets the
+    /// alarm as its input (opened only where its failure window bears it
+    /// out, as for a single-operator alarm). Contributors that name no
+    /// operator of `OPERATORS` are logged and skipped; one operator's
+    /// failure does not stop the others, and the first is returned so the
+    /// delivery is retried (the others, applied again, change nothing).
+    async fn on_contributors(
+        &self,
+        alarm: &str,
+        at: Option<DateTime<chrono::Utc>>,
+        report: &mut SwitchReport,
+    ) -> Result<(), SwitchError> {
+        let failed = |why: String| SwitchError::Contributors {
+            alarm: alarm.to_owned(),
+            why,
+        };
+        let Some(contributors) = &self.contributors else {
+            return Err(failed(
+                "mapped to * in ALARM_OPERATORS, but the switch cannot read contributors".into(),
+            ));
+        };
+        let in_alarm = contributors
+            .in_alarm(alarm)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let at = at.unwrap_or_else(|| self.clock.now());
+        let mut first_error = None;
+        for attributes in in_alarm {
+            let operator = attributes
+                .get(CONTRIBUTOR_OPERATOR)
+                .and_then(|o| OperatorId::new(o.as_str()).ok());
+            let Some(operator) = operator.filter(|o| self.operators.contains(o)) else {
+                tracing::warn!(
+                    alarm,
+                    ?attributes,
+                    "contributor in ALARM names no operator of OPERATORS: skipped"
+                );
+                continue;
+            };
+            let input = Input::Alarm {
+                alarm: alarm.to_owned(),
+                state: lifeboat_core::breaker::AlarmState::Alarm,
+                at,
+            };
+            match self.apply(&operator, &input, None).await {
+                Ok(decision) => report.decisions.push(decision),
+                Err(e) => {
+                    tracing::error!(alarm, operator = %operator, error = %e, "contributor's alarm not applied");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Handle one payload.
     pub async fn handle(&self, payload: &Value) -> Result<SwitchReport, SwitchError> {
         let parsed = input::parse(payload, &self.alarms)?;
@@ -476,6 +558,9 @@ impl CircuitSwitch {
                     .push(self.apply(&operator, &input, None).await?);
             }
             SwitchInput::Tick => self.tick(&mut report).await?,
+            SwitchInput::Contributors { alarm, at } => {
+                self.on_contributors(&alarm, at, &mut report).await?;
+            }
             SwitchInput::Timers(timers) => {
                 // Side by side: in a mass outage each timer's probe may wait
                 // out a whole budget, and ten of them one after another

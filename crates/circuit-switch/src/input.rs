@@ -1,11 +1,15 @@
 //! Reading the circuit switch's payloads.
 //!
-//! Six shapes wake the switch:
+//! These shapes wake the switch:
 //!
 //! * the EventBridge `CloudWatch Alarm State Change` event (`source:
 //!   aws.cloudwatch`, `detail.alarmName`, `detail.state`);
 //! * the alarm's direct Lambda-action payload (`source: aws.cloudwatch`,
 //!   `alarmData.alarmName`, `alarmData.state`);
+//! * either of those, or a `CloudWatch Alarm Contributor State Change`, from
+//!   a contributor alarm (`alarm=*` in `ALARM_OPERATORS`): read for its name
+//!   (`alarmName`, else the alarm ARN in `resources`) and time alone, since
+//!   the operators it has in ALARM are asked of CloudWatch;
 //! * lifeboat's own `Trip Requested` and `Trials Passed` events from the bus;
 //! * the schedule's `Scheduled Event` (a tick);
 //! * an operator command `{"command": "force-open", "operator": "nordic",
@@ -23,6 +27,7 @@
 use std::collections::BTreeMap;
 
 use aws_lambda_events::event::sqs::SqsEvent;
+use chrono::{DateTime, Utc};
 use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::{AlarmState, Command, Input};
 use lifeboat_core::cloudwatch::parse_time;
@@ -41,6 +46,14 @@ pub enum SwitchInput {
     /// Breaker timers from the timer queue, each with its message id; a body
     /// that is not a timer is kept as its reason.
     Timers(Vec<(String, Result<BreakerTimer, String>)>),
+    /// A contributor alarm changed ([`AlarmFor::Contributors`]): the
+    /// operators it has in ALARM are to be asked of CloudWatch, whatever
+    /// the change (a contributor going back to OK leaves the others). `at`:
+    /// when, if the payload says.
+    Contributors {
+        alarm: String,
+        at: Option<DateTime<Utc>>,
+    },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -55,35 +68,75 @@ pub enum InputError {
     NotForSwitch(String),
 }
 
-/// Alarm names mapped to the operator they watch (`ALARM_OPERATORS`).
+/// What an alarm of `ALARM_OPERATORS` speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlarmFor {
+    /// One operator, whose metric alone the alarm watches (`alarm=nordic`).
+    Operator(OperatorId),
+    /// Every operator: a contributor alarm (`alarm=*`), each of whose
+    /// contributors in ALARM names its operator in its `Operator` attribute.
+    Contributors,
+}
+
+/// Alarm names mapped to what they speak for (`ALARM_OPERATORS`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct AlarmMap(BTreeMap<String, OperatorId>);
+pub struct AlarmMap(BTreeMap<String, AlarmFor>);
 
 impl AlarmMap {
-    /// Parse `alarm-a=nordic,alarm-b=baltic` (spaces ignored, empty allowed).
+    /// Parse `alarm-a=nordic,alarm-b=baltic,alarm-c=*` (spaces ignored,
+    /// empty allowed).
     pub fn parse(text: &str) -> Result<Self, InputError> {
         let mut map = BTreeMap::new();
         for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (alarm, operator) = entry.split_once('=').ok_or_else(|| InputError::Invalid {
+            let (alarm, target) = entry.split_once('=').ok_or_else(|| InputError::Invalid {
                 field: "ALARM_OPERATORS",
                 why: format!("entry {entry:?} is not alarm=operator"),
             })?;
-            let operator = OperatorId::new(operator.trim()).map_err(|e| InputError::Invalid {
-                field: "ALARM_OPERATORS",
-                why: e.to_string(),
-            })?;
-            map.insert(alarm.trim().to_owned(), operator);
+            let alarm = alarm.trim();
+            if alarm.is_empty() {
+                return Err(InputError::Invalid {
+                    field: "ALARM_OPERATORS",
+                    why: format!("entry {entry:?} names no alarm"),
+                });
+            }
+            let target = match target.trim() {
+                "*" => AlarmFor::Contributors,
+                operator => AlarmFor::Operator(OperatorId::new(operator).map_err(|e| {
+                    InputError::Invalid {
+                        field: "ALARM_OPERATORS",
+                        why: e.to_string(),
+                    }
+                })?),
+            };
+            map.insert(alarm.to_owned(), target);
         }
         Ok(Self(map))
     }
 
-    pub fn operator_for(&self, alarm: &str) -> Option<&OperatorId> {
+    /// What `alarm` speaks for, if it is mapped.
+    pub fn target(&self, alarm: &str) -> Option<&AlarmFor> {
         self.0.get(alarm)
     }
 
-    /// The operators the alarms speak for.
+    /// The operator `alarm` speaks for, if it speaks for one.
+    pub fn operator_for(&self, alarm: &str) -> Option<&OperatorId> {
+        match self.0.get(alarm) {
+            Some(AlarmFor::Operator(operator)) => Some(operator),
+            _ => None,
+        }
+    }
+
+    /// The operators the single-operator alarms speak for.
     pub fn operators(&self) -> impl Iterator<Item = &OperatorId> {
-        self.0.values()
+        self.0.values().filter_map(|target| match target {
+            AlarmFor::Operator(operator) => Some(operator),
+            AlarmFor::Contributors => None,
+        })
+    }
+
+    /// Whether any alarm is a contributor alarm.
+    pub fn has_contributor_alarm(&self) -> bool {
+        self.0.values().any(|t| *t == AlarmFor::Contributors)
     }
 }
 
@@ -116,6 +169,8 @@ struct Envelope {
     detail: Option<Value>,
     #[serde(rename = "alarmData")]
     alarm_data: Option<Value>,
+    /// The ARNs an EventBridge event is about (an alarm's).
+    resources: Option<Vec<Value>>,
     /// A hand-made tick: `{"tick": true}`.
     tick: Option<bool>,
 }
@@ -153,19 +208,51 @@ fn alarm_state(text: &str) -> Result<AlarmState, InputError> {
     }
 }
 
+/// The alarm named by an event's `resources` (`arn:…:alarm:NAME`).
+fn alarm_of_resources(resources: Option<&[Value]>) -> Option<String> {
+    resources?
+        .iter()
+        .filter_map(Value::as_str)
+        .find_map(|arn| arn.split_once(":alarm:").map(|(_, name)| name.to_owned()))
+}
+
 fn alarm_input(
     alarms: &AlarmMap,
     data: Option<&Value>,
     fallback_time: Option<&str>,
+    resources: Option<&[Value]>,
 ) -> Result<SwitchInput, InputError> {
+    let named = data
+        .and_then(|d| d.get("alarmName"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| alarm_of_resources(resources));
+    // A contributor alarm's payload is read for its name and time alone:
+    // who is in ALARM is CloudWatch's to say, asked by the handler.
+    if let Some(alarm) = named.as_ref()
+        && alarms.target(alarm) == Some(&AlarmFor::Contributors)
+    {
+        let at = data
+            .and_then(|d| d.pointer("/state/timestamp"))
+            .and_then(Value::as_str)
+            .or(fallback_time)
+            .and_then(parse_time);
+        return Ok(SwitchInput::Contributors {
+            alarm: alarm.clone(),
+            at,
+        });
+    }
     let data: AlarmData = match data {
         Some(data) => typed(data, "alarm")?,
         None => AlarmData::default(),
     };
-    let name = data.alarm_name.ok_or_else(|| InputError::Invalid {
-        field: "alarmName",
-        why: "missing".into(),
-    })?;
+    let name = data
+        .alarm_name
+        .or(named)
+        .ok_or_else(|| InputError::Invalid {
+            field: "alarmName",
+            why: "missing".into(),
+        })?;
     let state = alarm_state(data.state.value.as_deref().unwrap_or_default())?;
     let at = data
         .state
@@ -306,12 +393,21 @@ pub fn parse(payload: &Value, alarms: &AlarmMap) -> Result<SwitchInput, InputErr
     let detail_type = envelope.detail_type.as_deref().unwrap_or_default();
     let time = envelope.time.as_deref();
     match (source, detail_type) {
-        ("aws.cloudwatch", "CloudWatch Alarm State Change") => {
-            alarm_input(alarms, envelope.detail.as_ref(), time)
-        }
-        ("aws.cloudwatch", _) if envelope.alarm_data.is_some() => {
-            alarm_input(alarms, envelope.alarm_data.as_ref(), time)
-        }
+        (
+            "aws.cloudwatch",
+            "CloudWatch Alarm State Change" | "CloudWatch Alarm Contributor State Change",
+        ) => alarm_input(
+            alarms,
+            envelope.detail.as_ref(),
+            time,
+            envelope.resources.as_deref(),
+        ),
+        ("aws.cloudwatch", _) if envelope.alarm_data.is_some() => alarm_input(
+            alarms,
+            envelope.alarm_data.as_ref(),
+            time,
+            envelope.resources.as_deref(),
+        ),
         ("aws.events", "Scheduled Event") | ("aws.scheduler", _) => Ok(SwitchInput::Tick),
         (lifeboat_core::events::SOURCE, _) => {
             let detail = envelope.detail.as_ref().unwrap_or(&Value::Null);

@@ -13,6 +13,7 @@ use lifeboat_core::ports::{BreakerStore, Repoint, StreamRouter};
 use lifeboat_core::probe::BreakerTimer;
 use lifeboat_core::request::Health;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 struct World {
     switch: Arc<CircuitSwitch>,
@@ -1408,5 +1409,173 @@ impl WindowStore for Unreadable {
         _: DateTime<chrono::Utc>,
     ) -> Result<Vec<lifeboat_core::window::Bucket>, StoreError> {
         Err(StoreError::Unavailable("test".into()))
+    }
+}
+
+/// `OperatorsErrorsAlarm`: one contributor per operator, its contributors
+/// in ALARM asked of CloudWatch.
+const CONTRIBUTOR_ALARM: &str = "lifeboat-operators-errors";
+
+/// A switch of nordic and baltic on one lane, with the contributor alarm
+/// mapped to `*` and its contributors read from `contributors`.
+fn contributor_world() -> (World, Arc<lifeboat_core::memory::MemoryAlarmContributors>) {
+    let w = world();
+    let contributors = Arc::new(lifeboat_core::memory::MemoryAlarmContributors::new());
+    let baltic = OperatorId::new("baltic").unwrap();
+    let switch = CircuitSwitch::new(
+        SwitchPorts {
+            breakers: w.breakers.clone(),
+            windows: w.window.clone(),
+            events: w.events.clone(),
+            lanes: Lanes::shared(
+                SHARED_LANE,
+                vec![nordic(), baltic.clone()],
+                w.router.clone(),
+            ),
+            clock: Arc::new(w.clock.clone()),
+            metrics: w.metrics.clone(),
+        },
+        Settings::default(),
+        vec![nordic(), baltic],
+    )
+    .with_alarms(
+        AlarmMap::parse(&format!(
+            "lifeboat-nordic-errors=nordic, {CONTRIBUTOR_ALARM}=*"
+        ))
+        .unwrap(),
+    )
+    .with_alarm_contributors(contributors.clone())
+    .with_repoint_backoff(Duration::ZERO);
+    (
+        World {
+            switch: Arc::new(switch),
+            ..w
+        },
+        contributors,
+    )
+}
+
+/// A contributor's change as EventBridge delivers it: the alarm named by
+/// its ARN alone, and a detail the switch does not read.
+fn contributor_event(at: &str) -> Value {
+    json!({"version": "0", "id": "c", "detail-type": "CloudWatch Alarm Contributor State Change",
+           "source": "aws.cloudwatch", "account": "123456789012", "time": at, "region": "us-east-1",
+           "resources": [format!("arn:aws:cloudwatch:us-east-1:123456789012:alarm:{CONTRIBUTOR_ALARM}")],
+           "detail": {"contributor": {"attributes": {"Operator": "nordic"}}, "anything": ["else"]}})
+}
+
+#[tokio::test]
+async fn a_contributor_alarm_opens_each_operator_it_has_in_alarm_that_its_window_bears_out() {
+    let (w, contributors) = contributor_world();
+    let baltic = OperatorId::new("baltic").unwrap();
+    let stranger = OperatorId::new("stranger").unwrap();
+    // nordic fails every call; baltic is healthy; a stranger is not ours.
+    failing(&w, &[nordic()]).await;
+    in_window(&w, std::slice::from_ref(&baltic), Health::Success, 20).await;
+    contributors.set_operators(CONTRIBUTOR_ALARM, &[&nordic(), &baltic, &stranger]);
+    let mut nameless = contributors_attributes_without_operator();
+    nameless.push(BTreeMap::from([(
+        "Operator".to_owned(),
+        "nordic".to_owned(),
+    )]));
+
+    let report = w
+        .switch
+        .handle(&contributor_event("2026-11-30T12:00:00Z"))
+        .await
+        .unwrap();
+    let moved: Vec<(&str, BreakerState, bool)> = report
+        .decisions
+        .iter()
+        .map(|d| (d.operator.as_str(), d.to, d.changed))
+        .collect();
+    assert_eq!(
+        moved,
+        [
+            ("nordic", BreakerState::Open, true),
+            ("baltic", BreakerState::Closed, false)
+        ],
+        "the stranger skipped"
+    );
+    assert!(
+        report.decisions[1].reason.contains("not borne out"),
+        "{:?}",
+        report.decisions[1]
+    );
+    assert_eq!(state(&w).await.state, BreakerState::Open);
+
+    // The alarm's own Lambda action, whatever state it reports, asks again:
+    // nordic already open, nothing changes.
+    let mut action = alarm_action("OK", "2026-11-30T12:01:00.000+0000");
+    action["alarmData"]["alarmName"] = json!(CONTRIBUTOR_ALARM);
+    contributors.set(CONTRIBUTOR_ALARM, nameless);
+    let again = w.switch.handle(&action).await.unwrap();
+    assert_eq!(
+        again.decisions.len(),
+        1,
+        "the contributor without an Operator skipped"
+    );
+    assert!(!again.decisions[0].changed);
+    assert_eq!(state_changes(&w.events).len(), 1);
+}
+
+fn contributors_attributes_without_operator() -> Vec<BTreeMap<String, String>> {
+    vec![BTreeMap::from([(
+        "FunctionName".to_owned(),
+        "x".to_owned(),
+    )])]
+}
+
+#[tokio::test]
+async fn a_contributor_alarm_that_cannot_be_read_opens_nothing_and_is_retried() {
+    let (w, contributors) = contributor_world();
+    failing(&w, &[nordic()]).await;
+    contributors.set_operators(CONTRIBUTOR_ALARM, &[&nordic()]);
+    contributors.fail(true);
+    let err = w
+        .switch
+        .handle(&contributor_event("2026-11-30T12:00:00Z"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SwitchError::Contributors { alarm, .. } if alarm == CONTRIBUTOR_ALARM),
+        "{err}"
+    );
+    assert_eq!(Diagnostic::from(err).error_type, "AlarmContributors");
+    assert!(
+        w.breakers
+            .load(&nordic())
+            .await
+            .unwrap()
+            .is_none_or(|b| b.state == BreakerState::Closed)
+    );
+
+    // A switch given no way to read contributors says so.
+    let blind = CircuitSwitch {
+        alarms: AlarmMap::parse(&format!("{CONTRIBUTOR_ALARM}=*")).unwrap(),
+        ..switch_like(&w)
+    };
+    let err = blind
+        .handle(&contributor_event("2026-11-30T12:00:00Z"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("cannot read contributors"),
+        "{err}"
+    );
+}
+
+#[test]
+fn alarm_maps_name_one_operator_or_every_contributor() {
+    let map = AlarmMap::parse("a=nordic, b=* ,c=baltic").unwrap();
+    assert_eq!(map.operator_for("a"), Some(&nordic()));
+    assert_eq!(map.target("b"), Some(&crate::input::AlarmFor::Contributors));
+    assert_eq!(map.operator_for("b"), None);
+    assert!(map.has_contributor_alarm());
+    let operators: Vec<&str> = map.operators().map(OperatorId::as_str).collect();
+    assert_eq!(operators, ["nordic", "baltic"]);
+    assert!(!AlarmMap::parse("a=nordic").unwrap().has_contributor_alarm());
+    for bad in ["=*", "a", "a=**", "a=Nordic"] {
+        assert!(AlarmMap::parse(bad).is_err(), "{bad}");
     }
 }

@@ -27,8 +27,8 @@ use crate::cart::{Cart, CartStore};
 use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
 use crate::ports::{
-    BreakerStore, BreakerTimers, EventPublisher, PublishError, Repoint, RouterError, StoreError,
-    StreamRouter, TimerError, Trial, TrialTally, WindowStore,
+    AlarmContributors, BreakerStore, BreakerTimers, EventPublisher, PublishError, Repoint,
+    RouterError, StoreError, StreamRouter, TimerError, Trial, TrialTally, WindowStore,
 };
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::window::{BUCKET_TTL, Bucket, CallCounts};
@@ -350,6 +350,53 @@ impl BreakerTimers for MemoryTimers {
     async fn set(&self, timer: &BreakerTimer) -> Result<(), TimerError> {
         lock(&self.pending).push(timer.clone());
         Ok(())
+    }
+}
+
+/// Contributor alarms in memory: each alarm's contributors in ALARM, set by
+/// whoever plays CloudWatch (a test, the local suite's alarm evaluator).
+#[derive(Debug, Default)]
+pub struct MemoryAlarmContributors {
+    in_alarm: Mutex<BTreeMap<String, Vec<BTreeMap<String, String>>>>,
+    /// The next reads fail (CloudWatch unreachable), while set.
+    failing: Mutex<bool>,
+}
+
+impl MemoryAlarmContributors {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `alarm`'s contributors in ALARM are now those of `operators`
+    /// (`{"Operator": operator}` each).
+    pub fn set_operators(&self, alarm: &str, operators: &[&OperatorId]) {
+        let contributors = operators
+            .iter()
+            .map(|o| BTreeMap::from([("Operator".to_owned(), o.as_str().to_owned())]))
+            .collect();
+        lock(&self.in_alarm).insert(alarm.to_owned(), contributors);
+    }
+
+    /// `alarm`'s contributors in ALARM, as given.
+    pub fn set(&self, alarm: &str, contributors: Vec<BTreeMap<String, String>>) {
+        lock(&self.in_alarm).insert(alarm.to_owned(), contributors);
+    }
+
+    /// Reads fail while `failing`.
+    pub fn fail(&self, failing: bool) {
+        *lock(&self.failing) = failing;
+    }
+}
+
+#[async_trait]
+impl AlarmContributors for MemoryAlarmContributors {
+    async fn in_alarm(&self, alarm: &str) -> Result<Vec<BTreeMap<String, String>>, StoreError> {
+        if *lock(&self.failing) {
+            return Err(StoreError::Unavailable(format!(
+                "alarm {alarm}'s contributors could not be read"
+            )));
+        }
+        Ok(lock(&self.in_alarm).get(alarm).cloned().unwrap_or_default())
     }
 }
 

@@ -270,6 +270,16 @@ pub trait StreamRouter: Send + Sync {
     async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError>;
 }
 
+/// Who a contributor alarm has in ALARM: a CloudWatch Metrics Insights
+/// alarm grouped by a dimension (lifeboat's `OperatorsErrorsAlarm`, by
+/// `Operator`) whose time series are its contributors.
+#[async_trait]
+pub trait AlarmContributors: Send + Sync {
+    /// The attributes of each contributor of `alarm` in ALARM now (for
+    /// lifeboat's alarm, `{"Operator": "nordic"}`); empty when none is.
+    async fn in_alarm(&self, alarm: &str) -> Result<Vec<BTreeMap<String, String>>, StoreError>;
+}
+
 /// Where the secrets lifeboat sends to operators are kept (SSM SecureString
 /// parameters on AWS), read by path so that one call serves many operators.
 #[async_trait]

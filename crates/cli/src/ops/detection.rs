@@ -126,7 +126,16 @@ pub fn alarm_operator(
                     "ALARM_OPERATORS entry {entry:?} is not alarm=operator"
                 ))
             })?;
-            if name.trim() == alarm {
+            if name.trim() == alarm && op.trim() == "*" {
+                // A contributor alarm speaks for every operator: which one
+                // is --operator's to say.
+                if operator.is_none() {
+                    return Err(err(
+                        "it is a contributor alarm (one contributor per operator): pass --operator"
+                            .to_owned(),
+                    ));
+                }
+            } else if name.trim() == alarm {
                 named = Some(
                     OperatorId::new(op.trim())
                         .map_err(|e| err(format!("ALARM_OPERATORS entry {entry:?}: {e}")))?,
@@ -214,5 +223,12 @@ mod tests {
         );
         assert!(alarm_operator(ALARM, Some("broken"), None).is_err());
         assert!(alarm_operator(ALARM, Some("lifeboat-nordic-errors=No Way"), None).is_err());
+        // A contributor alarm: --operator says which.
+        let err = alarm_operator(ALARM, Some("lifeboat-nordic-errors=*"), None).unwrap_err();
+        assert!(err.to_string().contains("pass --operator"), "{err}");
+        assert_eq!(
+            alarm_operator(ALARM, Some("lifeboat-nordic-errors=*"), Some(&nordic)).unwrap(),
+            nordic
+        );
     }
 }
