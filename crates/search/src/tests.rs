@@ -45,22 +45,32 @@ fn world_with(settings: Settings) -> World {
             ..MemorySuiteConfig::default()
         },
     );
-    let search = Search {
-        lookup: Lookup::new(
-            gateway.requests.clone(),
-            gateway.cache.clone(),
-            gateway.breakers.clone(),
-            clock.clone(),
-            settings,
-        )
-        .with_metrics(gateway.metrics.clone()),
-        operators: BTreeSet::from([nordic()]),
-    };
+    let search = search_on(&gateway, clock.clone(), settings, [nordic()]);
     World {
         gateway,
         search,
         sim,
         clock,
+    }
+}
+
+/// Search on `gateway`'s stores, selling `operators`.
+fn search_on<const N: usize>(
+    gateway: &MemorySuite,
+    clock: Arc<TokioClock>,
+    settings: Settings,
+    operators: [OperatorId; N],
+) -> Search {
+    Search {
+        lookup: Lookup::new(
+            gateway.requests.clone(),
+            gateway.cache.clone(),
+            gateway.breakers.clone(),
+            clock,
+            settings,
+        )
+        .with_metrics(gateway.metrics.clone()),
+        operators: BTreeSet::from(operators),
     }
 }
 
@@ -578,16 +588,12 @@ async fn flood_minute(flood_per_s: usize) -> FloodMinute {
             ..MemorySuiteConfig::in_world(lifeboat_sim::World::Aws, 7)
         },
     );
-    let search = Search {
-        lookup: Lookup::new(
-            gateway.requests.clone(),
-            gateway.cache.clone(),
-            gateway.breakers.clone(),
-            clock.clone(),
-            Settings::default(),
-        ),
-        operators: BTreeSet::from([nordic(), baltic.clone()]),
-    };
+    let search = search_on(
+        &gateway,
+        clock.clone(),
+        Settings::default(),
+        [nordic(), baltic.clone()],
+    );
     let day = |n: usize| {
         (base() + TimeDelta::days(1 + i64::try_from(n).unwrap()))
             .format("%Y-%m-%d")
