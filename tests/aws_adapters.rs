@@ -21,21 +21,20 @@ use lifeboat_aws::{
     DynamoBreakerStore, DynamoCacheStore, DynamoRequestStore, DynamoWindowStore,
     EventBridgePublisher, LambdaStreamRouter,
 };
-use lifeboat_core::Clock;
+use lifeboat_core::ManualClock;
 use lifeboat_core::breaker::{BreakerRecord, BreakerState, ConsumerTarget};
 use lifeboat_core::budget::Budget;
 use lifeboat_core::cache::{
-    CacheEntry, CacheKey, CachePolicy, CacheStore, CacheWrite, CachedAnswer, CachedRefusal, Source,
+    CacheEntry, CacheKey, CachePolicy, CachedAnswer, CachedRefusal, Source,
 };
-use lifeboat_core::clock::ManualClock;
 use lifeboat_core::events::{
     BreakerStateChanged, LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION, TrialsPassed,
 };
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryRequestStore};
 use lifeboat_core::operator::{Operation, OperatorId};
 use lifeboat_core::ports::{
-    BreakerStore, EventPublisher, OutcomeWrite, Repoint, RequestStore, RouterError, StoreError,
-    StreamRouter, Trial, TrialTally, WindowStore,
+    BreakerStore, CacheStore, CacheWrite, Clock, EventPublisher, OutcomeWrite, Repoint,
+    RequestStore, RouterError, StoreError, StreamRouter, Trial, TrialTally, WindowStore,
 };
 use lifeboat_core::request::{FailureReason, Outcome, OutcomeKind, RequestRecord};
 use lifeboat_core::settings::Settings;
@@ -1162,8 +1161,7 @@ async fn the_switch_reads_a_few_items_per_operator_whatever_the_table_holds() {
     use circuit_switch::{CircuitSwitch, SwitchPorts};
     use lifeboat_core::ManualClock;
     use lifeboat_core::lane::Lanes;
-    use lifeboat_core::memory::{MemoryEventBus, MemoryStreamRouter};
-    use lifeboat_core::metrics::MemoryMetrics;
+    use lifeboat_core::memory::{MemoryEventBus, MemoryMetrics, MemoryStreamRouter};
     use lifeboat_core::settings::Settings;
 
     const OPERATORS: usize = 200;

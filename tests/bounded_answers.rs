@@ -14,13 +14,13 @@ use std::sync::Arc;
 
 use chrono::TimeDelta;
 use lifeboat_core::memory::{
-    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryWindowStore,
+    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryMetrics, MemoryRequestStore,
+    MemoryWindowStore,
 };
-use lifeboat_core::metrics::MemoryMetrics;
-use lifeboat_core::ports::RequestStore;
+use lifeboat_core::ports::{Clock, RequestStore};
 use lifeboat_core::request::{MAX_ANSWER_BYTES, OutcomeKind, RequestRecord};
 use lifeboat_core::settings::Settings;
-use lifeboat_core::{Clock, Operation, OperatorId, SystemClock};
+use lifeboat_core::{Operation, OperatorId, SystemClock};
 use lifeboat_operator::HttpOperatorApi;
 use real_consumer::{ConsumerPorts, RealConsumer};
 use serde_json::{Value, json};

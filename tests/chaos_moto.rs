@@ -23,8 +23,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::ports::BreakerStore;
-use lifeboat_core::sale::SaleStatusStore;
+use lifeboat_core::ports::{BreakerStore, SaleStatusStore};
 use lifeboat_core::{BreakerState, OperatorId};
 use lifeboat_local::alarm::datapoints;
 use lifeboat_local::suite::{CustomerOptions, LocalSuite, SuiteOptions};

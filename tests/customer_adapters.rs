@@ -22,15 +22,15 @@ use lifeboat_aws::clients::{CACHE_TABLE, CARTS_TABLE, OFFSALE_QUEUE_URL, SALE_ST
 use lifeboat_aws::{Clients, Env};
 use lifeboat_core::breaker::BreakerState;
 use lifeboat_core::cache::Source;
-use lifeboat_core::cache::{CacheKey, CachePolicy, CacheStore, CacheWrite, CachedAnswer};
-use lifeboat_core::cart::{Cart, CartPolicy, CartPrice, CartStore, Sailing};
+use lifeboat_core::cache::{CacheKey, CachePolicy, CachedAnswer};
+use lifeboat_core::cart::{Cart, CartPolicy, CartPrice, Sailing};
 use lifeboat_core::events::{BreakerStateChanged, SCHEMA_VERSION, SaleStatus};
 use lifeboat_core::operator::{Operation, OperatorId};
-use lifeboat_core::ports::StoreError;
-use lifeboat_core::sale::{
-    MessageHandle, OnSaleAt, Redelivery, RedeliveryError, SaleChange, SaleRecord, SaleStatusStore,
-    Step, WritePolicy,
+use lifeboat_core::ports::{
+    CacheStore, CacheWrite, CartStore, MessageHandle, Redelivery, RedeliveryError, SaleStatusStore,
+    StoreError,
 };
+use lifeboat_core::sale::{OnSaleAt, SaleChange, SaleRecord, Step, WritePolicy};
 use lifeboat_local::moto::MotoServer;
 use lifeboat_local::moto::resources;
 use offsale_listener::{Disposition, OffsaleListener};

@@ -42,9 +42,9 @@ use aws_sdk_dynamodb::types::Select;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_aws::DynamoRequestStore;
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::ports::{BreakerStore, RequestStore};
+use lifeboat_core::ports::{BreakerStore, RequestStore, SaleStatusStore};
 use lifeboat_core::request::RequestRecord;
-use lifeboat_core::sale::{SaleRecord, SaleStatusStore};
+use lifeboat_core::sale::SaleRecord;
 use lifeboat_core::{BreakerRecord, BreakerState, Operation, OperatorId};
 use lifeboat_local::suite::{
     ApiReply, CustomerOptions, LocalSuite, OFFSALE_LISTENER, SEARCH, SuiteOptions,

@@ -41,11 +41,9 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use chrono::{DateTime, Utc};
-use lifeboat_core::cache::{
-    CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
-};
+use lifeboat_core::cache::{CacheEntry, CacheKey, CachedAnswer, CachedRefusal};
 use lifeboat_core::operator::{Operation, OperatorId};
-use lifeboat_core::ports::StoreError;
+use lifeboat_core::ports::{CacheStore, CacheWrite, StoreError};
 use serde::Deserialize;
 
 use crate::error::describe;

@@ -24,11 +24,11 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::cart::{
-    Accommodation, Cart, CartPrice, CartStore, Confirmation, Degraded, Extras, PriceChange,
-    Sailing, StepRecord,
+    Accommodation, Cart, CartPrice, Confirmation, Degraded, Extras, PriceChange, Sailing,
+    StepRecord,
 };
 use lifeboat_core::operator::OperatorId;
-use lifeboat_core::ports::StoreError;
+use lifeboat_core::ports::{CartStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::describe;

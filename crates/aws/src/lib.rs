@@ -5,15 +5,15 @@
 //! | [`RequestStore`](lifeboat_core::ports::RequestStore) | [`DynamoRequestStore`] | DynamoDB, Requests table |
 //! | [`BreakerStore`](lifeboat_core::ports::BreakerStore) | [`DynamoBreakerStore`] | DynamoDB, Breaker table |
 //! | [`WindowStore`](lifeboat_core::ports::WindowStore) | [`DynamoWindowStore`] | DynamoDB, Breaker table (bucket items) |
-//! | [`CacheStore`](lifeboat_core::cache::CacheStore) | [`DynamoCacheStore`] | DynamoDB, Cache table |
-//! | [`CartStore`](lifeboat_core::cart::CartStore) | [`DynamoCartStore`] | DynamoDB, Carts table |
-//! | [`SaleStatusStore`](lifeboat_core::sale::SaleStatusStore) | [`DynamoSaleStatusStore`] | DynamoDB, SaleStatus table |
-//! | [`Redelivery`](lifeboat_core::sale::Redelivery) | [`SqsRedelivery`] | SQS `ChangeMessageVisibility`, off-sale queue |
+//! | [`CacheStore`](lifeboat_core::ports::CacheStore) | [`DynamoCacheStore`] | DynamoDB, Cache table |
+//! | [`CartStore`](lifeboat_core::ports::CartStore) | [`DynamoCartStore`] | DynamoDB, Carts table |
+//! | [`SaleStatusStore`](lifeboat_core::ports::SaleStatusStore) | [`DynamoSaleStatusStore`] | DynamoDB, SaleStatus table |
+//! | [`Redelivery`](lifeboat_core::ports::Redelivery) | [`SqsRedelivery`] | SQS `ChangeMessageVisibility`, off-sale queue |
 //! | [`EventPublisher`](lifeboat_core::ports::EventPublisher) | [`EventBridgePublisher`] | EventBridge `PutEvents` |
 //! | [`StreamRouter`](lifeboat_core::ports::StreamRouter) | [`LambdaStreamRouter`] | Lambda event source mappings |
 //! | [`SecretStore`](lifeboat_core::ports::SecretStore) | [`secrets::SsmSecretStore`] | SSM `GetParametersByPath`, operator credentials |
 //! | [`AlarmContributors`](lifeboat_core::ports::AlarmContributors) | [`CloudWatchAlarmContributors`] | CloudWatch `DescribeAlarmContributors`, `OperatorsErrorsAlarm` |
-//! | [`OperatorConfigStore`](lifeboat_core::operator_config::OperatorConfigStore) | [`DynamoOperatorConfigStore`] | DynamoDB, operator config table (one item) |
+//! | [`OperatorConfigStore`](lifeboat_core::ports::OperatorConfigStore) | [`DynamoOperatorConfigStore`] | DynamoDB, operator config table (one item) |
 //!
 //! Every adapter has the semantics of its in-memory twin in
 //! [`lifeboat_core::memory`]: conditions that the memory adapters check under a

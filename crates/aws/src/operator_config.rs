@@ -21,9 +21,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use lifeboat_core::operator_config::{
     ITEM_NAME, OPERATOR_CONFIG_REVISION, OPERATOR_CONFIG_TABLE, OperatorConfig,
-    OperatorConfigError, OperatorConfigItem, OperatorConfigStore,
+    OperatorConfigError, OperatorConfigItem,
 };
-use lifeboat_core::ports::StoreError;
+use lifeboat_core::ports::{OperatorConfigStore, StoreError};
 use lifeboat_core::settings::OPERATOR_SETTINGS;
 
 use crate::clients::{Clients, ConfigError, Env};

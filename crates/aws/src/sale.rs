@@ -31,8 +31,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::operator::OperatorId;
-use lifeboat_core::ports::StoreError;
-use lifeboat_core::sale::{PendingWrite, SaleRecord, SaleStatusStore, WriteLease};
+use lifeboat_core::ports::{SaleStatusStore, StoreError};
+use lifeboat_core::sale::{PendingWrite, SaleRecord, WriteLease};
 use serde::{Deserialize, Serialize};
 
 use crate::error::describe;

@@ -19,9 +19,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::error::ProvideErrorMetadata;
-use lifeboat_core::ports::{BreakerTimers, TimerError};
+use lifeboat_core::ports::{BreakerTimers, MessageHandle, Redelivery, RedeliveryError, TimerError};
 use lifeboat_core::probe::BreakerTimer;
-use lifeboat_core::sale::{MessageHandle, Redelivery, RedeliveryError};
 
 use crate::error::describe;
 
@@ -211,14 +210,14 @@ pub const MAX_DELAY_S: i64 = 900;
 pub struct SqsBreakerTimers {
     client: aws_sdk_sqs::Client,
     queue_url: String,
-    clock: std::sync::Arc<dyn lifeboat_core::Clock>,
+    clock: std::sync::Arc<dyn lifeboat_core::ports::Clock>,
 }
 
 impl SqsBreakerTimers {
     pub fn new(
         client: aws_sdk_sqs::Client,
         queue_url: impl Into<String>,
-        clock: std::sync::Arc<dyn lifeboat_core::Clock>,
+        clock: std::sync::Arc<dyn lifeboat_core::ports::Clock>,
     ) -> Self {
         Self {
             client,

@@ -37,15 +37,15 @@ use chrono::{DateTime, TimeDelta, Utc};
 use criterion::{Criterion, criterion_group};
 use lifeboat_bench::start;
 use lifeboat_core::breaker::BreakerRecord;
-use lifeboat_core::cache::{
-    CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
-};
+use lifeboat_core::cache::{CacheEntry, CacheKey, CachedAnswer, CachedRefusal};
 use lifeboat_core::memory::{MemoryBreakerStore, MemoryCacheStore, MemoryRequestStore};
-use lifeboat_core::metrics::{MetricSet, MetricsSink};
-use lifeboat_core::ports::{BreakerStore, StoreError, Trial, TrialTally};
+use lifeboat_core::metrics::MetricSet;
+use lifeboat_core::ports::{
+    BreakerStore, CacheStore, CacheWrite, Clock, MetricsSink, StoreError, Trial, TrialTally,
+};
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::settings::Settings;
-use lifeboat_core::{BreakerState, Clock, ManualClock, Operation, OperatorId};
+use lifeboat_core::{BreakerState, ManualClock, Operation, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_lookup::params::search_params;

@@ -56,12 +56,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lifeboat_core::OperatorId;
-use lifeboat_core::cart::{
-    Cart, CartPolicy, CartRefusal, CartSettings, CartStore, StepKind, StepRecord,
-};
+use lifeboat_core::cart::{Cart, CartPolicy, CartRefusal, CartSettings, StepKind, StepRecord};
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::ports::StoreError;
-use lifeboat_core::sale::SaleStatusStore;
+use lifeboat_core::ports::{CartStore, SaleStatusStore, StoreError};
 use lifeboat_core::watched::watch;
 use lifeboat_lookup::http::{Caller, HttpRequest, Problem, Reply};
 use lifeboat_lookup::{Lookup, Mode};

@@ -6,10 +6,11 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::memory::MemoryCartStore;
-use lifeboat_core::sale::{MemorySaleStatusStore, SaleRecord};
+use lifeboat_core::Operation;
+use lifeboat_core::memory::{MemoryCartStore, MemorySaleStatusStore};
+use lifeboat_core::ports::Clock;
+use lifeboat_core::sale::SaleRecord;
 use lifeboat_core::settings::{IdCase, Settings};
-use lifeboat_core::{Clock, Operation};
 use lifeboat_operator::{PriceDrift, SimConfig, SimulatedOperator};
 use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 

@@ -48,14 +48,14 @@ use lifeboat_core::breaker::TripReason;
 use lifeboat_core::breaker::{Decision, Input, decide};
 use lifeboat_core::corroborate::{self, NotCorroborated};
 use lifeboat_core::lane::Lanes;
-use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, Unit, names};
+use lifeboat_core::metrics::{MetricSet, StdoutMetrics, Unit, names};
 use lifeboat_core::ports::{
-    AlarmContributors, BreakerStore, BreakerTimers, EventPublisher, OperatorApi, RouterError,
-    StoreError, WindowStore,
+    AlarmContributors, BreakerStore, BreakerTimers, Clock, EventPublisher, MetricsSink,
+    OperatorApi, RouterError, StoreError, WindowStore,
 };
 use lifeboat_core::settings::Settings;
 use lifeboat_core::watched::watch;
-use lifeboat_core::{BreakerRecord, BreakerState, Clock, ConsumerTarget, OperatorId};
+use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, OperatorId};
 use serde::Serialize;
 use serde_json::Value;
 

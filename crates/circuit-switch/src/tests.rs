@@ -23,7 +23,7 @@ struct World {
     events: Arc<MemoryEventBus>,
     router: Arc<MemoryStreamRouter>,
     clock: ManualClock,
-    metrics: Arc<lifeboat_core::metrics::MemoryMetrics>,
+    metrics: Arc<lifeboat_core::memory::MemoryMetrics>,
 }
 
 fn start() -> DateTime<chrono::Utc> {
@@ -35,7 +35,7 @@ fn world() -> World {
     let events = Arc::new(MemoryEventBus::new());
     let router = Arc::new(MemoryStreamRouter::new());
     let clock = ManualClock::new(start());
-    let metrics = Arc::new(lifeboat_core::metrics::MemoryMetrics::new());
+    let metrics = Arc::new(lifeboat_core::memory::MemoryMetrics::new());
     let window = Arc::new(MemoryWindowStore::new());
     let switch = Arc::new(
         CircuitSwitch::new(

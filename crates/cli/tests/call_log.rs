@@ -11,13 +11,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lifeboat_cli::ops::calls::{self, CallOutcome};
 use lifeboat_core::memory::{
-    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryWindowStore,
+    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryMetrics, MemoryRequestStore,
+    MemoryWindowStore,
 };
-use lifeboat_core::metrics::MemoryMetrics;
-use lifeboat_core::ports::{OperatorApi, RequestStore};
+use lifeboat_core::ports::{Clock, OperatorApi, RequestStore};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall, RequestRecord};
 use lifeboat_core::settings::Settings;
-use lifeboat_core::{Clock, Operation, OperatorId, SystemClock};
+use lifeboat_core::{Operation, OperatorId, SystemClock};
 use lifeboat_sim::suite::stream_record;
 use real_consumer::{ConsumerPorts, RealConsumer};
 use serde_json::{Value, json};

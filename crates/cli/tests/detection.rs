@@ -24,9 +24,8 @@ use lifeboat_cli::ops::detection::{
 };
 use lifeboat_core::lane::Lanes;
 use lifeboat_core::memory::{
-    MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryWindowStore,
+    MemoryBreakerStore, MemoryEventBus, MemoryMetrics, MemoryStreamRouter, MemoryWindowStore,
 };
-use lifeboat_core::metrics::MemoryMetrics;
 use lifeboat_core::ports::{BreakerStore, WindowStore};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::window::CallCounts;

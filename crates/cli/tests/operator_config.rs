@@ -13,8 +13,8 @@ use std::process::Output;
 use aws_sdk_dynamodb::types::AttributeValue;
 use circuit_switch::CircuitSwitch;
 use lifeboat_aws::{Clients, DynamoOperatorConfigStore, Env};
-use lifeboat_core::operator_config::{OperatorConfigItem, OperatorConfigStore};
-use lifeboat_core::ports::StoreError;
+use lifeboat_core::operator_config::OperatorConfigItem;
+use lifeboat_core::ports::{OperatorConfigStore, StoreError};
 use lifeboat_local::moto::MotoServer;
 use lifeboat_local::moto::resources::create_operator_config_table;
 

@@ -19,11 +19,13 @@ use lifeboat_core::breaker::Command;
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::lane::Lanes;
 use lifeboat_core::memory::{
-    MemoryBreakerStore, MemoryEventBus, MemoryStreamRouter, MemoryWindowStore,
+    MemoryBreakerStore, MemoryEventBus, MemoryMetrics, MemorySaleStatusStore, MemoryStreamRouter,
+    MemoryWindowStore,
 };
-use lifeboat_core::metrics::MemoryMetrics;
-use lifeboat_core::ports::{BreakerStore, Repoint, RouterError, StoreError, StreamRouter};
-use lifeboat_core::sale::{MemorySaleStatusStore, PendingWrite, SaleRecord, SaleStatusStore};
+use lifeboat_core::ports::{
+    BreakerStore, Repoint, RouterError, SaleStatusStore, StoreError, StreamRouter,
+};
+use lifeboat_core::sale::{PendingWrite, SaleRecord};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, ManualClock, OperatorId};
 use serde_json::{Value, json};

@@ -18,6 +18,9 @@
 //! last good answer is still there to show once its breaker opens. A good
 //! answer given after a refusal clears it.
 //!
+//! Entries are kept by a [`CacheStore`](crate::ports::CacheStore), one of
+//! the [`ports`](crate::ports).
+//!
 //! The real consumer refreshes an entry after every answered call, so a late
 //! answer that nobody waited for still keeps the cache warm. A write never
 //! replaces a newer answer (or a newer refusal) with an older one.
@@ -26,12 +29,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::operator::{Operation, OperatorId};
-use crate::ports::StoreError;
 
 /// The key of one question: `operator#operation#k1=v1&k2=v2`, parameters in
 /// key order, so the same question always has the same key.
@@ -306,43 +307,6 @@ impl CachePolicy {
 /// Whole seconds from `as_of` to `now`, never negative.
 pub fn age_s(as_of: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
     u64::try_from((now - as_of).num_seconds()).unwrap_or(0)
-}
-
-/// What happened to a cache write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheWrite {
-    Written,
-    /// The stored answer (or refusal) is as new or newer; it was kept.
-    NewerKept,
-}
-
-/// The answer cache.
-#[async_trait]
-pub trait CacheStore: Send + Sync {
-    /// What is cached for `key`, however old (callers judge its age with
-    /// [`CacheEntry::negative`], [`CacheEntry::fresh`] and
-    /// [`CacheEntry::last_good`]). An eventually consistent read is enough.
-    async fn get(&self, key: &CacheKey) -> Result<Option<CacheEntry>, StoreError>;
-
-    /// Store the good answer `answer` unless the stored one is as new or
-    /// newer ([`CacheEntry::with_answer`]): a refusal given at or before it
-    /// is cleared, a newer one kept. `expires_at` is when the store may
-    /// forget the entry.
-    async fn put(
-        &self,
-        answer: &CachedAnswer,
-        expires_at: DateTime<Utc>,
-    ) -> Result<CacheWrite, StoreError>;
-
-    /// Store `refusal` beside the good answer, never instead of it, unless
-    /// the stored refusal or good answer is as new or newer
-    /// ([`CacheEntry::with_refusal`]). `expires_at` is when the store may
-    /// forget an entry that has no good answer to keep it.
-    async fn put_refusal(
-        &self,
-        refusal: &CachedRefusal,
-        expires_at: DateTime<Utc>,
-    ) -> Result<CacheWrite, StoreError>;
 }
 
 #[cfg(test)]

@@ -8,15 +8,14 @@
 //! comes back on sale: the cart then says an upgrade is available, and only
 //! the customer's own step changes it.
 //!
-//! The rules here are pure; the `cart` function does the reading and writing.
+//! The rules here are pure; the `cart` function does the reading and writing,
+//! through a [`CartStore`](crate::ports::CartStore).
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::age_s;
 use crate::operator::OperatorId;
-use crate::ports::StoreError;
 pub use crate::price::MAX_PRICE_CENTS;
 
 mod pricing;
@@ -577,17 +576,6 @@ impl Cart {
     pub fn price_age_s(&self, now: DateTime<Utc>) -> Option<u64> {
         self.price.as_ref().map(|p| age_s(p.as_of, now))
     }
-}
-
-/// The Carts table.
-#[async_trait]
-pub trait CartStore: Send + Sync {
-    /// Strongly consistent read of one cart.
-    async fn get(&self, cart_id: &str) -> Result<Option<Cart>, StoreError>;
-
-    /// Write `cart` if the stored revision is `expected_revision` (`None`: a
-    /// new cart). Otherwise `Conflict`.
-    async fn save(&self, cart: &Cart, expected_revision: Option<u64>) -> Result<(), StoreError>;
 }
 
 #[cfg(test)]

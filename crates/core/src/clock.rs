@@ -1,13 +1,11 @@
-//! Injected time. Handlers never read the system clock directly.
+//! Injected time: the adapters of the [`Clock`] port. Handlers never read
+//! the system clock directly.
 
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Duration, Utc};
 
-/// A source of the current time.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> DateTime<Utc>;
-}
+use crate::ports::Clock;
 
 /// Wall-clock time, for the deployed functions.
 #[derive(Debug, Clone, Copy, Default)]
@@ -51,12 +49,6 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
         *self.lock()
-    }
-}
-
-impl<C: Clock + ?Sized> Clock for Arc<C> {
-    fn now(&self) -> DateTime<Utc> {
-        (**self).now()
     }
 }
 

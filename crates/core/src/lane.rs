@@ -137,8 +137,8 @@ impl Lanes {
     /// The same lanes, each mapping's failures counted into `metrics`.
     pub fn watched(
         self,
-        metrics: &Arc<dyn crate::metrics::MetricsSink>,
-        clock: &Arc<dyn crate::clock::Clock>,
+        metrics: &Arc<dyn crate::ports::MetricsSink>,
+        clock: &Arc<dyn crate::ports::Clock>,
     ) -> Self {
         Self {
             lanes: self

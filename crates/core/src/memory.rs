@@ -4,11 +4,13 @@
 //! (conditional writes, atomic counters, one outcome per request), so the demo
 //! and the tests run the handlers on them unchanged.
 
+mod metrics;
+mod operator_config;
 mod requests;
 mod sale;
 
-pub use crate::operator_config::MemoryOperatorConfigStore;
-
+pub use metrics::MemoryMetrics;
+pub use operator_config::MemoryOperatorConfigStore;
 pub use requests::{MemoryRequestStore, OutcomeCondition, RequestCounts};
 pub use sale::{
     MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, ReceivedMessage, SwitchOutcome,
@@ -22,13 +24,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::breaker::{BreakerRecord, BreakerState, ConsumerTarget};
-use crate::cache::{CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal};
-use crate::cart::{Cart, CartStore};
+use crate::cache::{CacheEntry, CacheKey, CachedAnswer, CachedRefusal};
+use crate::cart::Cart;
 use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
 use crate::ports::{
-    AlarmContributors, BreakerStore, BreakerTimers, EventPublisher, PublishError, Repoint,
-    RouterError, StoreError, StreamRouter, TimerError, Trial, TrialTally, WindowStore,
+    AlarmContributors, BreakerStore, BreakerTimers, CacheStore, CacheWrite, CartStore,
+    EventPublisher, PublishError, Repoint, RouterError, StoreError, StreamRouter, TimerError,
+    Trial, TrialTally, WindowStore,
 };
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::window::{BUCKET_TTL, Bucket, CallCounts};

@@ -23,13 +23,15 @@
 //! `FailedOperatorCalls`, an alarm that never fires, blank dashboards). The
 //! level written is the one Lambda filters at (INFO at least), so a metric
 //! line always passes; [`LogLevel::lets_through`] is Lambda's rule, for tests.
+//!
+//! Lines go to a [`MetricsSink`], one of the [`ports`](crate::ports):
+//! [`StdoutMetrics`] in a function, [`crate::memory::MemoryMetrics`] in the
+//! demo and the tests.
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
-mod memory;
-
-pub use memory::MemoryMetrics;
+use crate::ports::MetricsSink;
 
 /// The namespace of every lifeboat metric.
 pub const NAMESPACE: &str = "Lifeboat";
@@ -87,9 +89,9 @@ impl Unit {
 /// Metrics that share one set of dimensions: one EMF line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricSet {
-    dimensions: Vec<(&'static str, String)>,
+    pub(crate) dimensions: Vec<(&'static str, String)>,
     /// A number, or an array of at most [`MAX_VALUES`] numbers.
-    metrics: Vec<(&'static str, Unit, Value)>,
+    pub(crate) metrics: Vec<(&'static str, Unit, Value)>,
 }
 
 /// The most values one metric may carry in one EMF line.
@@ -191,11 +193,6 @@ impl Default for MetricSet {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// Where metric lines go.
-pub trait MetricsSink: Send + Sync {
-    fn emit(&self, sets: &[MetricSet], at: DateTime<Utc>);
 }
 
 /// Lambda's application log levels, least severe first.
@@ -432,6 +429,7 @@ pub fn extract(line: &Value) -> Result<Vec<Datapoint>, EmfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::MemoryMetrics;
 
     #[test]
     fn metric_lines_pass_lambdas_log_level_filter_at_every_level() {

@@ -22,11 +22,13 @@
 //! kept as text and parsed by the function that uses them, with the parsers
 //! the environment's values always went through; an error names where the
 //! text came from ([`Source`]).
+//!
+//! The item is read and written through an
+//! [`OperatorConfigStore`](crate::ports::OperatorConfigStore), one of the
+//! [`ports`](crate::ports).
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::fmt;
-use std::sync::Mutex;
 
 use crate::ports::StoreError;
 use crate::settings::{OPERATOR_SETTINGS, Settings};
@@ -76,82 +78,6 @@ impl OperatorConfigItem {
             size += text("updated_at", &at.to_rfc3339());
         }
         size
-    }
-}
-
-/// Where the one configuration item is kept.
-#[async_trait]
-pub trait OperatorConfigStore: Send + Sync {
-    /// The item, strongly consistent; `None` when there is none. An item
-    /// whose attributes are not of their types is [`StoreError::Corrupt`],
-    /// naming the attribute.
-    async fn load(&self) -> Result<Option<OperatorConfigItem>, StoreError>;
-
-    /// Write `item` whole, only over the revision that was loaded
-    /// (`expected_revision`; `None`: only where there is no item), else
-    /// [`StoreError::Conflict`].
-    async fn save(
-        &self,
-        item: &OperatorConfigItem,
-        expected_revision: Option<u64>,
-    ) -> Result<(), StoreError>;
-
-    /// The store's name in messages: the table's name.
-    fn name(&self) -> &str;
-}
-
-/// [`OperatorConfigStore`] in memory, with the same condition.
-#[derive(Debug, Default)]
-pub struct MemoryOperatorConfigStore {
-    name: String,
-    item: Mutex<Option<OperatorConfigItem>>,
-}
-
-impl MemoryOperatorConfigStore {
-    pub fn new(name: &str) -> Self {
-        Self {
-            name: name.to_owned(),
-            item: Mutex::new(None),
-        }
-    }
-
-    /// A store holding `item`.
-    pub fn holding(name: &str, item: OperatorConfigItem) -> Self {
-        Self {
-            name: name.to_owned(),
-            item: Mutex::new(Some(item)),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<OperatorConfigItem>> {
-        self.item.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-#[async_trait]
-impl OperatorConfigStore for MemoryOperatorConfigStore {
-    async fn load(&self) -> Result<Option<OperatorConfigItem>, StoreError> {
-        Ok(self.lock().clone())
-    }
-
-    async fn save(
-        &self,
-        item: &OperatorConfigItem,
-        expected_revision: Option<u64>,
-    ) -> Result<(), StoreError> {
-        let mut stored = self.lock();
-        let current = stored.as_ref().map(|i| i.revision);
-        if current != expected_revision {
-            return Err(StoreError::Conflict(format!(
-                "operator config item is at revision {current:?}, not {expected_revision:?}"
-            )));
-        }
-        *stored = Some(item.clone());
-        Ok(())
-    }
-
-    fn name(&self) -> &str {
-        &self.name
     }
 }
 
@@ -403,25 +329,6 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(text.contains("OPERATOR_ENDPOINTS is not set"), "{text}");
-    }
-
-    #[tokio::test]
-    async fn the_memory_store_writes_only_over_the_revision_it_was_given() {
-        let store = MemoryOperatorConfigStore::new(TABLE);
-        assert_eq!(store.load().await.ok(), Some(None));
-        let first = item(Some("nordic=https://n"), None);
-        assert!(store.save(&first, Some(2)).await.is_err());
-        assert!(store.save(&first, None).await.is_ok());
-        let second = OperatorConfigItem {
-            revision: 4,
-            ..first.clone()
-        };
-        assert!(matches!(
-            store.save(&second, None).await,
-            Err(StoreError::Conflict(_))
-        ));
-        assert!(store.save(&second, Some(3)).await.is_ok());
-        assert_eq!(store.load().await.ok().flatten(), Some(second));
     }
 
     #[test]

@@ -1,6 +1,10 @@
-//! The ports through which handlers reach storage, events, the stream mapping
-//! and the operator. One small trait per capability; `lifeboat-aws` implements
-//! them on AWS, [`crate::memory`] in memory (the demo runs on those).
+//! The ports through which handlers reach storage, events, the stream mapping,
+//! the operator, metrics and the time: every port of lifeboat-core, those of
+//! one family in a submodule of their own (the cache's, the cart's, the sale
+//! status's, the operators' configuration's, metrics' and the clock's),
+//! re-exported here. One small trait per capability; `lifeboat-aws`
+//! implements them on AWS, [`crate::memory`] in memory (the demo runs on
+//! those).
 
 use std::collections::BTreeMap;
 
@@ -13,6 +17,22 @@ use crate::operator::OperatorId;
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::request::{CallResult, OperatorCall, Outcome, RequestRecord};
 use crate::window::{Bucket, CallCounts};
+
+mod cache;
+mod cart;
+mod clock;
+mod metrics;
+mod operator_config;
+mod sale;
+
+pub use cache::{CacheStore, CacheWrite};
+pub use cart::CartStore;
+pub use clock::Clock;
+pub use metrics::MetricsSink;
+pub use operator_config::OperatorConfigStore;
+pub use sale::{
+    MessageHandle, Redelivery, RedeliveryError, SaleStatusStore, SaleSwitch, SaleSwitchError,
+};
 
 /// Errors of a store.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! The sale status of each operator: the off-sale listener's record and its
 //! rules, each a pure function of the stored record; the ports in
-//! [`ports`], their in-memory adapters in [`crate::memory`]. The record, the
-//! conditional writes and the sale switch: docs/offsale.md.
+//! [`crate::ports`], their in-memory adapters in [`crate::memory`]. The
+//! record, the conditional writes and the sale switch: docs/offsale.md.
 
 use std::time::Duration;
 
@@ -13,18 +13,11 @@ use crate::events::{BreakerStateChanged, SCHEMA_VERSION, SaleStatus, SaleSwitchW
 use crate::operator::OperatorId;
 use crate::retry::RetrySchedule;
 
-mod ports;
+mod adapters;
 #[cfg(test)]
 mod tests;
 
-pub use crate::memory::{
-    MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, ReceivedMessage, SwitchOutcome,
-    SwitchWrite,
-};
-pub use ports::{
-    MessageHandle, QueueTimeoutRedelivery, Redelivery, RedeliveryError, SaleStatusStore,
-    SaleSwitch, SaleSwitchError, StatusTableSwitch,
-};
+pub use adapters::{QueueTimeoutRedelivery, StatusTableSwitch};
 
 /// How much longer than one attempt's timeout its lease lasts.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(10);

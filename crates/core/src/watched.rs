@@ -13,20 +13,19 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::breaker::{BreakerRecord, ConsumerTarget};
-use crate::cache::{CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal};
-use crate::cart::{Cart, CartStore};
-use crate::clock::Clock;
+use crate::cache::{CacheEntry, CacheKey, CachedAnswer, CachedRefusal};
+use crate::cart::Cart;
 use crate::events::LifeboatEvent;
-use crate::metrics::{MetricSet, MetricsSink};
+use crate::metrics::MetricSet;
 use crate::operator::OperatorId;
 use crate::ports::{
-    BreakerStore, BreakerTimers, EventPublisher, OutcomeWrite, PublishError, Repoint, RequestStore,
-    RouterError, StoreError, StoredRequest, StreamRouter, TimerError, Trial, TrialTally,
-    WindowStore,
+    BreakerStore, BreakerTimers, CacheStore, CacheWrite, CartStore, Clock, EventPublisher,
+    MetricsSink, OutcomeWrite, PublishError, Repoint, RequestStore, RouterError, SaleStatusStore,
+    StoreError, StoredRequest, StreamRouter, TimerError, Trial, TrialTally, WindowStore,
 };
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::request::{Outcome, RequestRecord};
-use crate::sale::{SaleRecord, SaleStatusStore};
+use crate::sale::SaleRecord;
 use crate::window::{Bucket, CallCounts};
 
 /// The metric counting failed dependency calls.
@@ -345,8 +344,7 @@ impl<T: BreakerTimers + ?Sized> BreakerTimers for Watched<T> {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::memory::MemoryBreakerStore;
-    use crate::metrics::MemoryMetrics;
+    use crate::memory::{MemoryBreakerStore, MemoryMetrics};
 
     /// A mapping that is always being updated by someone else.
     struct Busy;

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use futures::StreamExt;
 use lambda_runtime::Diagnostic;
+use lifeboat_core::OperatorId;
 use lifeboat_core::invocation::NotABatch;
-use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
-use lifeboat_core::ports::{EventPublisher, RequestStore};
+use lifeboat_core::metrics::{MetricSet, StdoutMetrics, names};
+use lifeboat_core::ports::{Clock, EventPublisher, MetricsSink, RequestStore};
 use lifeboat_core::request::{FailureReason, Outcome};
 use lifeboat_core::watched::watch;
-use lifeboat_core::{Clock, OperatorId};
 use lifeboat_stream::{batch_response, failure_event, publish_all, read_batch};
 use serde_json::Value;
 
@@ -69,7 +69,7 @@ impl FallbackConsumer {
         clients: &lifeboat_aws::Clients,
     ) -> Result<Self, lifeboat_aws::ConfigError> {
         let metrics: Arc<dyn MetricsSink> = Arc::new(StdoutMetrics::from_env());
-        let clock: Arc<dyn lifeboat_core::Clock> = Arc::new(lifeboat_core::SystemClock);
+        let clock: Arc<dyn lifeboat_core::ports::Clock> = Arc::new(lifeboat_core::SystemClock);
         Ok(Self {
             requests: watch(Arc::new(clients.request_store(env)?), &metrics, &clock),
             events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
@@ -170,7 +170,7 @@ mod tests {
                 requests: requests.clone(),
                 events: events.clone(),
                 clock,
-                metrics: Arc::new(lifeboat_core::metrics::MemoryMetrics::new()),
+                metrics: Arc::new(lifeboat_core::memory::MemoryMetrics::new()),
             },
             requests,
             events,

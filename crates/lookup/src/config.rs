@@ -71,8 +71,8 @@ pub fn lookup(
     clients: &Clients,
     config: &OperatorConfig,
 ) -> Result<Lookup, StartupError> {
-    let clock: Arc<dyn lifeboat_core::Clock> = Arc::new(lifeboat_core::SystemClock);
-    let metrics: Arc<dyn lifeboat_core::metrics::MetricsSink> =
+    let clock: Arc<dyn lifeboat_core::ports::Clock> = Arc::new(lifeboat_core::SystemClock);
+    let metrics: Arc<dyn lifeboat_core::ports::MetricsSink> =
         Arc::new(lifeboat_core::metrics::StdoutMetrics::from_env());
     let breaker_cache = match env.optional(BREAKER_CACHE_MS)? {
         None => MAX_BREAKER_CACHE,

@@ -29,12 +29,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::cache::{CacheEntry, CacheKey, CacheStore, CachedAnswer, age_s};
-use lifeboat_core::metrics::{MetricSet, MetricsSink, StdoutMetrics, names};
-use lifeboat_core::ports::{BreakerStore, RequestStore, StoreError};
+use lifeboat_core::cache::{CacheEntry, CacheKey, CachedAnswer, age_s};
+use lifeboat_core::metrics::{MetricSet, StdoutMetrics, names};
+use lifeboat_core::ports::{
+    BreakerStore, CacheStore, Clock, MetricsSink, RequestStore, StoreError,
+};
 use lifeboat_core::request::{FailureReason, Outcome, OutcomeKind, RequestRecord};
 use lifeboat_core::settings::Settings;
-use lifeboat_core::{BreakerRecord, BreakerState, Clock, Operation, OperatorId};
+use lifeboat_core::{BreakerRecord, BreakerState, Operation, OperatorId};
 use serde::Serialize;
 
 /// The longest a breaker state is kept by [`BreakerCache`].

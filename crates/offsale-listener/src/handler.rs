@@ -26,13 +26,11 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use lambda_runtime::Diagnostic;
-use lifeboat_core::Clock;
 use lifeboat_core::invocation::NotABatch;
-use lifeboat_core::metrics::MetricsSink;
-use lifeboat_core::ports::EventPublisher;
-use lifeboat_core::sale::{
-    OnSaleAt, Redelivery, SaleChange, SaleStatusStore, SaleSwitch, Settled, Wait, WritePolicy,
+use lifeboat_core::ports::{
+    Clock, EventPublisher, MetricsSink, Redelivery, SaleStatusStore, SaleSwitch,
 };
+use lifeboat_core::sale::{OnSaleAt, SaleChange, Settled, Wait, WritePolicy};
 
 use crate::http::HttpSwitchError;
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lifeboat_core::OperatorId;
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::sale::{SaleSwitch, SaleSwitchError};
+use lifeboat_core::ports::{SaleSwitch, SaleSwitchError};
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 

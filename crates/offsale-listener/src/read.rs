@@ -5,8 +5,9 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use chrono::{DateTime, Utc};
 use lifeboat_core::BreakerState;
 use lifeboat_core::events::{LifeboatEvent, OperatorRequestFailed, SCHEMA_VERSION, SOURCE};
+use lifeboat_core::ports::MessageHandle;
 use lifeboat_core::request::FailureReason;
-use lifeboat_core::sale::{MessageHandle, OnSaleAt, SaleChange};
+use lifeboat_core::sale::{OnSaleAt, SaleChange};
 use serde_json::Value;
 
 use crate::OffsaleListener;

@@ -6,10 +6,8 @@
 use chrono::{DateTime, Utc};
 use lifeboat_core::OperatorId;
 use lifeboat_core::events::LifeboatEvent;
-use lifeboat_core::ports::{PublishError, StoreError};
-use lifeboat_core::sale::{
-    SaleChange, SaleRecord, SaleSwitchError, Settled, Step, Wait, status_str,
-};
+use lifeboat_core::ports::{PublishError, SaleSwitchError, StoreError};
+use lifeboat_core::sale::{SaleChange, SaleRecord, Settled, Step, Wait, status_str};
 
 use crate::OffsaleListener;
 

@@ -5,13 +5,12 @@
 use std::sync::Arc;
 
 use lifeboat_aws::{DynamoSaleStatusStore, SqsRedelivery};
-use lifeboat_core::Clock;
-use lifeboat_core::metrics::{MetricsSink, StdoutMetrics};
-use lifeboat_core::ports::EventPublisher;
-use lifeboat_core::sale::{
-    MemorySaleStatusStore, QueueTimeoutRedelivery, Redelivery, SaleStatusStore, SaleSwitch,
-    StatusTableSwitch,
+use lifeboat_core::memory::MemorySaleStatusStore;
+use lifeboat_core::metrics::StdoutMetrics;
+use lifeboat_core::ports::{
+    Clock, EventPublisher, MetricsSink, Redelivery, SaleStatusStore, SaleSwitch,
 };
+use lifeboat_core::sale::{QueueTimeoutRedelivery, StatusTableSwitch};
 use lifeboat_core::watched::watch;
 
 use crate::config::{ListenerConfig, OFFSALE_QUEUE_URL, StoreChoice, SwitchTarget};

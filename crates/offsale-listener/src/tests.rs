@@ -15,13 +15,15 @@ use lifeboat_core::events::{
     BREAKER_STATE_CHANGED, BreakerStateChanged, LifeboatEvent, OperatorRequestFailed,
     SCHEMA_VERSION, SOURCE,
 };
-use lifeboat_core::memory::MemoryEventBus;
+use lifeboat_core::memory::{
+    MemoryEventBus, MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, ReceivedMessage,
+    SwitchOutcome,
+};
 use lifeboat_core::metrics::names;
 use lifeboat_core::request::FailureReason;
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::DEFAULT_ON_SALE_HOLD;
-use lifeboat_core::sale::{MemoryQueue, MemorySaleStatusStore, ReceivedMessage, SaleRecord, until};
-use lifeboat_core::sale::{MemorySaleSwitch, SwitchOutcome};
+use lifeboat_core::sale::{SaleRecord, until};
 use lifeboat_core::{BreakerState, ManualClock, OperatorId};
 use serde_json::{Value, json};
 
@@ -123,7 +125,7 @@ struct World {
     events: Arc<MemoryEventBus>,
     clock: Arc<dyn Clock>,
     policy: WritePolicy,
-    metrics: Arc<lifeboat_core::metrics::MemoryMetrics>,
+    metrics: Arc<lifeboat_core::memory::MemoryMetrics>,
 }
 
 impl World {
@@ -144,7 +146,7 @@ impl World {
             switch: Arc::new(MemorySaleSwitch::new(clock.clone())),
             queue: Arc::new(MemoryQueue::new(clock.clone(), VISIBILITY)),
             events: Arc::new(MemoryEventBus::new()),
-            metrics: Arc::new(lifeboat_core::metrics::MemoryMetrics::new()),
+            metrics: Arc::new(lifeboat_core::memory::MemoryMetrics::new()),
             clock,
             policy: WritePolicy::new(
                 RetrySchedule {

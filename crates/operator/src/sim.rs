@@ -29,9 +29,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lifeboat_core::budget::{Budget, Budgets};
-use lifeboat_core::ports::OperatorApi;
+use lifeboat_core::ports::{Clock, OperatorApi};
 use lifeboat_core::request::{CallResult, OperatorCall};
-use lifeboat_core::{Clock, Operation, OperatorId};
+use lifeboat_core::{Operation, OperatorId};
 use serde::{Deserialize, Serialize};
 
 use crate::answers::{self, PriceDrift};

@@ -30,18 +30,18 @@ use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use chrono::DateTime;
 use futures::StreamExt;
 use lambda_runtime::Diagnostic;
-use lifeboat_core::cache::CacheStore;
 use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::invocation::NotABatch;
-use lifeboat_core::metrics::{MetricsSink, StdoutMetrics};
+use lifeboat_core::metrics::StdoutMetrics;
 use lifeboat_core::ports::{
-    BreakerStore, EventPublisher, OperatorApi, RequestStore, StoreError, WindowStore,
+    BreakerStore, CacheStore, Clock, EventPublisher, MetricsSink, OperatorApi, RequestStore,
+    StoreError, WindowStore,
 };
 use lifeboat_core::request::Health;
 use lifeboat_core::settings::Settings;
 use lifeboat_core::watched::watch;
 use lifeboat_core::window::CallCounts;
-use lifeboat_core::{BreakerRecord, Clock, Operation, OperatorId};
+use lifeboat_core::{BreakerRecord, Operation, OperatorId};
 use lifeboat_stream::{batch_response, publish_all, read_batch};
 use serde_json::Value;
 

@@ -8,9 +8,10 @@ use lifeboat_core::breaker::TripReason;
 use lifeboat_core::cache::CacheKey;
 use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::memory::{
-    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryWindowStore,
+    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryMetrics, MemoryRequestStore,
+    MemoryWindowStore,
 };
-use lifeboat_core::metrics::{MemoryMetrics, names};
+use lifeboat_core::metrics::names;
 use lifeboat_core::request::{FailureReason, OutcomeKind, RequestRecord};
 use lifeboat_core::window::WindowVerdict;
 use lifeboat_operator::{OutageMode, SimConfig, SimulatedOperator};

@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use lifeboat_core::BreakerState;
+use lifeboat_core::OperatorId;
 use lifeboat_core::budget::Budget;
 use lifeboat_core::hang::{HangVerdict, HangWatch, PingTrain};
-use lifeboat_core::ports::{BreakerStore, OperatorApi};
+use lifeboat_core::ports::{BreakerStore, Clock, OperatorApi};
 use lifeboat_core::request::CallClass;
 use lifeboat_core::settings::HangCheck;
-use lifeboat_core::{Clock, OperatorId};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 

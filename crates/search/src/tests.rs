@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::ports::BreakerStore;
+use lifeboat_core::ports::{BreakerStore, Clock};
 use lifeboat_core::settings::{IdCase, Settings};
-use lifeboat_core::{BreakerRecord, BreakerState, Clock};
+use lifeboat_core::{BreakerRecord, BreakerState};
 use lifeboat_operator::{SimConfig, SimulatedOperator};
 use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 

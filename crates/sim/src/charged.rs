@@ -13,22 +13,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::cache::{
-    CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
-};
-use lifeboat_core::cart::{Cart, CartStore};
+use lifeboat_core::cache::{CacheEntry, CacheKey, CachedAnswer, CachedRefusal};
+use lifeboat_core::cart::Cart;
 use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::memory::MemoryStreamRouter;
 use lifeboat_core::ports::{
-    BreakerStore, BreakerTimers, EventPublisher, OutcomeWrite, PublishError, Repoint, RequestStore,
-    RouterError, StoreError, StoredRequest, StreamRouter, TimerError, Trial, TrialTally,
-    WindowStore,
+    BreakerStore, BreakerTimers, CacheStore, CacheWrite, CartStore, Clock, EventPublisher,
+    OutcomeWrite, PublishError, Repoint, RequestStore, RouterError, SaleStatusStore, StoreError,
+    StoredRequest, StreamRouter, TimerError, Trial, TrialTally, WindowStore,
 };
 use lifeboat_core::probe::{BreakerTimer, ProbeSpec};
 use lifeboat_core::request::{Outcome, RequestRecord};
-use lifeboat_core::sale::{SaleRecord, SaleStatusStore};
+use lifeboat_core::sale::SaleRecord;
 use lifeboat_core::window::{Bucket, CallCounts};
-use lifeboat_core::{BreakerRecord, Clock, ConsumerTarget, OperatorId};
+use lifeboat_core::{BreakerRecord, ConsumerTarget, OperatorId};
 use serde::Serialize;
 use tokio::time::Instant;
 

@@ -2,7 +2,7 @@
 //! and the demo moves the handlers' clock too.
 
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::Clock;
+use lifeboat_core::ports::Clock;
 use tokio::time::Instant;
 
 /// `base` plus the tokio time elapsed since the clock was made.

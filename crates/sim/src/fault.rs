@@ -18,22 +18,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lifeboat_core::breaker::ConsumerTarget;
-use lifeboat_core::cache::{
-    CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
-};
+use lifeboat_core::cache::{CacheEntry, CacheKey, CachedAnswer, CachedRefusal};
 use lifeboat_core::events::LifeboatEvent;
-use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::ports::{
-    BreakerStore, BreakerTimers, EventPublisher, OperatorApi, OutcomeWrite, PublishError, Repoint,
-    RequestStore, RouterError, StoreError, StoredRequest, StreamRouter, TimerError, Trial,
-    TrialTally, WindowStore,
+    BreakerStore, BreakerTimers, CacheStore, CacheWrite, Clock, EventPublisher, MetricsSink,
+    OperatorApi, OutcomeWrite, PublishError, Repoint, RequestStore, RouterError, SaleStatusStore,
+    StoreError, StoredRequest, StreamRouter, TimerError, Trial, TrialTally, WindowStore,
 };
 use lifeboat_core::probe::{BreakerTimer, ProbeSpec};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall, Outcome, RequestRecord};
-use lifeboat_core::sale::{SaleRecord, SaleStatusStore};
+use lifeboat_core::sale::SaleRecord;
 use lifeboat_core::watched::{Watched, watch};
 use lifeboat_core::window::{Bucket, CallCounts};
-use lifeboat_core::{BreakerRecord, Clock, OperatorId};
+use lifeboat_core::{BreakerRecord, OperatorId};
 use lifeboat_operator::SimRng;
 use serde::Serialize;
 

@@ -9,14 +9,13 @@ use lifeboat_core::ConsumerTarget;
 use lifeboat_core::OperatorId;
 use lifeboat_core::lane::Lanes;
 use lifeboat_core::memory::{MemoryRequestStore, MemoryStreamRouter};
-use lifeboat_core::ports::StreamRouter;
+use lifeboat_core::ports::{Clock, StreamRouter};
 use lifeboat_core::request::RequestRecord;
 use real_consumer::RealConsumer;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use chrono::{DateTime, Utc};
-use lifeboat_core::Clock;
 
 use crate::aws::AwsRuntime;
 use crate::charged::{ChargedMapping, ControlPlane, MappingLag};

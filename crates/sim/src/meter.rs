@@ -14,12 +14,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use lifeboat_core::cache::{
-    CacheEntry, CacheKey, CacheStore, CacheWrite, CachedAnswer, CachedRefusal,
-};
+use lifeboat_core::cache::{CacheEntry, CacheKey, CachedAnswer, CachedRefusal};
 use lifeboat_core::ports::{
-    BreakerStore, OutcomeWrite, Repoint, RequestStore, RouterError, StoreError, StoredRequest,
-    StreamRouter, Trial, TrialTally, WindowStore,
+    BreakerStore, CacheStore, CacheWrite, OutcomeWrite, Repoint, RequestStore, RouterError,
+    StoreError, StoredRequest, StreamRouter, Trial, TrialTally, WindowStore,
 };
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::request::{Outcome, RequestRecord};

@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use lifeboat_core::events::{BREAKER_STATE_CHANGED, BreakerStateChanged, SOURCE};
-use lifeboat_core::sale::{MemoryQueue, ReceivedMessage};
+use lifeboat_core::memory::{MemoryQueue, ReceivedMessage};
 use offsale_listener::{ListenerError, ListenerReport, OffsaleListener};
 use serde_json::Value;
 

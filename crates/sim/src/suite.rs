@@ -8,15 +8,14 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
 use circuit_switch::{CircuitSwitch, SHARED_LANE, SwitchPorts, SwitchReport};
 use fallback_consumer::FallbackConsumer;
-use lifeboat_core::cache::CacheStore;
 use lifeboat_core::events::{LifeboatEvent, SOURCE};
 use lifeboat_core::memory::{
-    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryRequestStore, MemoryStreamRouter,
-    MemoryTimers, MemoryWindowStore,
+    MemoryBreakerStore, MemoryCacheStore, MemoryEventBus, MemoryMetrics, MemoryRequestStore,
+    MemoryStreamRouter, MemoryTimers, MemoryWindowStore,
 };
-use lifeboat_core::metrics::MemoryMetrics;
 use lifeboat_core::ports::{
-    BreakerStore, BreakerTimers, OperatorApi, RequestStore, StoredRequest, StreamRouter,
+    BreakerStore, BreakerTimers, CacheStore, Clock, MetricsSink, OperatorApi, RequestStore,
+    StoredRequest, StreamRouter,
 };
 use lifeboat_core::probe::BreakerTimer;
 
@@ -28,9 +27,8 @@ use crate::lambda::{AwsCounts, HttpFunction, Pools, invoke_overhead};
 pub use crate::lane::stream_record;
 use crate::lane::{SimLane, switch_lanes};
 use crate::meter::{InvocationKind, Ledger, Metered, metered};
-use lifeboat_core::metrics::MetricsSink;
 use lifeboat_core::request::{CallResult, OperatorCall, RequestRecord};
-use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
+use lifeboat_core::{BreakerState, ConsumerTarget, OperatorId};
 use real_consumer::{ConsumerPorts, RealConsumer};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::memory::MemoryRequestStore;
-use lifeboat_core::ports::{RequestStore, StreamRouter};
+use lifeboat_core::ports::{Clock, RequestStore, StreamRouter};
 use lifeboat_core::request::{FailureReason, RequestRecord};
 use lifeboat_core::settings::Settings;
-use lifeboat_core::{BreakerState, Clock, ConsumerTarget, Operation, OperatorId};
+use lifeboat_core::{BreakerState, ConsumerTarget, Operation, OperatorId};
 use lifeboat_operator::{Outage, OutageMode, SimConfig, SimulatedOperator};
 use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 

@@ -170,8 +170,8 @@ fn a_cancelled_transaction_is_a_lost_race_only_for_its_condition_or_a_conflict()
 async fn a_trips_failed_window_read_is_counted_and_the_trip_saved() {
     use aws_sdk_dynamodb::Client;
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
-    use lifeboat_core::clock::ManualClock;
-    use lifeboat_core::metrics::MemoryMetrics;
+    use lifeboat_core::ManualClock;
+    use lifeboat_core::memory::MemoryMetrics;
 
     let query = mock!(Client::query).then_error(|| {
         aws_sdk_dynamodb::operation::query::QueryError::ProvisionedThroughputExceededException(

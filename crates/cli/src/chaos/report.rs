@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use lifeboat_core::memory::RequestCounts;
-use lifeboat_core::metrics::{MemoryMetrics, names};
+use lifeboat_core::memory::{MemoryMetrics, RequestCounts};
+use lifeboat_core::metrics::names;
 use lifeboat_core::{BreakerState, ConsumerTarget};
 use lifeboat_sim::fault::FaultClass;
 use serde::Serialize;
@@ -436,11 +436,10 @@ mod tests {
     use std::sync::Arc;
 
     use chrono::DateTime;
+    use lifeboat_core::OperatorId;
     use lifeboat_core::memory::{MemoryWindowStore, OutcomeCondition};
-    use lifeboat_core::metrics::MetricsSink;
-    use lifeboat_core::ports::WindowStore;
+    use lifeboat_core::ports::{Clock, MetricsSink, WindowStore};
     use lifeboat_core::window::CallCounts;
-    use lifeboat_core::{Clock, OperatorId};
     use lifeboat_sim::TokioClock;
     use lifeboat_sim::fault::{FaultPlan, Faulty, port};
     use serde_json::Value;

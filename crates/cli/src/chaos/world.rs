@@ -8,13 +8,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
-use lifeboat_core::metrics::MetricsSink;
-use lifeboat_core::ports::{BreakerStore, StreamRouter};
+use lifeboat_core::memory::{MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch};
+use lifeboat_core::ports::{BreakerStore, Clock, MetricsSink, StreamRouter};
 use lifeboat_core::retry::RetrySchedule;
-use lifeboat_core::sale::{
-    MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, OnSaleAt, WritePolicy,
-};
-use lifeboat_core::{BreakerState, Clock, ConsumerTarget, OperatorId};
+use lifeboat_core::sale::{OnSaleAt, WritePolicy};
+use lifeboat_core::{BreakerState, ConsumerTarget, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator, SimulatedOperators};

@@ -14,8 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use lifeboat_core::BreakerState;
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
-use lifeboat_core::memory::RequestCounts;
-use lifeboat_core::sale::{SwitchOutcome, SwitchWrite};
+use lifeboat_core::memory::{RequestCounts, SwitchOutcome, SwitchWrite};
 use lifeboat_sim::Transition;
 use serde::Serialize;
 

@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use cart::CartService;
 use chrono::TimeDelta;
+use lifeboat_core::OperatorId;
 use lifeboat_core::cart::{CartPolicy, CartSettings};
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
-use lifeboat_core::memory::MemoryCartStore;
+use lifeboat_core::memory::{
+    MemoryCartStore, MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, SwitchOutcome,
+};
+use lifeboat_core::ports::Clock;
 use lifeboat_core::request::OutcomeKind;
 use lifeboat_core::retry::RetrySchedule;
-use lifeboat_core::sale::{
-    MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, OnSaleAt, SwitchOutcome, WritePolicy,
-};
-use lifeboat_core::{Clock, OperatorId};
+use lifeboat_core::sale::{OnSaleAt, WritePolicy};
 use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
 use lifeboat_sim::offsale::{InTransit, deliver, rule_message};

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::ports::OperatorApi;
+use lifeboat_core::OperatorId;
+use lifeboat_core::ports::{Clock, OperatorApi};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall};
-use lifeboat_core::{Clock, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};

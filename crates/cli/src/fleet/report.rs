@@ -6,8 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use lifeboat_core::memory::RequestCounts;
-use lifeboat_core::sale::SwitchWrite;
+use lifeboat_core::memory::{RequestCounts, SwitchWrite};
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerState, Operation, OperatorId};
 use lifeboat_sim::meter::{InvocationKind, Ledger};

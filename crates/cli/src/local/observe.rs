@@ -8,8 +8,7 @@ use chrono::{DateTime, Utc};
 use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::BreakerState;
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::ports::BreakerStore;
-use lifeboat_core::sale::SaleStatusStore;
+use lifeboat_core::ports::{BreakerStore, SaleStatusStore};
 use lifeboat_local::suite::{FALLBACK_CONSUMER, LocalSuite, REAL_CONSUMER};
 
 use super::traffic::{Traffic, TrafficCounts};

@@ -6,7 +6,7 @@ use lifeboat_aws::{
     Clients, DynamoBreakerStore, DynamoSaleStatusStore, Env, LambdaStreamRouter, RequestTables,
 };
 use lifeboat_core::lane::Lanes;
-use lifeboat_core::sale::SaleStatusStore;
+use lifeboat_core::ports::SaleStatusStore;
 
 use crate::ops::config::{
     BREAKER_TABLE, FALLBACK_CONSUMER_FUNCTION, MissingSetting, REAL_CONSUMER_FUNCTION,

@@ -13,8 +13,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::lane::Lanes;
-use lifeboat_core::ports::{BreakerStore, StoreError, StreamRouter};
-use lifeboat_core::sale::{SaleRecord, SaleStatusStore, status_str};
+use lifeboat_core::ports::{BreakerStore, SaleStatusStore, StoreError, StreamRouter};
+use lifeboat_core::sale::{SaleRecord, status_str};
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, OperatorId};
 use serde::Serialize;
 

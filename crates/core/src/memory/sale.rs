@@ -8,14 +8,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::clock::Clock;
 use crate::events::SaleStatus;
 use crate::operator::OperatorId;
-use crate::ports::StoreError;
-use crate::sale::{
-    MessageHandle, Redelivery, RedeliveryError, SaleRecord, SaleStatusStore, SaleSwitch,
-    SaleSwitchError, after,
+use crate::ports::{
+    Clock, MessageHandle, Redelivery, RedeliveryError, SaleStatusStore, SaleSwitch,
+    SaleSwitchError, StoreError,
 };
+use crate::sale::{SaleRecord, after};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section below writes whole values: a poisoned lock still

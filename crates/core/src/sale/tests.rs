@@ -1,6 +1,7 @@
 use super::*;
 use crate::clock::ManualClock;
-use crate::ports::StoreError;
+use crate::memory::{MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch};
+use crate::ports::{MessageHandle, Redelivery, SaleStatusStore, SaleSwitch, StoreError};
 use std::sync::Arc;
 
 fn t0() -> DateTime<Utc> {

@@ -155,7 +155,8 @@ pub async fn put_operator_config(
     options: &SuiteOptions,
     endpoints: &[(OperatorId, String)],
 ) -> Result<(), SuiteError> {
-    use lifeboat_core::operator_config::{OperatorConfigItem, OperatorConfigStore};
+    use lifeboat_core::operator_config::OperatorConfigItem;
+    use lifeboat_core::ports::OperatorConfigStore;
     if !options.operator_config_in_table {
         return Ok(());
     }

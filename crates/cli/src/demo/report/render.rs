@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::sale::SwitchOutcome;
+use lifeboat_core::memory::SwitchOutcome;
 
 use super::{Inputs, Report, TransitionSeen, round1, secs_since};
 use crate::demo::Phase;

@@ -1,14 +1,14 @@
 //! The sale status's ports: the status table, the sale switch, and the
-//! queue's redelivery.
+//! queue's redelivery. The record and its rules: [`crate::sale`].
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::SaleRecord;
+use super::StoreError;
 use crate::events::SaleStatus;
 use crate::operator::OperatorId;
-use crate::ports::StoreError;
+use crate::sale::SaleRecord;
 
 /// The sale status table: one [`SaleRecord`] per operator.
 #[async_trait]
@@ -52,19 +52,6 @@ pub trait SaleSwitch: Send + Sync {
     ) -> Result<(), SaleSwitchError>;
 }
 
-/// The switch when the status table is the switch (`SALE_SWITCH=table`): the
-/// conditional save of the applied status is the write, so nothing else is
-/// written and nothing fails here.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StatusTableSwitch;
-
-#[async_trait]
-impl SaleSwitch for StatusTableSwitch {
-    async fn set(&self, _: &OperatorId, _: SaleStatus, _: u64) -> Result<(), SaleSwitchError> {
-        Ok(())
-    }
-}
-
 /// A message of the listener's queue, as needed to have it delivered again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageHandle {
@@ -94,18 +81,4 @@ pub trait Redelivery: Send + Sync {
         message: &MessageHandle,
         delay: Duration,
     ) -> Result<(), RedeliveryError>;
-}
-
-/// Leaves every message to come back after the queue's own visibility
-/// timeout. For queues the listener may not change visibility on: retries then
-/// happen at that timeout's pace instead of the schedule's (never earlier than
-/// the schedule, because the record says when the next attempt is due).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct QueueTimeoutRedelivery;
-
-#[async_trait]
-impl Redelivery for QueueTimeoutRedelivery {
-    async fn redeliver_after(&self, _: &MessageHandle, _: Duration) -> Result<(), RedeliveryError> {
-        Ok(())
-    }
 }

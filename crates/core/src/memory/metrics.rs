@@ -12,7 +12,8 @@ use std::sync::{Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{MetricSet, MetricsSink};
+use crate::metrics::MetricSet;
+use crate::ports::MetricsSink;
 
 /// Lines kept in memory, or folded into sums as they come.
 #[derive(Debug, Default)]
@@ -139,7 +140,8 @@ mod tests {
     use chrono::DateTime;
 
     use super::MemoryMetrics;
-    use crate::metrics::{MetricSet, MetricsSink, Unit, names};
+    use crate::metrics::{MetricSet, Unit, names};
+    use crate::ports::MetricsSink;
 
     #[test]
     fn folded_sums_are_the_sums_of_the_lines() {
