@@ -229,20 +229,25 @@ pub fn parse_settings(text: &str, from: &Source) -> Result<Settings, OperatorCon
     })
 }
 
+/// A config table item of revision 3 with `endpoints` and `settings`, for
+/// the tests of the table's readers.
+#[cfg(test)]
+pub(crate) fn test_item(endpoints: Option<&str>, settings: Option<&str>) -> OperatorConfigItem {
+    OperatorConfigItem {
+        endpoints: endpoints.map(str::to_owned),
+        settings: settings.map(str::to_owned),
+        revision: 3,
+        updated_at: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const TABLE: &str = "lifeboat-operator-config";
 
-    fn item(endpoints: Option<&str>, settings: Option<&str>) -> OperatorConfigItem {
-        OperatorConfigItem {
-            endpoints: endpoints.map(str::to_owned),
-            settings: settings.map(str::to_owned),
-            revision: 3,
-            updated_at: None,
-        }
-    }
+    use crate::operator_config::test_item as item;
 
     #[test]
     fn without_an_item_the_environment_is_used() {

@@ -68,14 +68,7 @@ mod tests {
 
     const TABLE: &str = "lifeboat-operator-config";
 
-    fn item(endpoints: Option<&str>, settings: Option<&str>) -> OperatorConfigItem {
-        OperatorConfigItem {
-            endpoints: endpoints.map(str::to_owned),
-            settings: settings.map(str::to_owned),
-            revision: 3,
-            updated_at: None,
-        }
-    }
+    use crate::operator_config::test_item as item;
 
     #[tokio::test]
     async fn the_memory_store_writes_only_over_the_revision_it_was_given() {
