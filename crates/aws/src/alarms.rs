@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use lifeboat_core::ports::{AlarmContributors, StoreError};
+use chrono::{DateTime, Utc};
+use lifeboat_core::ports::{AlarmContributor, AlarmContributors, StoreError};
 
 /// A contributor alarm's pages are read until this many: CloudWatch keeps
 /// at most 100 contributors in ALARM, so more pages than this are a loop.
@@ -27,7 +28,7 @@ impl CloudWatchAlarmContributors {
 
 #[async_trait]
 impl AlarmContributors for CloudWatchAlarmContributors {
-    async fn in_alarm(&self, alarm: &str) -> Result<Vec<BTreeMap<String, String>>, StoreError> {
+    async fn in_alarm(&self, alarm: &str) -> Result<Vec<AlarmContributor>, StoreError> {
         let mut contributors = Vec::new();
         let mut next = None;
         for _ in 0..MAX_PAGES {
@@ -45,9 +46,19 @@ impl AlarmContributors for CloudWatchAlarmContributors {
                     ))
                 })?;
             contributors.extend(page.alarm_contributors().iter().map(|c| {
-                c.contributor_attributes()
-                    .map(|a| a.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-                    .unwrap_or_default()
+                AlarmContributor {
+                    attributes: c
+                        .contributor_attributes()
+                        .map(|a| {
+                            a.iter()
+                                .map(|(k, v)| (k.clone(), v.clone()))
+                                .collect::<BTreeMap<_, _>>()
+                        })
+                        .unwrap_or_default(),
+                    since: c
+                        .state_transitioned_timestamp()
+                        .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())),
+                }
             }));
             match page.next_token() {
                 Some(token) if !token.is_empty() => next = Some(token.to_owned()),
@@ -63,16 +74,18 @@ impl AlarmContributors for CloudWatchAlarmContributors {
 #[cfg(test)]
 mod tests {
     use aws_sdk_cloudwatch::operation::describe_alarm_contributors::DescribeAlarmContributorsOutput;
-    use aws_sdk_cloudwatch::types::AlarmContributor;
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
 
     use super::*;
 
-    fn contributor(id: &str, operator: &str) -> AlarmContributor {
-        AlarmContributor::builder()
+    fn contributor(id: &str, operator: &str) -> aws_sdk_cloudwatch::types::AlarmContributor {
+        aws_sdk_cloudwatch::types::AlarmContributor::builder()
             .contributor_id(id)
             .contributor_attributes("Operator", operator)
             .state_reason("Threshold Crossed")
+            .state_transitioned_timestamp(aws_sdk_cloudwatch::primitives::DateTime::from_secs(
+                1_796_032_800,
+            ))
             .build()
     }
 
@@ -100,8 +113,16 @@ mod tests {
             .in_alarm("lifeboat-operators-errors")
             .await
             .expect("contributors");
-        let operators: Vec<&str> = found.iter().map(|c| c["Operator"].as_str()).collect();
+        let operators: Vec<&str> = found
+            .iter()
+            .map(|c| c.attributes["Operator"].as_str())
+            .collect();
         assert_eq!(operators, ["nordic", "baltic"]);
+        assert_eq!(
+            found[0].since,
+            DateTime::<Utc>::from_timestamp(1_796_032_800, 0),
+            "when it entered ALARM"
+        );
     }
 
     #[tokio::test]

@@ -487,16 +487,20 @@ impl CircuitSwitch {
         Ok(switch)
     }
 
-    /// A contributor alarm changed: each operator it has in ALARM gets the
-    /// alarm as its input (opened only where its failure window bears it
-    /// out, as for a single-operator alarm). Contributors that name no
-    /// operator of `OPERATORS` are logged and skipped; one operator's
-    /// failure does not stop the others, and the first is returned so the
-    /// delivery is retried (the others, applied again, change nothing).
+    /// A contributor alarm changed: each operator it has in ALARM (only
+    /// `only`, when the change named its contributor) gets the alarm as its
+    /// input, timed when that contributor entered ALARM, so a breaker that
+    /// closed since is not reopened by another contributor's change (and
+    /// opened only where its failure window bears it out, as for a
+    /// single-operator alarm). Contributors that name no operator of
+    /// `OPERATORS` are logged and skipped; one operator's failure does not
+    /// stop the others, and the first is returned so the delivery is
+    /// retried (the others, applied again, change nothing).
     async fn on_contributors(
         &self,
         alarm: &str,
         at: Option<DateTime<chrono::Utc>>,
+        only: Option<&OperatorId>,
         report: &mut SwitchReport,
     ) -> Result<(), SwitchError> {
         let failed = |why: String| SwitchError::Contributors {
@@ -512,24 +516,28 @@ impl CircuitSwitch {
             .in_alarm(alarm)
             .await
             .map_err(|e| failed(e.to_string()))?;
-        let at = at.unwrap_or_else(|| self.clock.now());
+        let changed_at = at.unwrap_or_else(|| self.clock.now());
         let mut first_error = None;
-        for attributes in in_alarm {
-            let operator = attributes
+        for contributor in in_alarm {
+            let operator = contributor
+                .attributes
                 .get(CONTRIBUTOR_OPERATOR)
                 .and_then(|o| OperatorId::new(o.as_str()).ok());
             let Some(operator) = operator.filter(|o| self.operators.contains(o)) else {
                 tracing::warn!(
                     alarm,
-                    ?attributes,
+                    attributes = ?contributor.attributes,
                     "contributor in ALARM names no operator of OPERATORS: skipped"
                 );
                 continue;
             };
+            if only.is_some_and(|only| *only != operator) {
+                continue;
+            }
             let input = Input::Alarm {
                 alarm: alarm.to_owned(),
                 state: lifeboat_core::breaker::AlarmState::Alarm,
-                at,
+                at: contributor.since.unwrap_or(changed_at),
             };
             match self.apply(&operator, &input, None).await {
                 Ok(decision) => report.decisions.push(decision),
@@ -558,8 +566,13 @@ impl CircuitSwitch {
                     .push(self.apply(&operator, &input, None).await?);
             }
             SwitchInput::Tick => self.tick(&mut report).await?,
-            SwitchInput::Contributors { alarm, at } => {
-                self.on_contributors(&alarm, at, &mut report).await?;
+            SwitchInput::Contributors {
+                alarm,
+                at,
+                operator,
+            } => {
+                self.on_contributors(&alarm, at, operator.as_ref(), &mut report)
+                    .await?;
             }
             SwitchInput::Timers(timers) => {
                 // Side by side: in a mass outage each timer's probe may wait

@@ -49,10 +49,12 @@ pub enum SwitchInput {
     /// A contributor alarm changed ([`AlarmFor::Contributors`]): the
     /// operators it has in ALARM are to be asked of CloudWatch, whatever
     /// the change (a contributor going back to OK leaves the others). `at`:
-    /// when, if the payload says.
+    /// when, if the payload says; `operator`: the contributor the change is
+    /// about, if the payload names one (only it is then looked at).
     Contributors {
         alarm: String,
         at: Option<DateTime<Utc>>,
+        operator: Option<OperatorId>,
     },
 }
 
@@ -237,9 +239,15 @@ fn alarm_input(
             .and_then(Value::as_str)
             .or(fallback_time)
             .and_then(parse_time);
+        // A contributor's own change names it; the alarm's does not.
+        let operator = data
+            .and_then(|d| d.pointer("/alarmContributor/attributes/Operator"))
+            .and_then(Value::as_str)
+            .and_then(|o| OperatorId::new(o).ok());
         return Ok(SwitchInput::Contributors {
             alarm: alarm.clone(),
             at,
+            operator,
         });
     }
     let data: AlarmData = match data {

@@ -1416,9 +1416,12 @@ impl WindowStore for Unreadable {
 /// in ALARM asked of CloudWatch.
 const CONTRIBUTOR_ALARM: &str = "lifeboat-operators-errors";
 
-/// A switch of nordic and baltic on one lane, with the contributor alarm
-/// mapped to `*` and its contributors read from `contributors`.
-fn contributor_world() -> (World, Arc<lifeboat_core::memory::MemoryAlarmContributors>) {
+/// A switch of nordic and baltic on one lane, deciding with `settings`,
+/// with the contributor alarm mapped to `*` and its contributors read from
+/// the returned store.
+fn contributor_world(
+    settings: Settings,
+) -> (World, Arc<lifeboat_core::memory::MemoryAlarmContributors>) {
     let w = world();
     let contributors = Arc::new(lifeboat_core::memory::MemoryAlarmContributors::new());
     let baltic = OperatorId::new("baltic").unwrap();
@@ -1435,7 +1438,7 @@ fn contributor_world() -> (World, Arc<lifeboat_core::memory::MemoryAlarmContribu
             clock: Arc::new(w.clock.clone()),
             metrics: w.metrics.clone(),
         },
-        Settings::default(),
+        settings,
         vec![nordic(), baltic],
     )
     .with_alarms(
@@ -1455,33 +1458,38 @@ fn contributor_world() -> (World, Arc<lifeboat_core::memory::MemoryAlarmContribu
     )
 }
 
-/// A contributor's change as EventBridge delivers it: the alarm named by
-/// its ARN alone, and a detail the switch does not read.
-fn contributor_event(at: &str) -> Value {
+/// The alarm's own Lambda action: the alarm changed, no contributor named.
+fn contributor_alarm_action(at: &str) -> Value {
+    let mut action = alarm_action("ALARM", at);
+    action["alarmData"]["alarmName"] = json!(CONTRIBUTOR_ALARM);
+    action
+}
+
+/// One contributor's change as EventBridge delivers it, naming its
+/// operator in its attributes.
+fn contributor_event(operator: &str, at: &str) -> Value {
     json!({"version": "0", "id": "c", "detail-type": "CloudWatch Alarm Contributor State Change",
            "source": "aws.cloudwatch", "account": "123456789012", "time": at, "region": "us-east-1",
            "resources": [format!("arn:aws:cloudwatch:us-east-1:123456789012:alarm:{CONTRIBUTOR_ALARM}")],
-           "detail": {"contributor": {"attributes": {"Operator": "nordic"}}, "anything": ["else"]}})
+           "detail": {"alarmName": CONTRIBUTOR_ALARM,
+                      "alarmContributor": {"id": "c1", "attributes": {"Operator": operator}},
+                      "state": {"value": "ALARM", "timestamp": at}}})
 }
 
 #[tokio::test]
 async fn a_contributor_alarm_opens_each_operator_it_has_in_alarm_that_its_window_bears_out() {
-    let (w, contributors) = contributor_world();
+    let (w, contributors) = contributor_world(Settings::default());
     let baltic = OperatorId::new("baltic").unwrap();
     let stranger = OperatorId::new("stranger").unwrap();
     // nordic fails every call; baltic is healthy; a stranger is not ours.
     failing(&w, &[nordic()]).await;
     in_window(&w, std::slice::from_ref(&baltic), Health::Success, 20).await;
-    contributors.set_operators(CONTRIBUTOR_ALARM, &[&nordic(), &baltic, &stranger]);
-    let mut nameless = contributors_attributes_without_operator();
-    nameless.push(BTreeMap::from([(
-        "Operator".to_owned(),
-        "nordic".to_owned(),
-    )]));
+    contributors.set_operators(CONTRIBUTOR_ALARM, &[&nordic(), &baltic, &stranger], None);
 
+    // The alarm's own change names no contributor: every one is looked at.
     let report = w
         .switch
-        .handle(&contributor_event("2026-11-30T12:00:00Z"))
+        .handle(&contributor_alarm_action("2026-11-30T12:00:00.000+0000"))
         .await
         .unwrap();
     let moved: Vec<(&str, BreakerState, bool)> = report
@@ -1504,37 +1512,81 @@ async fn a_contributor_alarm_opens_each_operator_it_has_in_alarm_that_its_window
     );
     assert_eq!(state(&w).await.state, BreakerState::Open);
 
-    // The alarm's own Lambda action, whatever state it reports, asks again:
-    // nordic already open, nothing changes.
-    let mut action = alarm_action("OK", "2026-11-30T12:01:00.000+0000");
-    action["alarmData"]["alarmName"] = json!(CONTRIBUTOR_ALARM);
-    contributors.set(CONTRIBUTOR_ALARM, nameless);
-    let again = w.switch.handle(&action).await.unwrap();
-    assert_eq!(
-        again.decisions.len(),
-        1,
-        "the contributor without an Operator skipped"
+    // A contributor's own change (EventBridge's shape) is about its
+    // operator alone; one that names no operator is skipped.
+    let mut listed = vec![lifeboat_core::ports::AlarmContributor {
+        attributes: BTreeMap::from([("FunctionName".to_owned(), "x".to_owned())]),
+        since: None,
+    }];
+    listed.extend(
+        [&nordic(), &baltic].map(|o| lifeboat_core::ports::AlarmContributor {
+            attributes: BTreeMap::from([("Operator".to_owned(), o.to_string())]),
+            since: None,
+        }),
     );
-    assert!(!again.decisions[0].changed);
+    contributors.set(CONTRIBUTOR_ALARM, listed);
+    let about_baltic = w
+        .switch
+        .handle(&contributor_event("baltic", "2026-11-30T12:01:00Z"))
+        .await
+        .unwrap();
+    let seen: Vec<&str> = about_baltic
+        .decisions
+        .iter()
+        .map(|d| d.operator.as_str())
+        .collect();
+    assert_eq!(seen, ["baltic"]);
+    assert!(!about_baltic.decisions[0].changed);
     assert_eq!(state_changes(&w.events).len(), 1);
 }
 
-fn contributors_attributes_without_operator() -> Vec<BTreeMap<String, String>> {
-    vec![BTreeMap::from([(
-        "FunctionName".to_owned(),
-        "x".to_owned(),
-    )])]
+/// With the alarm trusted as it comes (`alarm_failed_calls: 0`), a
+/// contributor still in ALARM from before its operator's breaker closed
+/// does not reopen it when another contributor's change arrives: the
+/// alarm is timed when that contributor entered ALARM.
+#[tokio::test]
+async fn a_contributor_in_alarm_since_before_its_breaker_closed_does_not_reopen_it() {
+    let trusted =
+        Settings::from_json(r#"{"default": {"breaker": {"alarm_failed_calls": 0}}}"#).unwrap();
+    let (w, contributors) = contributor_world(trusted);
+    let entered = w.clock.now();
+    w.clock.set(entered + TimeDelta::seconds(90));
+    // nordic recovered: its breaker closed after it entered ALARM, and
+    // before the change that now arrives (12:05).
+    let closed = BreakerRecord::initial(nordic(), w.clock.now());
+    w.breakers.save(&closed, None).await.unwrap();
+    contributors.set_operators(CONTRIBUTOR_ALARM, &[&nordic()], Some(entered));
+    let report = w
+        .switch
+        .handle(&contributor_alarm_action("2026-11-30T12:05:00.000+0000"))
+        .await
+        .unwrap();
+    assert!(!report.decisions[0].changed, "{:?}", report.decisions[0]);
+    assert_eq!(
+        report.decisions[0].reason,
+        "alarm older than the current state"
+    );
+
+    // Entering ALARM after the close, the same alarm opens it.
+    contributors.set_operators(CONTRIBUTOR_ALARM, &[&nordic()], Some(w.clock.now()));
+    let report = w
+        .switch
+        .handle(&contributor_alarm_action("2026-11-30T12:05:00.000+0000"))
+        .await
+        .unwrap();
+    assert!(report.decisions[0].changed);
+    assert_eq!(state(&w).await.state, BreakerState::Open);
 }
 
 #[tokio::test]
 async fn a_contributor_alarm_that_cannot_be_read_opens_nothing_and_is_retried() {
-    let (w, contributors) = contributor_world();
+    let (w, contributors) = contributor_world(Settings::default());
     failing(&w, &[nordic()]).await;
-    contributors.set_operators(CONTRIBUTOR_ALARM, &[&nordic()]);
+    contributors.set_operators(CONTRIBUTOR_ALARM, &[&nordic()], None);
     contributors.fail(true);
     let err = w
         .switch
-        .handle(&contributor_event("2026-11-30T12:00:00Z"))
+        .handle(&contributor_event("nordic", "2026-11-30T12:00:00Z"))
         .await
         .unwrap_err();
     assert!(
@@ -1556,7 +1608,7 @@ async fn a_contributor_alarm_that_cannot_be_read_opens_nothing_and_is_retried() 
         ..switch_like(&w)
     };
     let err = blind
-        .handle(&contributor_event("2026-11-30T12:00:00Z"))
+        .handle(&contributor_event("nordic", "2026-11-30T12:00:00Z"))
         .await
         .unwrap_err();
     assert!(

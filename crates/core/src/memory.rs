@@ -29,9 +29,9 @@ use crate::cart::Cart;
 use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
 use crate::ports::{
-    AlarmContributors, BreakerStore, BreakerTimers, CacheStore, CacheWrite, CartStore,
-    EventPublisher, PublishError, Repoint, RouterError, StoreError, StreamRouter, TimerError,
-    Trial, TrialTally, WindowStore,
+    AlarmContributor, AlarmContributors, BreakerStore, BreakerTimers, CacheStore, CacheWrite,
+    CartStore, EventPublisher, PublishError, Repoint, RouterError, StoreError, StreamRouter,
+    TimerError, Trial, TrialTally, WindowStore,
 };
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::window::{BUCKET_TTL, Bucket, CallCounts};
@@ -357,10 +357,10 @@ impl BreakerTimers for MemoryTimers {
 }
 
 /// Contributor alarms in memory: each alarm's contributors in ALARM, set by
-/// whoever plays CloudWatch (a test, the local suite's alarm evaluator).
+/// whoever plays CloudWatch (the switch's tests).
 #[derive(Debug, Default)]
 pub struct MemoryAlarmContributors {
-    in_alarm: Mutex<BTreeMap<String, Vec<BTreeMap<String, String>>>>,
+    in_alarm: Mutex<BTreeMap<String, Vec<AlarmContributor>>>,
     /// The next reads fail (CloudWatch unreachable), while set.
     failing: Mutex<bool>,
 }
@@ -371,17 +371,25 @@ impl MemoryAlarmContributors {
     }
 
     /// `alarm`'s contributors in ALARM are now those of `operators`
-    /// (`{"Operator": operator}` each).
-    pub fn set_operators(&self, alarm: &str, operators: &[&OperatorId]) {
+    /// (`{"Operator": operator}` each), each in ALARM since `since`.
+    pub fn set_operators(
+        &self,
+        alarm: &str,
+        operators: &[&OperatorId],
+        since: Option<DateTime<Utc>>,
+    ) {
         let contributors = operators
             .iter()
-            .map(|o| BTreeMap::from([("Operator".to_owned(), o.as_str().to_owned())]))
+            .map(|o| AlarmContributor {
+                attributes: BTreeMap::from([("Operator".to_owned(), o.as_str().to_owned())]),
+                since,
+            })
             .collect();
         lock(&self.in_alarm).insert(alarm.to_owned(), contributors);
     }
 
     /// `alarm`'s contributors in ALARM, as given.
-    pub fn set(&self, alarm: &str, contributors: Vec<BTreeMap<String, String>>) {
+    pub fn set(&self, alarm: &str, contributors: Vec<AlarmContributor>) {
         lock(&self.in_alarm).insert(alarm.to_owned(), contributors);
     }
 
@@ -393,7 +401,7 @@ impl MemoryAlarmContributors {
 
 #[async_trait]
 impl AlarmContributors for MemoryAlarmContributors {
-    async fn in_alarm(&self, alarm: &str) -> Result<Vec<BTreeMap<String, String>>, StoreError> {
+    async fn in_alarm(&self, alarm: &str) -> Result<Vec<AlarmContributor>, StoreError> {
         if *lock(&self.failing) {
             return Err(StoreError::Unavailable(format!(
                 "alarm {alarm}'s contributors could not be read"

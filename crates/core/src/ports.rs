@@ -295,9 +295,17 @@ pub trait StreamRouter: Send + Sync {
 /// `Operator`) whose time series are its contributors.
 #[async_trait]
 pub trait AlarmContributors: Send + Sync {
-    /// The attributes of each contributor of `alarm` in ALARM now (for
-    /// lifeboat's alarm, `{"Operator": "nordic"}`); empty when none is.
-    async fn in_alarm(&self, alarm: &str) -> Result<Vec<BTreeMap<String, String>>, StoreError>;
+    /// Each contributor of `alarm` in ALARM now; empty when none is.
+    async fn in_alarm(&self, alarm: &str) -> Result<Vec<AlarmContributor>, StoreError>;
+}
+
+/// A contributor of a contributor alarm, in ALARM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlarmContributor {
+    /// What names it (for lifeboat's alarm, `{"Operator": "nordic"}`).
+    pub attributes: BTreeMap<String, String>,
+    /// When it entered ALARM, if CloudWatch says.
+    pub since: Option<DateTime<Utc>>,
 }
 
 /// Where the secrets lifeboat sends to operators are kept (SSM SecureString

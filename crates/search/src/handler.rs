@@ -132,15 +132,16 @@ pub fn question(
             if from == to {
                 return Err(Problem::invalid("to", "must differ from from"));
             }
-            // A route the operator is known not to sail is not asked.
+            let date = params::date("date", required(&q, "date")?, now)?.to_string();
+            let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
+            // A route the operator is known not to sail is not asked (after
+            // every parameter is checked: a bad one is the 400 naming it).
             if !settings.for_operator(&operator).sails(&from, &to) {
                 return Err(Problem::not_found(format!(
                     "{operator} sails no route from {from} to {to}"
                 ))
                 .with("reason", json!("unknown_route")));
             }
-            let date = params::date("date", required(&q, "date")?, now)?.to_string();
-            let passengers = params::passengers("passengers", required(&q, "passengers")?)?;
             Ok(Question {
                 echo: json!({"operator": operator, "from": from, "to": to, "date": date, "passengers": passengers}),
                 params: search_params(&from, &to, &date, passengers),

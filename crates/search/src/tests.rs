@@ -378,9 +378,15 @@ async fn a_route_the_operator_does_not_sail_is_refused_unasked() {
             Some("application/problem+json")
         );
     }
-    // Malformed ports are still the 400 that names them, before the route.
+    // Malformed parameters are still the 400 that names them, before the
+    // route is looked at.
     let malformed = get(&mut w, "/sailings", &route("HEL", "tll")).await;
     assert_eq!(malformed.status, 400);
+    let mut bad_date = route("HEL", "STO");
+    bad_date[3] = ("date", "24.12.2026");
+    let bad_date = get(&mut w, "/sailings", &bad_date).await;
+    assert_eq!(bad_date.status, 400, "{}", bad_date.body);
+    assert_eq!(bad_date.body["invalid_params"][0]["name"], "date");
     assert_eq!(w.gateway.requests.counts().total, 1, "only the known route");
     assert_eq!(w.sim.stats().questions(), 1);
 }
