@@ -3,22 +3,23 @@
 //! invoked with).
 //!
 //! Input: JSON text is a payload, read with the map of the fixtures
-//! (`lifeboat-nordic-errors=nordic`). Otherwise the first line is an
+//! (`lifeboat-nordic-errors=nordic, other=baltic, every=*`). Otherwise the first line is an
 //! `ALARM_OPERATORS` text and the rest a payload (JSON, or a tree generated
 //! from the bytes).
 //!
-//! Invariants: no panic; every alarm of an accepted map names an operator;
-//! an alarm input is for the operator its alarm is mapped to; a command
+//! Invariants: no panic; every alarm of an accepted map names an operator
+//! or every contributor (`*`); an alarm input is for the operator its alarm
+//! is mapped to, a contributor alarm's only for an alarm mapped to `*`; a command
 //! carries a reason that is neither empty nor padded.
 #![no_main]
 
-use circuit_switch::input::{AlarmMap, SwitchInput, parse};
+use circuit_switch::input::{AlarmFor, AlarmMap, SwitchInput, parse};
 use libfuzzer_sys::fuzz_target;
 use lifeboat_core::breaker::Input;
 use lifeboat_fuzz::{Vocabulary, generated};
 use serde_json::Value;
 
-const FIXTURE_ALARMS: &str = "lifeboat-nordic-errors=nordic, other=baltic";
+const FIXTURE_ALARMS: &str = "lifeboat-nordic-errors=nordic, other=baltic, every=*";
 
 const VOCABULARY: Vocabulary = Vocabulary {
     keys: &[
@@ -35,6 +36,10 @@ const VOCABULARY: Vocabulary = Vocabulary {
         "time",
         "alarmData",
         "alarmName",
+        "alarmContributor",
+        "attributes",
+        "Operator",
+        "resources",
         "state",
         "previousState",
         "value",
@@ -60,6 +65,10 @@ const VOCABULARY: Vocabulary = Vocabulary {
         "aws.events",
         "aws.scheduler",
         "CloudWatch Alarm State Change",
+        "CloudWatch Alarm Contributor State Change",
+        "every",
+        "*",
+        "arn:aws:cloudwatch:us-east-1:123456789012:alarm:every",
         "Scheduled Event",
         "lifeboat",
         "Trip Requested",
@@ -118,7 +127,7 @@ fn check_map(text: &str, map: &AlarmMap) {
         let Some((alarm, _)) = entry.split_once('=') else {
             panic!("entry {entry:?} without '=' was accepted");
         };
-        assert!(map.operator_for(alarm.trim()).is_some(), "{alarm:?}");
+        assert!(map.target(alarm.trim()).is_some(), "{alarm:?}");
     }
 }
 
@@ -138,6 +147,10 @@ fn check(payload: &Value, alarms: &AlarmMap) {
             _ => {}
         },
         SwitchInput::Tick => {}
+        // Only an alarm mapped to `*` is read as a contributor alarm.
+        SwitchInput::Contributors { alarm, .. } => {
+            assert_eq!(alarms.target(&alarm), Some(&AlarmFor::Contributors));
+        }
         SwitchInput::Timers(timers) => {
             let records = payload
                 .get("Records")
