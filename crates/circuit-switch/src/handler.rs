@@ -192,10 +192,6 @@ pub struct SwitchPorts {
     pub metrics: Arc<dyn MetricsSink>,
 }
 
-/// The contributor attribute that names the operator: the dimension
-/// `OperatorsErrorsAlarm` groups `FailedOperatorCalls` by.
-pub const CONTRIBUTOR_OPERATOR: &str = "Operator";
-
 /// Pause between attempts at re-pointing a busy mapping, unless
 /// [`CircuitSwitch::with_repoint_backoff`] says otherwise.
 pub const REPOINT_BACKOFF: Duration = Duration::from_millis(500);
@@ -521,7 +517,7 @@ impl CircuitSwitch {
         for contributor in in_alarm {
             let operator = contributor
                 .attributes
-                .get(CONTRIBUTOR_OPERATOR)
+                .get(names::OPERATOR)
                 .and_then(|o| OperatorId::new(o.as_str()).ok());
             let Some(operator) = operator.filter(|o| self.operators.contains(o)) else {
                 tracing::warn!(

@@ -241,7 +241,8 @@ fn alarm_input(
             .and_then(parse_time);
         // A contributor's own change names it; the alarm's does not.
         let operator = data
-            .and_then(|d| d.pointer("/alarmContributor/attributes/Operator"))
+            .and_then(|d| d.pointer("/alarmContributor/attributes"))
+            .and_then(|a| a.get(lifeboat_core::metrics::names::OPERATOR))
             .and_then(Value::as_str)
             .and_then(|o| OperatorId::new(o).ok());
         return Ok(SwitchInput::Contributors {

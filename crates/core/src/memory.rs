@@ -381,7 +381,10 @@ impl MemoryAlarmContributors {
         let contributors = operators
             .iter()
             .map(|o| AlarmContributor {
-                attributes: BTreeMap::from([("Operator".to_owned(), o.as_str().to_owned())]),
+                attributes: BTreeMap::from([(
+                    crate::metrics::names::OPERATOR.to_owned(),
+                    o.as_str().to_owned(),
+                )]),
                 since,
             })
             .collect();

@@ -64,6 +64,10 @@ pub mod names {
     /// Failed calls to lifeboat's own dependencies (tables, bus, mappings,
     /// timer queue), per `Dependency` and in a dimensionless total.
     pub const DEPENDENCY_ERRORS: &str = "DependencyErrors";
+    /// The dimension naming the operator: `OperatorsErrorsAlarm` groups
+    /// `FailedOperatorCalls` by it, so its contributors carry it as an
+    /// attribute.
+    pub const OPERATOR: &str = "Operator";
 }
 
 /// CloudWatch units lifeboat uses.

@@ -21,7 +21,7 @@
 //! A ping answers in 30 ms, plus the operator's [`Hesitation`] (its load
 //! tail and slow moments), whenever the API itself is up.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -38,6 +38,9 @@ use crate::answers::{self, PriceDrift};
 use crate::hesitation::{Hesitation, Load};
 use crate::latency::{LatencyModel, SimRng};
 use crate::payload;
+
+mod operators;
+pub use operators::SimulatedOperators;
 
 /// How the operator misbehaves during an outage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -660,48 +663,6 @@ impl OperatorApi for SimulatedOperator {
             Reply::Hang | Reply::Close => {
                 payload::connect_failed(started.elapsed(), "connection refused")
             }
-        }
-    }
-}
-
-/// Several simulated operators behind one [`OperatorApi`]: each call goes
-/// to its operator's simulator; a call to any other is a 404, never sent.
-#[derive(Clone, Default)]
-pub struct SimulatedOperators(Arc<HashMap<OperatorId, SimulatedOperator>>);
-
-impl SimulatedOperators {
-    /// The simulator playing `operator`.
-    pub fn get(&self, operator: &OperatorId) -> Option<&SimulatedOperator> {
-        self.0.get(operator)
-    }
-}
-
-impl FromIterator<SimulatedOperator> for SimulatedOperators {
-    fn from_iter<I: IntoIterator<Item = SimulatedOperator>>(sims: I) -> Self {
-        Self(Arc::new(
-            sims.into_iter()
-                .map(|sim| (sim.operator().clone(), sim))
-                .collect(),
-        ))
-    }
-}
-
-impl fmt::Debug for SimulatedOperators {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.0.keys()).finish()
-    }
-}
-
-#[async_trait]
-impl OperatorApi for SimulatedOperators {
-    fn knows(&self, operator: &OperatorId) -> bool {
-        self.0.contains_key(operator)
-    }
-
-    async fn call(&self, call: &OperatorCall) -> CallResult {
-        match self.0.get(&call.operator) {
-            Some(sim) => sim.call(call).await,
-            None => payload::not_sent(404, format!("unknown operator {}", call.operator)),
         }
     }
 }

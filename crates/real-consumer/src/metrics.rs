@@ -50,7 +50,7 @@ impl BatchMetrics {
         for (operator, (failed, while_open, failed_fast)) in &self.per_operator {
             sets.push(
                 MetricSet::new()
-                    .dimension("Operator", operator.as_str())
+                    .dimension(names::OPERATOR, operator.as_str())
                     .count(names::FAILED_CALLS, *failed)
                     .count(names::CALLS_WHILE_OPEN, *while_open)
                     .count(names::FAILED_FAST, *failed_fast),
