@@ -1007,6 +1007,7 @@ def start_api(inv, question):
             except subprocess.TimeoutExpired:
                 api.kill()
                 api.wait()
+    inv.api_up_s = up
     print(f"{'start-api':<26} {'listening':<34} {up:5.1f} s  ok: {base}")
     for label, ok, status, seconds, text in rows:
         if ok:
@@ -1191,6 +1192,18 @@ def main():
         print(f"FAILED: {e}")
     total = sum(r[3] for r in inv.rows)
     print(f"{len(inv.rows)} invocations, {inv.failures} failed, {total:.0f} s")
+    # What tools/sam-local --write-doc makes docs/local.md's timings of.
+    (state / "timings.json").write_text(
+        json.dumps(
+            {
+                "rows": [{"function": r[0], "label": r[1], "seconds": round(r[3], 2)} for r in inv.rows],
+                "api_up_s": getattr(inv, "api_up_s", None),
+                "contract_examples": inv.contract_examples,
+                "failures": inv.failures,
+            },
+            indent=1,
+        )
+    )
     return 1 if inv.failures else 0
 
 

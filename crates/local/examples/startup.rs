@@ -10,7 +10,7 @@
 //! cargo build --release --bin real-consumer --bin fallback-consumer \
 //!   --bin circuit-switch --bin search --bin cart --bin offsale-listener
 //! cargo run --release -p lifeboat-local --example startup -- \
-//!   [--native-dir target/release] [--runs 5]
+//!   [--native-dir target/release] [--runs 5] [--json]
 //! ```
 //!
 //! Everything runs on loopback: moto with the template's tables and queues
@@ -29,6 +29,11 @@
 //!    start to its first `GET …/invocation/next` (init), process start to
 //!    the first answer, and a second event to its answer. Repeated `--runs`
 //!    times (default 5); min / median / max are printed.
+//!
+//! `--json` prints one JSON object instead of the tables (tools/figures
+//! writes docs/binaries.md's init table from it): `watch` (per function,
+//! `first_ms`, `second_ms`) and `direct` (per function, `size_bytes` and
+//! `init_ms`, `first_ms`, `second_ms`, each `{min, median, max}`).
 //!
 //! The payloads are harmless and need no operator call: an empty batch for
 //! the consumers and the off-sale listener, a schedule tick for the circuit
@@ -86,6 +91,8 @@ struct Args {
     runs: usize,
     /// Only the direct measurement (`--native-dir`), not cargo lambda watch.
     direct_only: bool,
+    /// One JSON object on stdout instead of the tables.
+    json: bool,
 }
 
 fn parse_args() -> Result<Args, BoxError> {
@@ -93,6 +100,7 @@ fn parse_args() -> Result<Args, BoxError> {
         native_dir: None,
         runs: 5,
         direct_only: false,
+        json: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -102,8 +110,9 @@ fn parse_args() -> Result<Args, BoxError> {
             }
             "--runs" => args.runs = it.next().ok_or("--runs needs a number")?.parse()?,
             "--direct-only" => args.direct_only = true,
+            "--json" => args.json = true,
             "-h" | "--help" => {
-                println!("startup [--native-dir DIR [--direct-only]] [--runs N]");
+                println!("startup [--native-dir DIR [--direct-only]] [--runs N] [--json]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}").into()),
@@ -148,14 +157,22 @@ async fn main() -> Result<(), BoxError> {
         &[(operator.clone(), sim.base_url())],
     );
 
+    // The tables, unless `--json` asked for the object instead.
+    let say = |line: String| {
+        if !args.json {
+            println!("{line}");
+        }
+    };
+    let mut report = json!({});
     if !args.direct_only {
-        println!(
+        say(
             "under cargo lambda watch (dev binaries in target/lambda-watch), one instance each:"
+                .into(),
         );
-        println!(
+        say(format!(
             "  {:<18} {:>12} {:>12}",
             "function", "first ms", "second ms"
-        );
+        ));
         let watch = Watch::for_workspace()
             .envs(env.iter().cloned())
             .invoke_timeout(INVOKE_LIMIT)
@@ -179,32 +196,37 @@ async fn main() -> Result<(), BoxError> {
             if watch_result.is_err() {
                 break;
             }
-            println!(
+            say(format!(
                 "  {:<18} {:>12} {:>12}",
                 function,
                 ms(times[0]),
                 ms(times[1])
-            );
+            ));
+            report["watch"][function] =
+                json!({ "first_ms": millis(times[0]), "second_ms": millis(times[1]) });
         }
         watch.stop().await;
         watch_result?;
     }
 
     if let Some(dir) = &args.native_dir {
-        println!();
-        println!(
+        say(String::new());
+        say(format!(
             "directly, binaries in {} against a local runtime API, {} run(s) each (min / median / max ms):",
             dir.display(),
             args.runs
-        );
-        println!(
+        ));
+        say(format!(
             "  {:<18} {:>10} {:>22} {:>22} {:>22}",
             "function", "size KiB", "start to init done", "start to first answer", "second answer"
-        );
+        ));
         for function in FUNCTIONS {
             let binary = dir.join(function);
             let Ok(meta) = std::fs::metadata(&binary) else {
-                println!("  {function:<18} not found: {}", binary.display());
+                if args.json {
+                    return Err(format!("{function}: not found: {}", binary.display()).into());
+                }
+                say(format!("  {function:<18} not found: {}", binary.display()));
                 continue;
             };
             let mut init = Vec::new();
@@ -216,15 +238,25 @@ async fn main() -> Result<(), BoxError> {
                 first.push(run.first);
                 second.push(run.second);
             }
-            println!(
+            say(format!(
                 "  {:<18} {:>10} {:>22} {:>22} {:>22}",
                 function,
                 meta.len() / 1024,
                 spread(&mut init),
                 spread(&mut first),
                 spread(&mut second)
-            );
+            ));
+            report["direct"][function] = json!({
+                "size_bytes": meta.len(),
+                "init_ms": spread_json(&mut init),
+                "first_ms": spread_json(&mut first),
+                "second_ms": spread_json(&mut second),
+            });
         }
+        report["runs"] = json!(args.runs);
+    }
+    if args.json {
+        println!("{report}");
     }
 
     sim.shutdown().await;
@@ -481,6 +513,22 @@ async fn run_direct(
 
 fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
+}
+
+/// Milliseconds with a tenth, as the tables print them.
+fn millis(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+/// Min, median and max of `times` in milliseconds.
+fn spread_json(times: &mut [Duration]) -> Value {
+    times.sort();
+    match (times.first(), times.get(times.len() / 2), times.last()) {
+        (Some(min), Some(median), Some(max)) => {
+            json!({ "min": millis(*min), "median": millis(*median), "max": millis(*max) })
+        }
+        _ => Value::Null,
+    }
 }
 
 fn spread(times: &mut [Duration]) -> String {
