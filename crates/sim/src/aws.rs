@@ -167,8 +167,8 @@ pub struct AwsModel {
     /// starting in a warm execution environment; an estimate.
     pub lambda_invoke: Latency,
     /// A new execution environment: sandbox, runtime start and the
-    /// function's own init (docs/binaries.md measured the init at
-    /// 5.6-19.7 ms natively; Lambda's sandbox start for `provided.al2023`
+    /// function's own init (docs/binaries.md measures the init natively:
+    /// milliseconds; Lambda's sandbox start for `provided.al2023`
     /// dominates); an estimate.
     pub cold_start: Latency,
     /// API Gateway's HTTP API in front of search and cart (integration
@@ -300,7 +300,7 @@ impl AwsModel {
             (
                 "Lambda cold start (sandbox, runtime, init)",
                 l(self.cold_start),
-                "init 5.6-19.7 ms measured (docs/binaries.md); the sandbox estimated",
+                "init measured (docs/binaries.md, \"Init time\"); the sandbox estimated",
             ),
             (
                 "API Gateway HTTP API in front of search and cart",
