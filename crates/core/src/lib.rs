@@ -41,6 +41,7 @@ pub mod memory;
 pub mod metrics;
 pub mod operator;
 pub mod operator_config;
+pub mod order;
 pub mod ports;
 pub mod price;
 pub mod probe;
