@@ -8,7 +8,8 @@
 //! * storage: [`ports::RequestStore`] (the Requests table),
 //!   [`ports::BreakerStore`] (the Breaker table), [`ports::WindowStore`] (the
 //!   failure window's buckets), [`ports::CacheStore`] (the answer cache),
-//!   [`ports::CartStore`] (the Carts table), [`ports::SaleStatusStore`] (the
+//!   [`ports::CartStore`] (the Carts table), [`ports::OrderStore`] (the
+//!   held orders), [`ports::SaleStatusStore`] (the
 //!   sale status table), [`ports::OperatorConfigStore`] (the operators'
 //!   configuration item), [`ports::SecretStore`] (the secrets sent to
 //!   operators);

@@ -6,11 +6,13 @@
 
 mod metrics;
 mod operator_config;
+mod orders;
 mod requests;
 mod sale;
 
 pub use metrics::MemoryMetrics;
 pub use operator_config::MemoryOperatorConfigStore;
+pub use orders::MemoryOrderStore;
 pub use requests::{MemoryRequestStore, OutcomeCondition, RequestCounts};
 pub use sale::{
     MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, ReceivedMessage, SwitchOutcome,

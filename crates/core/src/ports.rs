@@ -1,8 +1,8 @@
 //! The ports through which handlers reach storage, events, the stream mapping,
 //! the operator, metrics and the time: every port of lifeboat-core, those of
-//! one family in a submodule of their own (the cache's, the cart's, the sale
-//! status's, the operators' configuration's, metrics' and the clock's),
-//! re-exported here. One small trait per capability; `lifeboat-aws`
+//! one family in a submodule of their own (the cache's, the cart's, the held
+//! orders', the sale status's, the operators' configuration's, metrics' and
+//! the clock's), re-exported here. One small trait per capability; `lifeboat-aws`
 //! implements them on AWS, [`crate::memory`] in memory (the demo runs on
 //! those).
 
@@ -23,6 +23,7 @@ mod cart;
 mod clock;
 mod metrics;
 mod operator_config;
+mod order;
 mod sale;
 
 pub use cache::{CacheStore, CacheWrite};
@@ -30,6 +31,7 @@ pub use cart::CartStore;
 pub use clock::Clock;
 pub use metrics::MetricsSink;
 pub use operator_config::OperatorConfigStore;
+pub use order::{Held, OrderStore};
 pub use sale::{
     MessageHandle, Redelivery, RedeliveryError, SaleStatusStore, SaleSwitch, SaleSwitchError,
 };
