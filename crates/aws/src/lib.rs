@@ -7,6 +7,7 @@
 //! | [`WindowStore`](lifeboat_core::ports::WindowStore) | [`DynamoWindowStore`] | DynamoDB, Breaker table (bucket items) |
 //! | [`CacheStore`](lifeboat_core::ports::CacheStore) | [`DynamoCacheStore`] | DynamoDB, Cache table |
 //! | [`CartStore`](lifeboat_core::ports::CartStore) | [`DynamoCartStore`] | DynamoDB, Carts table |
+//! | [`OrderStore`](lifeboat_core::ports::OrderStore) | [`DynamoOrderStore`] | DynamoDB, Orders table (orders and sailings' held passengers) |
 //! | [`SaleStatusStore`](lifeboat_core::ports::SaleStatusStore) | [`DynamoSaleStatusStore`] | DynamoDB, SaleStatus table |
 //! | [`Redelivery`](lifeboat_core::ports::Redelivery) | [`SqsRedelivery`] | SQS `ChangeMessageVisibility`, off-sale queue |
 //! | [`EventPublisher`](lifeboat_core::ports::EventPublisher) | [`EventBridgePublisher`] | EventBridge `PutEvents` |
@@ -38,6 +39,7 @@ mod fuzz_seeds;
 pub mod item;
 pub mod logs;
 pub mod operator_config;
+pub mod orders;
 pub mod requests;
 pub mod router;
 pub mod sale;
@@ -54,6 +56,7 @@ pub use clients::{Clients, ConfigError, Env, REQUESTS_TABLE_PREFIX};
 pub use events::EventBridgePublisher;
 pub use item::ItemError;
 pub use operator_config::DynamoOperatorConfigStore;
+pub use orders::DynamoOrderStore;
 pub use requests::{
     DynamoRequestStore, RequestHints, RequestTables, request_from_item, request_hints,
     request_to_item,
