@@ -114,14 +114,21 @@ fn admit_record(c: &mut Criterion) {
     let seqs: Vec<Sequence> = sequences();
     let times = instants(CALLS);
     // What each breaker did with each sequence, once, so the report can
-    // say how much of each run was rejected cheaply.
+    // say how much of each run was rejected cheaply: a line
+    // `lifeboat-bench: {json}` each, which tools/figures reads.
     for seq in &seqs {
         for (name, run) in runners() {
             let tally = run(&seq.calls, &times);
-            eprintln!(
-                "admit_record/{}/{name}: {} admitted, {} rejected, {} transitions",
-                seq.name, tally.admitted, tally.rejected, tally.transitions
-            );
+            let line = serde_json::json!({
+                "bench": "admit_record",
+                "sequence": seq.name,
+                "breaker": name,
+                "calls": seq.calls.len(),
+                "admitted": tally.admitted,
+                "rejected": tally.rejected,
+                "transitions": tally.transitions,
+            });
+            eprintln!("lifeboat-bench: {line}");
         }
     }
     for seq in &seqs {

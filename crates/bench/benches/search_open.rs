@@ -8,7 +8,9 @@
 //! 1. a measured loop (printed first): 10,000 answers per scenario after
 //!    1,000 warm-up answers, each timed with `Instant`, p50/p99/max, and the
 //!    store reads per answer counted by a wrapper around the cache and
-//!    breaker stores (the same traits, so the handler cannot tell);
+//!    breaker stores (the same traits, so the handler cannot tell); each
+//!    scenario's figures also as a line `lifeboat-bench: {json}`, which
+//!    tools/figures reads for docs/benchmarks.md;
 //! 2. criterion's group `search_open` for the mean and its spread.
 //!
 //! Scenarios:
@@ -312,15 +314,19 @@ struct Measured {
     p50: Duration,
     p99: Duration,
     max: Duration,
+    reads: u64,
     reads_per_answer: f64,
     statuses: BTreeSet<u16>,
     sources: BTreeSet<String>,
+    /// A problem reply's `reason` (503 `breaker_open`).
+    reasons: BTreeSet<String>,
 }
 
 /// Answer `ANSWERS` questions in turn, the clock moving `step` after each.
 async fn measure(w: &World, questions: &[HttpRequest], step: Duration) -> Measured {
     let mut statuses = BTreeSet::new();
     let mut sources = BTreeSet::new();
+    let mut reasons = BTreeSet::new();
     for request in questions.iter().cycle().take(WARM_UP) {
         black_box(w.search.handle(request).await);
         w.clock.advance(step);
@@ -335,6 +341,9 @@ async fn measure(w: &World, questions: &[HttpRequest], step: Duration) -> Measur
         if let Some(source) = reply.body.get("source").and_then(|s| s.as_str()) {
             sources.insert(source.to_owned());
         }
+        if let Some(reason) = reply.body.get("reason").and_then(|s| s.as_str()) {
+            reasons.insert(reason.to_owned());
+        }
         w.clock.advance(step);
     }
     let reads = w.cache_reads.get() + w.breaker_reads.get() - reads_before;
@@ -344,10 +353,16 @@ async fn measure(w: &World, questions: &[HttpRequest], step: Duration) -> Measur
         p50: at(0.50),
         p99: at(0.99),
         max: times[times.len() - 1],
+        reads,
         reads_per_answer: reads as f64 / ANSWERS as f64,
         statuses,
         sources,
+        reasons,
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn percentiles(runtime: &tokio::runtime::Runtime) {
@@ -375,6 +390,21 @@ fn percentiles(runtime: &tokio::runtime::Runtime) {
             if p99_ok { "met" } else { "MISSED" },
             if reads_ok { "met" } else { "MISSED" },
         );
+        // The same, for tools/figures (docs/benchmarks.md).
+        let line = serde_json::json!({
+            "bench": "search_open",
+            "scenario": name,
+            "answers": ANSWERS,
+            "warm_up": WARM_UP,
+            "p50_ns": nanos(m.p50),
+            "p99_ns": nanos(m.p99),
+            "max_ns": nanos(m.max),
+            "store_reads": m.reads,
+            "statuses": m.statuses,
+            "sources": m.sources,
+            "reasons": m.reasons,
+        });
+        println!("lifeboat-bench: {line}");
     }
 }
 
