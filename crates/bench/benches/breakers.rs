@@ -9,7 +9,8 @@
 //! * `lifeboat/per_batch_10`: evaluated once per 10 calls, as the real
 //!   consumer does after each stream batch (its default batch size);
 //! * `failsafe/time_window`: failsafe's success rate over a 10 s window
-//!   (at least 50 % successes over at least 10 calls, lifeboat's rule),
+//!   (at least 50 % successes over at least 10 calls: lifeboat's rule
+//!   before its rate rules looked back 20 s at 40 % of 20 calls),
 //!   backoff 30 s doubling to 10 min; on failsafe's own mock clock,
 //!   advanced 10 ms per call, the same timeline as lifeboat's;
 //! * `failsafe/consecutive`: 5 failures in a row, same backoff and clock;
