@@ -6,6 +6,7 @@ pub mod faults;
 pub mod moto;
 pub mod net;
 pub mod pump;
+pub mod stack;
 pub mod suite;
 pub mod template;
 pub mod watch;

@@ -1,4 +1,5 @@
-//! The moto_server launcher: moto without its own stream delivery.
+//! The moto_server launcher: moto without its own stream delivery, and with
+//! a CloudFormation that creates template.yaml.
 
 use std::path::{Path, PathBuf};
 
@@ -18,16 +19,27 @@ use super::SuiteError;
 /// failed Docker call. The mapping itself (Get / Update / List through the
 /// Lambda API) is untouched; delivering the stream is the [`crate::pump::StreamPump`]'s
 /// job.
-pub(super) const MOTO_WITHOUT_STREAM_DELIVERY: &str = "import sys
-from moto.dynamodb.models.table import Table
-Table.lambda_event_source_mappings = property(lambda self: {}, lambda self, value: None)
+pub(super) const MOTO_WITHOUT_STREAM_DELIVERY: &str = "from moto.dynamodb.models.table import Table
+Table.lambda_event_source_mappings = property(lambda self: {}, lambda self, value: None)";
+
+/// moto_server's CloudFormation made to create template.yaml as
+/// [`crate::stack`] translates it: a bus's `Ref` is its name; alarms, queue
+/// policies, bus policies, `EventInvokeConfig` and the HTTP API (which
+/// moto's CloudFormation skips, then fails on) are created; a parameter's
+/// text becomes a number where the resource wants one; a custom resource
+/// invokes nothing in Docker. Each change, with what moto does wrong, is
+/// described in the file.
+pub(super) const MOTO_CLOUDFORMATION: &str = include_str!("moto_cloudformation.py");
+
+/// moto_server's own entry point, after the changes above.
+const RUN_MOTO_SERVER: &str = "import sys
 from moto.server import main
 sys.argv[0] = \"moto_server\"
 main()";
 
 /// The Python that runs `moto_server`: its script's `#!` line, else a
 /// `python3` beside it, else `python3` from PATH.
-fn moto_python(moto_server: &Path) -> PathBuf {
+pub(crate) fn moto_python(moto_server: &Path) -> PathBuf {
     let shebang = std::fs::read_to_string(moto_server).ok().and_then(|text| {
         let first = text.lines().next()?.strip_prefix("#!")?.trim().to_owned();
         (first.contains("python") && !first.contains(' ')).then(|| PathBuf::from(first))
@@ -46,24 +58,27 @@ pub fn shell_quoted(text: &str) -> String {
 }
 
 /// Write (atomically) an executable that runs `moto_server` as found by
-/// [`find_moto_server`] with the change described at
-/// [`MOTO_WITHOUT_STREAM_DELIVERY`], for [`crate::moto::MotoServer::start_program`].
+/// [`find_moto_server`] with the changes described at
+/// [`MOTO_WITHOUT_STREAM_DELIVERY`] and [`MOTO_CLOUDFORMATION`], for
+/// [`crate::moto::MotoServer::start_program`].
 pub fn moto_launcher() -> Result<PathBuf, SuiteError> {
     use std::os::unix::fs::PermissionsExt;
 
     let python = moto_python(&find_moto_server()?);
     let dir = crate::watch::local_dir(&crate::watch::workspace_root());
-    let path = dir.join("moto-server-without-stream-delivery");
+    let path = dir.join("moto-server-for-lifeboat");
+    let program =
+        format!("{MOTO_WITHOUT_STREAM_DELIVERY}\n{MOTO_CLOUDFORMATION}\n{RUN_MOTO_SERVER}\n");
     let script = format!(
-        "#!/bin/sh\n# moto_server for lifeboat-local: see MOTO_WITHOUT_STREAM_DELIVERY in crates/local/src/suite/launcher.rs\nexec {} -c {} \"$@\"\n",
+        "#!/bin/sh\n# moto_server for lifeboat-local: see MOTO_WITHOUT_STREAM_DELIVERY and MOTO_CLOUDFORMATION in crates/local/src/suite/launcher.rs\nexec {} -c {} \"$@\"\n",
         shell_quoted(&python.display().to_string()),
-        shell_quoted(MOTO_WITHOUT_STREAM_DELIVERY)
+        shell_quoted(&program)
     );
     // Unique per call: two suites started at once in one process (two tests
     // of one binary) must not rename each other's temporary file away.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let temp = dir.join(format!(
-        "moto-server-without-stream-delivery.{}.{}.tmp",
+        "moto-server-for-lifeboat.{}.{}.tmp",
         std::process::id(),
         WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));

@@ -17,6 +17,7 @@ pub use crate::template::{
     api_function,
 };
 pub use env::{env_file_text, function_env};
+pub(crate) use launcher::moto_python;
 pub use launcher::{moto_launcher, shell_quoted};
 pub use options::{
     ApiReply, Attach, AttachWatch, CustomerOptions, CustomerResources, Neighbour,
