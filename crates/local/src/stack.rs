@@ -355,3 +355,6 @@ async fn failure_reasons(cloudformation: &aws_sdk_cloudformation::Client, stack:
         reasons.join("; ")
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,9 @@
 //! What template.yaml says, as the local suite plays it: the functions'
 //! names, `LifeboatHttpApi`'s routes, and the settings of the mappings,
-//! rules, queues and alarm it creates in moto.
+//! rules, queues and alarm it creates in moto. `crate::stack`'s tests deploy
+//! template.yaml itself into moto and hold the mappings', rules' and
+//! queues' settings here, and the functions' environment, to what the
+//! stack wires.
 
 /// The real consumer's binary (and function) name.
 pub const REAL_CONSUMER: &str = "real-consumer";

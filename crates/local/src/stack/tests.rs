@@ -1,0 +1,614 @@
+//! template.yaml deployed into moto, checked against what the local suite
+//! runs today: its hand provisioning (`suite/provision.rs`, the settings in
+//! `template.rs`) and the environment it gives the functions
+//! (`suite::function_env`). A copy of the template broken in one place
+//! fails the same check.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lifeboat_aws::clients;
+use lifeboat_core::{OperatorId, operator_config, settings};
+use serde_json::Value;
+
+use super::wiring::{self, Mapping, Wiring};
+use super::*;
+use crate::moto::MotoServer;
+use crate::suite::{
+    CustomerOptions, OperatorCredential, SuiteNames, SuiteOptions, create_customer_resources,
+    create_resources, function_env, moto_launcher,
+};
+use crate::template::{
+    self, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER, SEARCH,
+};
+
+/// The lanes of the stacks here: the suite's operator and a neighbour.
+const OPERATORS: [&str; 2] = ["nordic", "baltic"];
+
+fn template_path() -> PathBuf {
+    crate::watch::workspace_root().join("template.yaml")
+}
+
+fn parameters() -> BTreeMap<String, String> {
+    BTreeMap::from([("Operators".to_owned(), OPERATORS.join(","))])
+}
+
+/// The variables every function reads from `Globals`.
+const GLOBALS: [&str; 4] = [
+    clients::REQUESTS_TABLE_PREFIX,
+    clients::BREAKER_TABLE,
+    clients::EVENT_BUS_NAME,
+    settings::OPERATOR_SETTINGS,
+];
+
+/// What each function reads from its environment when it starts (its
+/// `from_env`), besides [`GLOBALS`]: the template must give it exactly these.
+fn function_variables() -> BTreeMap<&'static str, Vec<&'static str>> {
+    let config = [
+        operator_config::OPERATOR_CONFIG_TABLE,
+        operator_config::OPERATOR_CONFIG_REVISION,
+    ];
+    BTreeMap::from([
+        (
+            REAL_CONSUMER,
+            [
+                lifeboat_operator::OPERATOR_ENDPOINTS,
+                clients::OPERATOR_CREDENTIALS_PATH,
+                "CALL_CONCURRENCY",
+                "CALL_LOG_SHARE",
+                clients::CACHE_TABLE,
+            ]
+            .into_iter()
+            .chain(config)
+            .collect(),
+        ),
+        (FALLBACK_CONSUMER, vec![]),
+        (
+            CIRCUIT_SWITCH,
+            [
+                clients::REAL_CONSUMER_FUNCTION,
+                clients::FALLBACK_CONSUMER_FUNCTION,
+                "ALARM_OPERATORS",
+                settings::OPERATORS,
+                "BREAKER_TIMER_QUEUE_URL",
+                lifeboat_operator::OPERATOR_ENDPOINTS,
+                clients::OPERATOR_CREDENTIALS_PATH,
+            ]
+            .into_iter()
+            .chain(config)
+            .collect(),
+        ),
+        (
+            SEARCH,
+            [
+                clients::CACHE_TABLE,
+                settings::OPERATORS,
+                "BREAKER_CACHE_MS",
+            ]
+            .into_iter()
+            .chain(config)
+            .collect(),
+        ),
+        (
+            CART,
+            [
+                clients::CARTS_TABLE,
+                clients::SALE_STATUS_TABLE,
+                clients::CACHE_TABLE,
+                settings::OPERATORS,
+                "CART_SETTINGS",
+                "BREAKER_CACHE_MS",
+            ]
+            .into_iter()
+            .chain(config)
+            .collect(),
+        ),
+        (
+            OFFSALE_LISTENER,
+            vec![
+                "SALE_STATUS_STORE",
+                clients::SALE_STATUS_TABLE,
+                clients::OFFSALE_QUEUE_URL,
+                "SALE_SWITCH",
+                "SALE_SWITCH_URL",
+                "SALE_SWITCH_METHOD",
+                "SALE_SWITCH_AUTH_HEADER",
+                "SALE_SWITCH_AUTH_VALUE",
+                "SALE_SWITCH_AUTH_PARAMETER",
+                "SALE_RETRY_MAX_ATTEMPTS",
+                "SALE_SWITCH_TIMEOUT_MS",
+                "SALE_ON_SALE_AT",
+                "SALE_ON_SALE_HOLD_S",
+                "SALE_OFF_SALE_HOLD_S",
+                settings::OPERATORS,
+                "SELF_FAULT_SHARE",
+            ],
+        ),
+    ])
+}
+
+/// Variables the template sets that the local suite's `function_env` leaves
+/// out, so the function runs on its code's default there (the same as the
+/// template's parameter default, or empty): the drift that reading the
+/// environment from the stack will end.
+const LEFT_TO_CODE_DEFAULTS: [&str; 8] = [
+    "CALL_LOG_SHARE",
+    "SALE_SWITCH_URL",
+    "SALE_SWITCH_METHOD",
+    "SALE_SWITCH_AUTH_HEADER",
+    "SALE_SWITCH_AUTH_VALUE",
+    "SALE_SWITCH_AUTH_PARAMETER",
+    "SALE_ON_SALE_AT",
+    "SELF_FAULT_SHARE",
+];
+
+/// Variables whose value names one of the stack's resources, and which.
+const RESOURCE_VARIABLES: [(&str, &str); 8] = [
+    (clients::BREAKER_TABLE, "BreakerTable"),
+    (clients::CACHE_TABLE, "CacheTable"),
+    (clients::CARTS_TABLE, "CartsTable"),
+    (clients::SALE_STATUS_TABLE, "SaleStatusTable"),
+    (
+        operator_config::OPERATOR_CONFIG_TABLE,
+        "OperatorConfigTable",
+    ),
+    (clients::EVENT_BUS_NAME, "EventBus"),
+    (clients::OFFSALE_QUEUE_URL, "OffsaleQueue"),
+    ("BREAKER_TIMER_QUEUE_URL", "BreakerTimerQueue"),
+];
+
+/// Settings the local suite gives the functions from the template's
+/// defaults (`template.rs`): the stack's value must be the suite's.
+const SETTINGS_FROM_DEFAULTS: [&str; 8] = [
+    "CALL_CONCURRENCY",
+    "BREAKER_CACHE_MS",
+    "SALE_RETRY_MAX_ATTEMPTS",
+    "SALE_SWITCH_TIMEOUT_MS",
+    "SALE_ON_SALE_HOLD_S",
+    "SALE_OFF_SALE_HOLD_S",
+    "SALE_STATUS_STORE",
+    "SALE_SWITCH",
+];
+
+/// The environment the local suite gives the functions, from its own
+/// provisioning in the same moto (names prefixed `hand-`).
+async fn suite_env(moto: &MotoServer, sdk: &SdkConfig) -> BTreeMap<String, String> {
+    let operator = OperatorId::new(OPERATORS[0]).unwrap();
+    let mut options = SuiteOptions::new(operator.clone());
+    options.names = SuiteNames::prefixed("hand-");
+    options.customer = Some(CustomerOptions::default());
+    // The suite sets OPERATOR_CREDENTIALS_PATH only for a credential.
+    options.operator_credential = Some(OperatorCredential {
+        path: "/lifeboat/local/operators".to_owned(),
+        header: "x-api-key".to_owned(),
+        value: "local".to_owned(),
+    });
+    let mut resources = create_resources(sdk, &options.names, &operator)
+        .await
+        .unwrap();
+    resources.customer = Some(
+        create_customer_resources(sdk, &options.names)
+            .await
+            .unwrap(),
+    );
+    let endpoints: Vec<(OperatorId, String)> = OPERATORS
+        .iter()
+        .map(|o| {
+            (
+                OperatorId::new(*o).unwrap(),
+                format!("http://127.0.0.1:1/{o}"),
+            )
+        })
+        .collect();
+    function_env(moto, &resources, &options, &endpoints)
+        .into_iter()
+        .collect()
+}
+
+/// The local suite's Requests lane mapping, as `provision.rs` creates it.
+fn lane_mapping(operator: &str) -> Mapping {
+    Mapping {
+        source: format!("RequestsTable{}", operator.replace('-', "")),
+        function: REAL_CONSUMER.to_owned(),
+        starting_position: Some("LATEST".to_owned()),
+        batch_size: Some(template::BATCH_SIZE),
+        maximum_batching_window_in_seconds: Some(template::MAXIMUM_BATCHING_WINDOW_IN_SECONDS),
+        parallelization_factor: Some(template::PARALLELIZATION_FACTOR),
+        bisect_batch_on_function_error: Some(template::BISECT_BATCH_ON_FUNCTION_ERROR),
+        maximum_retry_attempts: Some(template::MAXIMUM_RETRY_ATTEMPTS),
+        maximum_record_age_in_seconds: Some(template::MAXIMUM_RECORD_AGE_IN_SECONDS),
+        filter_patterns: vec![serde_json::from_str(template::FILTER_PATTERN).unwrap()],
+        on_failure: Some("RequestsFailedQueue".to_owned()),
+        function_response_types: vec!["ReportBatchItemFailures".to_owned()],
+        maximum_concurrency: None,
+    }
+}
+
+/// One line in `found` when `stack` and `suite` differ.
+fn differ<T: PartialEq + std::fmt::Debug>(
+    found: &mut Vec<String>,
+    what: String,
+    stack: &T,
+    suite: &T,
+) {
+    if stack != suite {
+        found.push(format!(
+            "{what}: the stack has {stack:?}, the local suite {suite:?}"
+        ));
+    }
+}
+
+/// Where the deployed stack differs from what the local suite runs on, one
+/// line each; empty when they agree.
+fn differences(
+    deployed: &Deployed,
+    wiring: &Wiring,
+    suite_env: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut found = Vec::new();
+
+    // Every function's environment: the variables it reads, each one the
+    // suite sets too, resources and settings with the suite's values.
+    let expected_functions: BTreeSet<&str> = function_variables().keys().copied().collect();
+    let deployed_functions: BTreeSet<&str> =
+        wiring.environments.keys().map(String::as_str).collect();
+    differ(
+        &mut found,
+        "functions".to_owned(),
+        &deployed_functions,
+        &expected_functions,
+    );
+    for (binary, own) in function_variables() {
+        let Some(env) = wiring.environments.get(binary) else {
+            continue;
+        };
+        let reads: BTreeSet<&str> = GLOBALS.iter().chain(&own).copied().collect();
+        let given: BTreeSet<&str> = env.keys().map(String::as_str).collect();
+        differ(&mut found, format!("{binary}'s variables"), &given, &reads);
+        for name in &given {
+            if !suite_env.contains_key(*name) && !LEFT_TO_CODE_DEFAULTS.contains(name) {
+                found.push(format!(
+                    "{binary}: the stack sets {name}, the local suite does not"
+                ));
+            }
+        }
+        for (name, logical_id) in RESOURCE_VARIABLES {
+            if let Some(value) = env.get(name) {
+                differ(
+                    &mut found,
+                    format!("{binary}'s {name}"),
+                    &Some(value.as_str()),
+                    &deployed.physical_id(logical_id),
+                );
+            }
+        }
+        for name in [
+            clients::REAL_CONSUMER_FUNCTION,
+            clients::FALLBACK_CONSUMER_FUNCTION,
+        ] {
+            if let Some(arn) = env.get(name) {
+                differ(
+                    &mut found,
+                    format!("{binary}'s {name}"),
+                    &deployed.name_of_arn(arn),
+                    &suite_env.get(name).cloned().unwrap_or_default(),
+                );
+            }
+        }
+        for name in SETTINGS_FROM_DEFAULTS
+            .iter()
+            .chain(&[settings::OPERATORS, settings::OPERATOR_SETTINGS])
+        {
+            if let Some(value) = env.get(*name) {
+                differ(
+                    &mut found,
+                    format!("{binary}'s {name}"),
+                    value,
+                    &suite_env[*name],
+                );
+            }
+        }
+        if let Some(prefix) = env.get(clients::REQUESTS_TABLE_PREFIX) {
+            differ(
+                &mut found,
+                format!("{binary}'s {}", clients::REQUESTS_TABLE_PREFIX),
+                &Some(prefix.as_str()),
+                &deployed
+                    .outputs
+                    .get("RequestsTablePrefix")
+                    .map(String::as_str),
+            );
+        }
+    }
+
+    // A lane per operator: its table, named after the prefix, and its
+    // mapping with the settings the suite's lanes have.
+    let prefix = deployed
+        .outputs
+        .get("RequestsTablePrefix")
+        .cloned()
+        .unwrap_or_default();
+    for operator in OPERATORS {
+        let id = operator.replace('-', "");
+        differ(
+            &mut found,
+            format!("RequestsTable{id}'s name"),
+            &deployed.physical_id(&format!("RequestsTable{id}")),
+            &Some(format!("{prefix}{operator}").as_str()),
+        );
+        differ(
+            &mut found,
+            format!("RequestsMapping{id}"),
+            &wiring.mappings.get(&format!("RequestsMapping{id}")),
+            &Some(&lane_mapping(operator)),
+        );
+    }
+    // The queue mappings the suite's queue pumps play.
+    for (id, source, function, batch_size) in [
+        (
+            "OffsaleQueueMapping",
+            "OffsaleQueue",
+            OFFSALE_LISTENER,
+            template::OFFSALE_BATCH_SIZE,
+        ),
+        (
+            "BreakerTimerQueueMapping",
+            "BreakerTimerQueue",
+            CIRCUIT_SWITCH,
+            template::TIMER_BATCH_SIZE,
+        ),
+    ] {
+        let mapping = wiring.mappings.get(id);
+        differ(
+            &mut found,
+            id.to_owned(),
+            &mapping.map(|m| {
+                (
+                    m.source.as_str(),
+                    m.function.as_str(),
+                    m.batch_size,
+                    m.function_response_types.clone(),
+                )
+            }),
+            &Some((
+                source,
+                function,
+                Some(batch_size),
+                vec!["ReportBatchItemFailures".to_owned()],
+            )),
+        );
+    }
+
+    // The rules the suite creates (and drains), and the tick it plays.
+    let pattern = |text: &str| serde_json::from_str::<Value>(text).unwrap();
+    let rule = |id: &str| {
+        wiring.rules.get(id).map(|r| {
+            (
+                r.bus.as_str(),
+                r.pattern.clone(),
+                r.schedule.clone(),
+                r.targets.clone(),
+            )
+        })
+    };
+    differ(
+        &mut found,
+        "TripRequestedRule".to_owned(),
+        &rule("TripRequestedRule"),
+        &Some((
+            "EventBus",
+            Some(pattern(template::SWITCH_RULE_PATTERN)),
+            None::<String>,
+            BTreeMap::from([(CIRCUIT_SWITCH.to_owned(), CIRCUIT_SWITCH.to_owned())]),
+        )),
+    );
+    differ(
+        &mut found,
+        "BreakerStateChangedRule".to_owned(),
+        &rule("BreakerStateChangedRule"),
+        &Some((
+            "EventBus",
+            Some(pattern(template::OFFSALE_RULE_PATTERN)),
+            None::<String>,
+            BTreeMap::from([(
+                template::OFFSALE_TARGET_ID.to_owned(),
+                "OffsaleQueue".to_owned(),
+            )]),
+        )),
+    );
+    let tick = SuiteOptions::new(OperatorId::new(OPERATORS[0]).unwrap()).tick_every;
+    differ(
+        &mut found,
+        "HalfOpenScheduleRule".to_owned(),
+        &rule("HalfOpenScheduleRule").map(|(_, _, schedule, targets)| (schedule, targets)),
+        &Some((
+            Some(format!("rate({} minute)", tick.as_secs() / 60)),
+            BTreeMap::from([(CIRCUIT_SWITCH.to_owned(), CIRCUIT_SWITCH.to_owned())]),
+        )),
+    );
+
+    // The queues the suite creates with settings.
+    let queue = |id: &str| wiring.queues.get(id).cloned().unwrap_or_default();
+    differ(
+        &mut found,
+        "OffsaleQueue".to_owned(),
+        &queue("OffsaleQueue"),
+        &wiring::Queue {
+            visibility_timeout_s: Some(template::OFFSALE_VISIBILITY_TIMEOUT),
+            dead_letter: Some((
+                "OffsaleDeadLetterQueue".to_owned(),
+                template::OFFSALE_MAX_RECEIVE_COUNT,
+            )),
+        },
+    );
+    differ(
+        &mut found,
+        "BreakerTimerQueue's visibility timeout".to_owned(),
+        &queue("BreakerTimerQueue").visibility_timeout_s,
+        &Some(template::TIMER_QUEUE_VISIBILITY_S),
+    );
+    found
+}
+
+/// Deploy `template` as `stack` in `moto` and read its wiring.
+async fn deploy_and_read(sdk: &SdkConfig, stack: &str, template: &Path) -> (Deployed, Wiring) {
+    let deployed = deploy(sdk, stack, template, &parameters())
+        .await
+        .unwrap_or_else(|e| panic!("deploying {}: {e}", template.display()));
+    let wiring = wiring::read(sdk, &deployed).await.unwrap();
+    (deployed, wiring)
+}
+
+/// The real template deploys whole into moto, and what it wires is what
+/// the local suite runs on.
+#[tokio::test]
+async fn the_template_deploys_into_moto_as_the_local_suite_runs_it() {
+    let moto = MotoServer::start_program(&moto_launcher().unwrap())
+        .await
+        .unwrap();
+    let sdk = moto.sdk_config().await;
+    let (deployed, wiring) = deploy_and_read(&sdk, "lifeboat", &template_path()).await;
+
+    // Every resource the transform makes, each created.
+    let made: Vec<&String> = deployed.template["Resources"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r.get("Condition").is_none())
+        .map(|(id, _)| id)
+        .collect();
+    let missing: Vec<&&String> = made
+        .iter()
+        .filter(|id| !deployed.resources.contains_key(id.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "not created: {missing:?}");
+    assert!(made.len() > 70, "{} resources", made.len());
+    for resource_type in [
+        "AWS::CloudWatch::Alarm",
+        "AWS::SQS::QueuePolicy",
+        "AWS::Events::EventBusPolicy",
+        "AWS::Lambda::EventInvokeConfig",
+        "AWS::ApiGatewayV2::Api",
+        "AWS::ApiGatewayV2::Stage",
+    ] {
+        assert!(
+            deployed.of_type(resource_type).next().is_some(),
+            "{resource_type}"
+        );
+    }
+    // Only the capacity check waits: nothing runs the circuit switch here.
+    assert_eq!(deployed.pending(), vec!["CapacityCheck"]);
+    assert_eq!(deployed.physical_id("EventBus"), Some("lifeboat-events"));
+    assert_eq!(
+        deployed.outputs.get("ErrorsAlarmName").map(String::as_str),
+        Some(template::ERRORS_ALARM_NAME)
+    );
+    let binaries: BTreeSet<String> = deployed.binaries().into_values().collect();
+    assert_eq!(
+        binaries,
+        [
+            REAL_CONSUMER,
+            FALLBACK_CONSUMER,
+            CIRCUIT_SWITCH,
+            SEARCH,
+            CART,
+            OFFSALE_LISTENER
+        ]
+        .map(str::to_owned)
+        .into()
+    );
+    // The circuit switch's asynchronous invocations go to the delivery
+    // dead-letter queue, as the template's EventInvokeConfig says.
+    let config = aws_sdk_lambda::Client::new(&sdk)
+        .get_function_event_invoke_config()
+        .function_name(deployed.physical_id("CircuitSwitchFunction").unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(config.maximum_retry_attempts(), Some(2));
+
+    let env = suite_env(&moto, &sdk).await;
+    let found = differences(&deployed, &wiring, &env);
+    assert!(found.is_empty(), "{found:#?}");
+    moto.stop().await;
+}
+
+/// A copy of template.yaml with one thing changed, each a mistake that
+/// passed every test while the suite built its resources by hand: the
+/// check names it.
+#[tokio::test]
+async fn a_broken_template_copy_fails_the_check() {
+    let original = std::fs::read_to_string(template_path()).unwrap();
+    let breaks: [(&str, &str, &str, &[&str]); 4] = [
+        (
+            "a lane's batch size",
+            "          BatchSize: 50\n          # Callers are waiting",
+            "          BatchSize: 25\n          # Callers are waiting",
+            &["RequestsMappingnordic", "RequestsMappingbaltic"],
+        ),
+        (
+            "search without its cache table",
+            "          CACHE_TABLE: !Ref CacheTable\n          OPERATORS: !Join [\",\", !Ref Operators]\n          # how long",
+            "          OPERATORS: !Join [\",\", !Ref Operators]\n          # how long",
+            &["search's variables"],
+        ),
+        (
+            "the switch deaf to passed trials",
+            "        detail-type: [Trip Requested, Trials Passed]",
+            "        detail-type: [Trip Requested]",
+            &["TripRequestedRule"],
+        ),
+        (
+            "the off-sale queue's visibility",
+            "      VisibilityTimeout: 90\n",
+            "      VisibilityTimeout: 60\n",
+            &["OffsaleQueue"],
+        ),
+    ];
+    let moto = MotoServer::start_program(&moto_launcher().unwrap())
+        .await
+        .unwrap();
+    let sdk = moto.sdk_config().await;
+    let env = suite_env(&moto, &sdk).await;
+    let dir = crate::watch::local_dir(&crate::watch::workspace_root());
+    std::fs::create_dir_all(&dir).unwrap();
+    for (n, (what, from, to, named)) in breaks.into_iter().enumerate() {
+        assert_eq!(original.matches(from).count(), 1, "{what}: {from:?}");
+        let copy = dir.join(format!("template-broken-{}-{n}.yaml", std::process::id()));
+        std::fs::write(&copy, original.replacen(from, to, 1)).unwrap();
+        let (deployed, wiring) = deploy_and_read(&sdk, &format!("broken{n}"), &copy).await;
+        let _ = std::fs::remove_file(&copy);
+        let found = differences(&deployed, &wiring, &env);
+        assert_eq!(found.len(), named.len(), "{what}: {found:#?}");
+        for (line, named) in found.iter().zip(named) {
+            assert!(line.starts_with(named), "{what}: {found:#?}");
+        }
+    }
+    moto.stop().await;
+}
+
+/// A template the SAM transform refuses is an error naming it, not a stack.
+#[tokio::test]
+async fn a_template_the_transform_refuses_is_an_error() {
+    let dir = crate::watch::local_dir(&crate::watch::workspace_root());
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(format!("template-refused-{}.yaml", std::process::id()));
+    let original = std::fs::read_to_string(template_path()).unwrap();
+    let broken = original.replacen(
+        "    Handler: bootstrap\n    CodeUri: .\n",
+        "    Handler: bootstrap\n    CodeUri: .\n    NoSuchProperty: 1\n",
+        1,
+    );
+    assert_ne!(broken, original);
+    std::fs::write(&copy, broken).unwrap();
+    let error = tokio::time::timeout(Duration::from_secs(120), translate(&copy, &parameters()))
+        .await
+        .unwrap()
+        .unwrap_err();
+    let _ = std::fs::remove_file(&copy);
+    assert!(
+        matches!(&error, StackError::Translate { detail, .. } if detail.contains("NoSuchProperty")),
+        "{error}"
+    );
+}
