@@ -292,7 +292,7 @@ fn slug(port: &str) -> String {
 
 /// FNV-1a over the parts (with a separator), then mixed: stable across
 /// machines and releases, unlike `std`'s hasher.
-fn hash(parts: &[&str]) -> u64 {
+pub(crate) fn hash(parts: &[&str]) -> u64 {
     let mut h: u64 = 0xCBF2_9CE4_8422_2325;
     for part in parts {
         for b in part.bytes().chain([0xff]) {

@@ -11,6 +11,7 @@
 //!   with a small control endpoint, for the local demo and the client's tests.
 
 mod answers;
+mod bookings;
 mod client;
 mod credentials;
 mod hesitation;
@@ -20,6 +21,7 @@ mod server;
 mod sim;
 
 pub use answers::PriceDrift;
+pub use bookings::{BookingDesk, BookingRequest, DeskAnswer, SeatModel};
 pub use client::{
     HttpApiError, HttpOperatorApi, OPERATOR_ENDPOINTS, OperatorUrls, OperatorUrlsError,
     REQUEST_ID_HEADER,

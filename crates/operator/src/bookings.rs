@@ -1,0 +1,305 @@
+//! The simulated operator's bookings: seats per sailing that other channels
+//! keep selling as time passes, and bookings made by idempotency key, as
+//! operators' booking APIs take them.
+//!
+//! Every sailing has a capacity drawn from its id, and other channels (the
+//! operator's own site, agents, the port's desk) sell its seats at a steady
+//! rate from the desk's start, so a sailing can sell out while lifeboat
+//! cannot ask: the held orders of an outage meet real sell-outs.
+//!
+//! A booking names its idempotency key. The first booking under a key that
+//! succeeds is the key's: asked again (a retried or redelivered call) it is
+//! answered with the same booking, its seats taken once. A key that booked
+//! one sailing and is sent with another order is refused (422), as a real
+//! API refuses a reused key. An answer that booked nothing (sold out, the
+//! price over the maximum) binds nothing: the same key may ask again.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+
+use crate::answers::hash;
+
+/// How many seats sailings have and how fast other channels sell them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SeatModel {
+    /// The smallest capacity a sailing is drawn.
+    pub capacity_min: u32,
+    /// The largest.
+    pub capacity_max: u32,
+    /// Seats other channels sell per sailing and hour, on average (each
+    /// sailing's own rate is drawn from half to one and a half times it).
+    pub other_channels_per_hour: f64,
+}
+
+impl Default for SeatModel {
+    fn default() -> Self {
+        Self {
+            capacity_min: 20,
+            capacity_max: 200,
+            other_channels_per_hour: 30.0,
+        }
+    }
+}
+
+/// One booking as the operator is asked it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BookingRequest {
+    pub idempotency_key: String,
+    pub sailing_id: String,
+    pub passengers: u32,
+    /// The most the caller agrees to pay; over it nothing is booked.
+    pub max_price_cents: u64,
+}
+
+/// What the desk answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeskAnswer {
+    Booked {
+        booking_ref: String,
+        price_cents: u64,
+        /// Whether the key had booked already (a repeated call).
+        repeated: bool,
+    },
+    /// Nothing booked: the price is over the maximum.
+    PriceChanged { price_cents: u64 },
+    /// Nothing booked: fewer seats left than passengers.
+    SoldOut { seats_left: u32 },
+    /// The key booked another order.
+    KeyReused,
+}
+
+#[derive(Debug, Clone)]
+struct Booking {
+    sailing_id: String,
+    passengers: u32,
+    booking_ref: String,
+    price_cents: u64,
+}
+
+/// The operator's seats and bookings.
+#[derive(Debug)]
+pub struct BookingDesk {
+    model: SeatModel,
+    /// Other channels sell from here on.
+    start: DateTime<Utc>,
+    /// Seats booked through the desk, by sailing.
+    booked: HashMap<String, u32>,
+    by_key: HashMap<String, Booking>,
+    next_ref: u64,
+}
+
+impl BookingDesk {
+    pub fn new(model: SeatModel, start: DateTime<Utc>) -> Self {
+        Self {
+            model,
+            start,
+            booked: HashMap::new(),
+            by_key: HashMap::new(),
+            next_ref: 1,
+        }
+    }
+
+    /// The seats `sailing_id` was put on sale with.
+    pub fn capacity(&self, sailing_id: &str) -> u32 {
+        let span = self
+            .model
+            .capacity_max
+            .saturating_sub(self.model.capacity_min);
+        let drawn = hash(&[sailing_id, "capacity"]) % (u64::from(span) + 1);
+        self.model.capacity_min + u32::try_from(drawn).unwrap_or(0)
+    }
+
+    /// Seats other channels have sold on `sailing_id` by `now`.
+    pub fn sold_elsewhere(&self, sailing_id: &str, now: DateTime<Utc>) -> u32 {
+        let hours = (now - self.start).num_milliseconds().max(0) as f64 / 3_600_000.0;
+        // This sailing's rate: from half to one and a half times the mean.
+        let share = 0.5 + (hash(&[sailing_id, "rate"]) % 1_001) as f64 / 1_000.0;
+        let sold = (self.model.other_channels_per_hour * share * hours).floor();
+        if sold.is_finite() && sold > 0.0 {
+            (sold as u64).min(u64::from(u32::MAX)) as u32
+        } else {
+            0
+        }
+    }
+
+    /// Seats left on `sailing_id` at `now`.
+    pub fn seats_left(&self, sailing_id: &str, now: DateTime<Utc>) -> u32 {
+        self.capacity(sailing_id)
+            .saturating_sub(self.sold_elsewhere(sailing_id, now))
+            .saturating_sub(self.booked.get(sailing_id).copied().unwrap_or(0))
+    }
+
+    /// Book `request` at `price_cents`, the sailing's price for its
+    /// passengers now.
+    pub fn book(
+        &mut self,
+        request: &BookingRequest,
+        price_cents: u64,
+        now: DateTime<Utc>,
+    ) -> DeskAnswer {
+        if let Some(done) = self.by_key.get(&request.idempotency_key) {
+            return if done.sailing_id == request.sailing_id && done.passengers == request.passengers
+            {
+                DeskAnswer::Booked {
+                    booking_ref: done.booking_ref.clone(),
+                    price_cents: done.price_cents,
+                    repeated: true,
+                }
+            } else {
+                DeskAnswer::KeyReused
+            };
+        }
+        let seats_left = self.seats_left(&request.sailing_id, now);
+        if seats_left < request.passengers {
+            return DeskAnswer::SoldOut { seats_left };
+        }
+        if price_cents > request.max_price_cents {
+            return DeskAnswer::PriceChanged { price_cents };
+        }
+        let booking_ref = format!("BK{:06}", self.next_ref);
+        self.next_ref += 1;
+        *self.booked.entry(request.sailing_id.clone()).or_default() += request.passengers;
+        self.by_key.insert(
+            request.idempotency_key.clone(),
+            Booking {
+                sailing_id: request.sailing_id.clone(),
+                passengers: request.passengers,
+                booking_ref: booking_ref.clone(),
+                price_cents,
+            },
+        );
+        DeskAnswer::Booked {
+            booking_ref,
+            price_cents,
+            repeated: false,
+        }
+    }
+
+    /// Bookings made, repeated calls not counted.
+    pub fn bookings(&self) -> usize {
+        self.by_key.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap_or_default()
+    }
+
+    fn desk() -> BookingDesk {
+        BookingDesk::new(SeatModel::default(), at(0))
+    }
+
+    fn request(key: &str, sailing: &str, passengers: u32, max: u64) -> BookingRequest {
+        BookingRequest {
+            idempotency_key: key.into(),
+            sailing_id: sailing.into(),
+            passengers,
+            max_price_cents: max,
+        }
+    }
+
+    #[test]
+    fn capacities_are_drawn_within_the_model_and_stable() {
+        let desk = desk();
+        let caps: Vec<u32> = (0..200).map(|i| desk.capacity(&format!("s{i}"))).collect();
+        assert!(caps.iter().all(|c| (20..=200).contains(c)), "{caps:?}");
+        assert!(caps.iter().any(|c| *c < 60) && caps.iter().any(|c| *c > 160));
+        assert_eq!(
+            desk.capacity("s7"),
+            BookingDesk::new(SeatModel::default(), at(99)).capacity("s7")
+        );
+    }
+
+    #[test]
+    fn other_channels_sell_seats_as_time_passes_until_none_are_left() {
+        let desk = desk();
+        let left: Vec<u32> = (0..=48)
+            .map(|h| desk.seats_left("s1", at(h * 3600)))
+            .collect();
+        assert_eq!(left[0], desk.capacity("s1"));
+        assert!(left.windows(2).all(|w| w[1] <= w[0]), "{left:?}");
+        assert_eq!(left[48], 0, "{left:?}");
+    }
+
+    #[test]
+    fn a_key_books_once_however_often_it_is_asked() {
+        let mut desk = desk();
+        let before = desk.seats_left("s1", at(0));
+        let first = desk.book(&request("k1", "s1", 2, 10_000), 9_000, at(0));
+        let DeskAnswer::Booked {
+            booking_ref,
+            repeated: false,
+            ..
+        } = first
+        else {
+            panic!("{first:?}");
+        };
+        for _ in 0..3 {
+            assert_eq!(
+                desk.book(&request("k1", "s1", 2, 10_000), 9_500, at(1)),
+                DeskAnswer::Booked {
+                    booking_ref: booking_ref.clone(),
+                    price_cents: 9_000,
+                    repeated: true
+                }
+            );
+        }
+        assert_eq!(desk.seats_left("s1", at(0)), before - 2);
+        assert_eq!(desk.bookings(), 1);
+        // The same key for another order is refused.
+        assert_eq!(
+            desk.book(&request("k1", "s2", 2, 10_000), 9_000, at(1)),
+            DeskAnswer::KeyReused
+        );
+        assert_eq!(
+            desk.book(&request("k1", "s1", 3, 10_000), 9_000, at(1)),
+            DeskAnswer::KeyReused
+        );
+    }
+
+    #[test]
+    fn over_the_maximum_or_past_the_seats_nothing_is_booked_and_the_key_stays_free() {
+        let mut desk = desk();
+        assert_eq!(
+            desk.book(&request("k1", "s1", 1, 8_000), 9_000, at(0)),
+            DeskAnswer::PriceChanged { price_cents: 9_000 }
+        );
+        // The customer accepted the new price: the same key books now.
+        assert!(matches!(
+            desk.book(&request("k1", "s1", 1, 9_000), 9_000, at(0)),
+            DeskAnswer::Booked {
+                repeated: false,
+                ..
+            }
+        ));
+        let late = at(48 * 3600);
+        assert_eq!(
+            desk.book(&request("k2", "s1", 1, 9_000), 9_000, late),
+            DeskAnswer::SoldOut { seats_left: 0 }
+        );
+        assert_eq!(desk.bookings(), 1);
+    }
+
+    #[test]
+    fn the_last_seats_go_to_the_first_booking_only() {
+        let model = SeatModel {
+            capacity_min: 3,
+            capacity_max: 3,
+            other_channels_per_hour: 0.0,
+        };
+        let mut desk = BookingDesk::new(model, at(0));
+        assert!(matches!(
+            desk.book(&request("a", "s1", 2, 1), 1, at(0)),
+            DeskAnswer::Booked { .. }
+        ));
+        assert_eq!(
+            desk.book(&request("b", "s1", 2, 1), 1, at(0)),
+            DeskAnswer::SoldOut { seats_left: 1 }
+        );
+    }
+}
