@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::cart::{Cart, Sailing};
 use crate::operator::OperatorId;
 
+pub mod answer;
 pub mod seats;
 
 /// Why an order was held instead of booked at once.
@@ -124,7 +125,8 @@ impl OrderState {
     }
 }
 
-/// What the operator said to a booking call.
+/// What the operator said to a booking call ([`answer`] reads it from the
+/// call or its stored outcome).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BookingAnswer {
     /// Booked, at `price_cents` (never over the call's maximum).
