@@ -8,11 +8,15 @@
 //! accepts (a sane amount in a known currency, parts that add up), and is
 //! refused as not a price otherwise; a body that is not JSON is reported as
 //! such; every refusal has a message naming the operation; a ping's answer
-//! is never read, so any body answers it.
+//! is never read, so any body answers it; a booking answer is accepted
+//! exactly when `lifeboat_core::order::answer::BookBody::parse` reads it,
+//! and then reads as the operator's word on the order (never unavailable).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lifeboat_core::Operation;
+use lifeboat_core::order::BookingAnswer;
+use lifeboat_core::order::answer::BookBody;
 use lifeboat_operator::{PayloadError, check_payload};
 use serde_json::Value;
 
@@ -21,6 +25,15 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(check_payload(Operation::Ping, body).is_ok());
+    let booking = check_payload(Operation::Book, body);
+    assert_eq!(booking.is_ok(), BookBody::parse(body).is_ok(), "{body:?}");
+    match booking {
+        Ok(()) => assert!(!matches!(
+            BookingAnswer::from_body(body),
+            BookingAnswer::Unavailable { .. } | BookingAnswer::Rejected { .. }
+        )),
+        Err(e) => assert!(e.to_string().starts_with("book answer"), "{e}"),
+    }
     let parsed = serde_json::from_str::<Value>(body).ok();
     for (operation, field, fits) in [
         (

@@ -3,6 +3,7 @@
 //! The defaults come from the healthy operator's answer-time clusters: answers
 //! arrive around 1.3 s and 2.3 s and almost nothing useful arrives later, so a
 //! search waits 3 s and a price 2.75 s (the old settings were 7 s and 5 s).
+//! A booking, which nobody waits for on the line, waits 8 s.
 
 use std::time::Duration;
 
@@ -65,6 +66,11 @@ pub struct Budgets {
     /// A ping asks nothing: an API that answers at all answers it in a few
     /// hundred milliseconds.
     pub ping: Budget,
+    /// A booking: longer than a search, since the operator takes the seats
+    /// and the payment before it answers, and nobody waits on the line for
+    /// it (held orders are booked in the background). A booking that times
+    /// out is asked again with the same idempotency key.
+    pub book: Budget,
 }
 
 impl Default for Budgets {
@@ -73,6 +79,7 @@ impl Default for Budgets {
             search: Budget::with_timeout(Duration::from_millis(3_000)),
             price: Budget::with_timeout(Duration::from_millis(2_750)),
             ping: Budget::with_timeout(Duration::from_millis(1_000)),
+            book: Budget::with_timeout(Duration::from_millis(8_000)),
         }
     }
 }
@@ -83,6 +90,7 @@ impl Budgets {
             Operation::Search => self.search,
             Operation::Price => self.price,
             Operation::Ping => self.ping,
+            Operation::Book => self.book,
         }
     }
 }
@@ -118,6 +126,15 @@ mod tests {
             Duration::from_millis(2750)
         );
         assert_eq!(b.search.slow_after, Duration::from_millis(2400));
+        let book = b.for_operation(Operation::Book);
+        assert_eq!(
+            (book.timeout, book.slow_after),
+            (Duration::from_secs(8), Duration::from_millis(6400))
+        );
+        let given: Budgets =
+            serde_json::from_str(r#"{"book": {"timeout": 12000, "slow_after": 10000}}"#).unwrap();
+        assert_eq!(given.book.timeout, Duration::from_secs(12));
+        assert_eq!(given.search, b.search, "the others keep their defaults");
         assert_eq!(b.search.asker_wait(), Duration::from_millis(4000));
         let given: Budget =
             serde_json::from_str(r#"{"timeout": 2500, "slow_after": 2000}"#).unwrap();

@@ -137,21 +137,72 @@ pub enum Operation {
     /// customer's question; the real consumer's hang check and the switch's
     /// probes may use it ([`crate::settings::HangCheck`]).
     Ping,
+    /// `POST /book`: books a held order, under its idempotency key
+    /// (docs/operator-api.json). The only operation that changes anything
+    /// at the operator: never a customer's question, never a probe or a
+    /// hang check, never answered from the cache.
+    Book,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown operation {0:?}: expected search, price or ping")]
+#[error("unknown operation {0:?}: expected search, price, ping or book")]
 pub struct UnknownOperation(pub String);
 
+/// An operation that changes something at the operator where only a read
+/// may go: a probe, a hang check.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{operation} changes what the operator holds: {what} only reads (search, price or ping)")]
+pub struct NotARead {
+    pub operation: Operation,
+    pub what: &'static str,
+}
+
 impl Operation {
-    pub const ALL: [Operation; 3] = [Operation::Search, Operation::Price, Operation::Ping];
+    pub const ALL: [Operation; 4] = [
+        Operation::Search,
+        Operation::Price,
+        Operation::Ping,
+        Operation::Book,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Operation::Search => "search",
             Operation::Price => "price",
             Operation::Ping => "ping",
+            Operation::Book => "book",
         }
+    }
+
+    /// Whether the call only reads: asking it twice, or asking it to learn
+    /// whether the operator is there, changes nothing. Every operation but
+    /// a booking.
+    pub fn is_read(self) -> bool {
+        !matches!(self, Operation::Book)
+    }
+
+    /// This operation, if it only reads; `what` names the caller that may
+    /// only read (`"a probe"`) for the error.
+    pub fn read_only(self, what: &'static str) -> Result<Self, NotARead> {
+        if self.is_read() {
+            Ok(self)
+        } else {
+            Err(NotARead {
+                operation: self,
+                what,
+            })
+        }
+    }
+
+    /// Serde helper for a field that may only name a read
+    /// ([`Operation::read_only`]): a probe's or a hang check's operation.
+    pub(crate) fn deserialize_read<'de, D: serde::Deserializer<'de>>(
+        d: D,
+        what: &'static str,
+    ) -> Result<Self, D::Error> {
+        Operation::deserialize(d)?
+            .read_only(what)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -162,6 +213,7 @@ impl FromStr for Operation {
             "search" => Ok(Operation::Search),
             "price" => Ok(Operation::Price),
             "ping" => Ok(Operation::Ping),
+            "book" => Ok(Operation::Book),
             other => Err(UnknownOperation(other.to_owned())),
         }
     }
@@ -193,7 +245,18 @@ mod tests {
         for op in Operation::ALL {
             assert_eq!(op.as_str().parse::<Operation>(), Ok(op));
         }
-        assert!("book".parse::<Operation>().is_err());
+        assert!("booking".parse::<Operation>().is_err());
+        assert!(
+            Operation::ALL
+                .iter()
+                .all(|op| op.is_read() != (*op == Operation::Book))
+        );
+        let e = Operation::Book.read_only("a probe").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "book changes what the operator holds: a probe only reads (search, price or ping)"
+        );
+        assert_eq!(Operation::Ping.read_only("a probe"), Ok(Operation::Ping));
     }
 
     #[test]

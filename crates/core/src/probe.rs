@@ -32,9 +32,16 @@ use crate::request::OperatorCall;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeSpec {
+    /// A read: a probe that booked would book at every probe
+    /// ([`Operation::read_only`]; `book` is refused when settings are read).
+    #[serde(deserialize_with = "probe_operation")]
     pub operation: Operation,
     #[serde(default)]
     pub params: BTreeMap<String, String>,
+}
+
+fn probe_operation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Operation, D::Error> {
+    Operation::deserialize_read(d, "a probe")
 }
 
 impl ProbeSpec {

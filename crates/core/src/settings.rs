@@ -156,8 +156,12 @@ impl IdCase {
 #[serde(deny_unknown_fields)]
 pub struct HangCheck {
     /// `ping` (`GET /ping`) by default; a search of a question the operator
-    /// keeps cached works as well.
-    #[serde(default = "HangCheck::default_operation")]
+    /// keeps cached works as well. Never `book`: refused when settings are
+    /// read ([`Operation::read_only`]).
+    #[serde(
+        default = "HangCheck::default_operation",
+        deserialize_with = "hang_check_operation"
+    )]
     pub operation: Operation,
     /// Parameters as in [`ProbeSpec`] (`today+N` dates).
     #[serde(default)]
@@ -165,6 +169,10 @@ pub struct HangCheck {
     /// Milliseconds; 1,000 by default.
     #[serde(default = "HangCheck::default_timeout", with = "crate::budget::millis")]
     pub timeout: Duration,
+}
+
+fn hang_check_operation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Operation, D::Error> {
+    Operation::deserialize_read(d, "a hang check")
 }
 
 impl HangCheck {
@@ -353,6 +361,39 @@ mod tests {
         assert_eq!(call.params["date"], "2026-12-07");
         assert!(call.request_id.starts_with("hang-check-baltic-"));
         assert!(Settings::from_json(r#"{"default": {"hang_check": {"budget": 1}}}"#).is_err());
+    }
+
+    #[test]
+    fn a_booking_has_its_own_budget_and_is_never_a_probe_or_a_hang_check() {
+        let s = Settings::from_json(
+            r#"{"operators": {"nordic": {"budgets": {"book": {"timeout": 15000, "slow_after": 12000}}}}}"#,
+        )
+        .unwrap();
+        let nordic = s.for_operator(&OperatorId::new("nordic").unwrap());
+        let book = nordic.budgets.for_operation(Operation::Book);
+        assert_eq!(book.timeout, Duration::from_secs(15));
+        assert_eq!(
+            s.default.budgets.for_operation(Operation::Book).timeout,
+            Duration::from_secs(8)
+        );
+        for (json, what) in [
+            (
+                r#"{"default": {"probe": {"operation": "book"}}}"#,
+                "a probe",
+            ),
+            (
+                r#"{"operators": {"nordic": {"hang_check": {"operation": "book"}}}}"#,
+                "a hang check",
+            ),
+        ] {
+            let e = Settings::from_json(json).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!(
+                    "book changes what the operator holds: {what} only reads"
+                )),
+                "{json}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -115,10 +115,7 @@ pub(crate) fn price(
     let passengers = passengers(params)?;
     let sailing_id = match params.get("sailing_id") {
         Some(id) => {
-            let valid = !id.is_empty()
-                && id.len() <= 64
-                && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-            if !valid {
+            if !valid_sailing_id(id) {
                 return Err(BadRequest(
                     "sailing_id must be 1 to 64 letters, digits or '-'".into(),
                 ));
@@ -132,8 +129,30 @@ pub(crate) fn price(
             .map(|s| s.id)
             .ok_or_else(|| BadRequest("no sailing on that date".into()))?,
     };
+    let (amount, parts) = priced(&sailing_id, passengers, params, now, drift)?;
+    Ok(json!({
+        "price": {
+            "amount_cents": amount,
+            "currency": "EUR",
+            "sailing_id": sailing_id,
+            "passengers": passengers,
+            "parts": parts,
+        }
+    }))
+}
+
+/// The price of `sailing_id` for `passengers` at `now`, with the
+/// `accommodation` and `extras` of `params`: the amount and its parts. A
+/// price answer and a booking at the same instant are priced alike.
+pub(crate) fn priced(
+    sailing_id: &str,
+    passengers: u32,
+    params: &BTreeMap<String, String>,
+    now: DateTime<Utc>,
+    drift: Option<&PriceDrift>,
+) -> Result<(u64, Vec<Value>), BadRequest> {
     let factor = drift.map_or(1.0, |d| d.factor_at(now));
-    let fare = price_cents(&sailing_id, passengers, factor);
+    let fare = price_cents(sailing_id, passengers, factor);
     let mut parts = vec![json!({"kind": "fare", "amount_cents": fare})];
     let mut amount = fare;
     let accommodation = params.get("accommodation").map_or("seat", String::as_str);
@@ -148,15 +167,24 @@ pub(crate) fn price(
         parts.push(json!({"kind": "extra", "code": code, "amount_cents": cents}));
         amount += cents;
     }
-    Ok(json!({
-        "price": {
-            "amount_cents": amount,
-            "currency": "EUR",
-            "sailing_id": sailing_id,
-            "passengers": passengers,
-            "parts": parts,
-        }
-    }))
+    Ok((amount, parts))
+}
+
+/// Whether `id` is a sailing id the simulated operator takes: 1 to 64
+/// letters, digits or '-'.
+pub(crate) fn valid_sailing_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// When the sailing `id` departs, if the id says (`…-YYYYMMDD-HHMM`, as
+/// the simulated operator's searches name sailings).
+pub(crate) fn departure(id: &str) -> Option<DateTime<Utc>> {
+    let mut parts = id.rsplitn(3, '-');
+    let time = parts.next()?;
+    let day = parts.next()?;
+    chrono::NaiveDateTime::parse_from_str(&format!("{day}{time}"), "%Y%m%d%H%M")
+        .ok()
+        .map(|t| t.and_utc())
 }
 
 /// The listed price of `code`, or a 400 naming what is sold.
@@ -263,7 +291,7 @@ fn port(params: &BTreeMap<String, String>, key: &str, default: &str) -> Result<S
     }
 }
 
-fn passengers(params: &BTreeMap<String, String>) -> Result<u32, BadRequest> {
+pub(crate) fn passengers(params: &BTreeMap<String, String>) -> Result<u32, BadRequest> {
     match params.get("passengers") {
         None => Ok(1),
         Some(p) => p
@@ -415,6 +443,21 @@ mod tests {
         assert_eq!(checked.parts.len(), 4);
         assert!(base(&[("accommodation", "hammock")]).is_err());
         assert!(base(&[("extras", "breakfast,caviar")]).is_err());
+    }
+
+    #[test]
+    fn a_sailing_id_says_when_it_departs() {
+        assert_eq!(
+            departure("hel-tll-20250601-0730"),
+            Some(at("2025-06-01T07:30:00Z"))
+        );
+        assert_eq!(
+            departure("saint-petersburg-hel-20250601-2355"),
+            Some(at("2025-06-01T23:55:00Z"))
+        );
+        for none in ["hel-tll-1", "x", "", "hel-tll-20251301-0730", "-"] {
+            assert_eq!(departure(none), None, "{none}");
+        }
     }
 
     #[test]

@@ -14,14 +14,17 @@
 //! API refuses a reused key. An answer that booked nothing (sold out, the
 //! price over the maximum) binds nothing: the same key may ask again.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
-use crate::answers::hash;
+use crate::answers::{self, PriceDrift, hash};
 
 /// How many seats sailings have and how fast other channels sell them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SeatModel {
     /// The smallest capacity a sailing is drawn.
     pub capacity_min: u32,
@@ -182,6 +185,104 @@ impl BookingDesk {
     }
 }
 
+/// What a booking call did to the desk, for the simulated operator's
+/// counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// A new booking: seats taken.
+    Booked,
+    /// The key's booking again: nothing taken.
+    Repeated,
+    /// Nothing booked (sold out, the price over the maximum, departed).
+    Nothing,
+}
+
+/// The simulated operator's answer to a booking call with `params` (as
+/// [`crate::book::params_of`] writes them) at `now`: the 200 answer of
+/// docs/operator-api.json and what it did, or the status and message of
+/// a refusal: 400 for a malformed booking, 422 for one the operator
+/// refuses itself (an accommodation or extra it does not sell, a currency
+/// it does not sell in, a key that booked another order). Priced as a
+/// price answer at `now` is ([`answers::priced`]).
+pub(crate) fn answer(
+    desk: &mut BookingDesk,
+    params: &BTreeMap<String, String>,
+    now: DateTime<Utc>,
+    drift: Option<&PriceDrift>,
+) -> Result<(Value, Effect), (u16, String)> {
+    let bad = |message: &str| (400, message.to_owned());
+    let key = params
+        .get("idempotency_key")
+        .filter(|k| !k.is_empty() && k.len() <= crate::book::MAX_IDEMPOTENCY_KEY)
+        .ok_or_else(|| bad("Idempotency-Key is required (1 to 255 characters)"))?;
+    let sailing_id = params
+        .get("sailing_id")
+        .filter(|id| answers::valid_sailing_id(id))
+        .ok_or_else(|| bad("sailing_id must be 1 to 64 letters, digits or '-'"))?;
+    if !params.contains_key("passengers") {
+        return Err(bad("passengers is required"));
+    }
+    let passengers = answers::passengers(params).map_err(|e| (400, e.0))?;
+    let max_price_cents = params
+        .get("max_price_cents")
+        .and_then(|m| m.parse::<u64>().ok())
+        .ok_or_else(|| bad("max_price_cents must be a whole number of cents"))?;
+    if params.get("currency").map(String::as_str) != Some("EUR") {
+        return Err((422, "this operator books in EUR only".to_owned()));
+    }
+    let (price_cents, _) =
+        answers::priced(sailing_id, passengers, params, now, drift).map_err(|e| (422, e.0))?;
+    if let Some(departs) = answers::departure(sailing_id)
+        && departs <= now
+    {
+        let detail = format!(
+            "sailing {sailing_id} departed at {}",
+            departs.to_rfc3339_opts(SecondsFormat::Secs, true)
+        );
+        return Ok((
+            json!({"status": "not_bookable", "detail": detail}),
+            Effect::Nothing,
+        ));
+    }
+    let request = BookingRequest {
+        idempotency_key: key.clone(),
+        sailing_id: sailing_id.clone(),
+        passengers,
+        max_price_cents,
+    };
+    Ok(match desk.book(&request, price_cents, now) {
+        DeskAnswer::Booked {
+            booking_ref,
+            price_cents,
+            repeated,
+        } => (
+            json!({"status": "booked", "booking_ref": booking_ref, "price_cents": price_cents, "currency": "EUR"}),
+            if repeated {
+                Effect::Repeated
+            } else {
+                Effect::Booked
+            },
+        ),
+        DeskAnswer::PriceChanged { price_cents } => (
+            json!({"status": "price_changed", "price_cents": price_cents, "currency": "EUR"}),
+            Effect::Nothing,
+        ),
+        DeskAnswer::SoldOut { seats_left } => (
+            json!({"status": "sold_out", "seats_left": seats_left}),
+            Effect::Nothing,
+        ),
+        DeskAnswer::KeyReused => {
+            return Err((
+                422,
+                format!(
+                    "idempotency key {:?} was used for another order",
+                    key.chars().take(64).collect::<String>()
+                ),
+            ));
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +383,107 @@ mod tests {
             desk.book(&request("k2", "s1", 1, 9_000), 9_000, late),
             DeskAnswer::SoldOut { seats_left: 0 }
         );
+        assert_eq!(desk.bookings(), 1);
+    }
+
+    fn booking(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        let mut params: BTreeMap<String, String> = [
+            ("idempotency_key", "lb-c1"),
+            ("sailing_id", "hel-tll-20301224-0730"),
+            ("passengers", "2"),
+            ("max_price_cents", "100000"),
+            ("currency", "EUR"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        for (k, v) in pairs {
+            if v.is_empty() {
+                params.remove(*k);
+            } else {
+                params.insert((*k).to_owned(), (*v).to_owned());
+            }
+        }
+        params
+    }
+
+    #[test]
+    fn a_booking_is_priced_as_a_price_answer_at_the_same_instant() {
+        let drift = PriceDrift {
+            start: at(0),
+            every: std::time::Duration::from_secs(600),
+            percent: 5.0,
+        };
+        let now = at(3_600);
+        let params = booking(&[("accommodation", "cabin"), ("extras", "breakfast,wifi")]);
+        let quoted = answers::price(&params, now, Some(&drift)).unwrap();
+        let (booked, effect) = answer(&mut desk(), &params, now, Some(&drift)).unwrap();
+        assert_eq!(effect, Effect::Booked);
+        assert_eq!(booked["status"], "booked");
+        assert_eq!(booked["price_cents"], quoted["price"]["amount_cents"]);
+        assert_eq!(booked["currency"], "EUR");
+        assert!(
+            lifeboat_core::order::answer::BookBody::parse(&booked.to_string()).is_ok(),
+            "{booked}"
+        );
+    }
+
+    #[test]
+    fn every_answer_of_the_desk_has_its_wire_form() {
+        let mut desk = desk();
+        let now = at(60);
+        let (first, _) = answer(&mut desk, &booking(&[]), now, None).unwrap();
+        let (again, effect) = answer(&mut desk, &booking(&[]), now, None).unwrap();
+        assert_eq!((again.clone(), effect), (first.clone(), Effect::Repeated));
+        let (moved, effect) = answer(
+            &mut desk,
+            &booking(&[("idempotency_key", "lb-c2"), ("max_price_cents", "1")]),
+            now,
+            None,
+        )
+        .unwrap();
+        assert_eq!(effect, Effect::Nothing);
+        assert_eq!(moved["status"], "price_changed");
+        assert_eq!(moved["price_cents"], first["price_cents"]);
+        let (gone, _) = answer(
+            &mut desk,
+            &booking(&[("idempotency_key", "lb-c3")]),
+            at(48 * 3600),
+            None,
+        )
+        .unwrap();
+        assert_eq!(gone["status"], "sold_out");
+        assert_eq!(gone["seats_left"], 0);
+        let departed = booking(&[
+            ("idempotency_key", "lb-c4"),
+            ("sailing_id", "hel-tll-19700101-0730"),
+        ]);
+        let (late, _) = answer(&mut desk, &departed, now, None).unwrap();
+        assert_eq!(late["status"], "not_bookable");
+        assert_eq!(
+            late["detail"],
+            "sailing hel-tll-19700101-0730 departed at 1970-01-01T07:30:00Z"
+        );
+        let reused = answer(&mut desk, &booking(&[("passengers", "3")]), now, None);
+        assert_eq!(reused.unwrap_err().0, 422);
+        for (pairs, status) in [
+            (&[("idempotency_key", "")][..], 400),
+            (&[("sailing_id", "a b")][..], 400),
+            (&[("passengers", "")][..], 400),
+            (&[("passengers", "10")][..], 400),
+            (&[("max_price_cents", "lots")][..], 400),
+            (&[("currency", "SEK")][..], 422),
+            (&[("accommodation", "hammock")][..], 422),
+            (&[("extras", "caviar")][..], 422),
+        ] {
+            let mut p = booking(pairs);
+            p.insert("idempotency_key".into(), "lb-bad".into());
+            if pairs[0].0 == "idempotency_key" {
+                p.remove("idempotency_key");
+            }
+            let refused = answer(&mut desk, &p, now, None).unwrap_err();
+            assert_eq!(refused.0, status, "{pairs:?}: {}", refused.1);
+        }
         assert_eq!(desk.bookings(), 1);
     }
 

@@ -1,9 +1,13 @@
 //! The operator API over HTTP.
 //!
-//! Call contract: `GET {base}/{operation}?{params}` (`operation` is `search`
-//! or `price`, `params` the request's parameters as the query string) with the
-//! header `x-request-id: <request id>`. A search answer is a JSON object with a
-//! `sailings` array, a price answer a JSON object with a `price` object.
+//! Call contract (docs/operator-api.json): `GET {base}/{operation}?{params}`
+//! (`operation` is `search`, `price` or `ping`, `params` the request's
+//! parameters as the query string) with the header `x-request-id: <request
+//! id>`. A search answer is a JSON object with a `sailings` array, a price
+//! answer a JSON object with a `price` object. A booking is
+//! `POST {base}/book` with a JSON body and the `Idempotency-Key` header
+//! ([`crate::book`]), its parameters never in the URL; a booking without
+//! its key is never sent.
 //!
 //! Every call is bounded by its budget's `timeout`, body included: a tokio
 //! timeout wraps the whole exchange, and reqwest's own per-request timeout
@@ -26,8 +30,9 @@ use lifeboat_core::ports::{OperatorApi, SecretsAt};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall};
 use lifeboat_core::{Operation, OperatorId};
 use reqwest::Url;
-use reqwest::header::{ACCEPT, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
 
+use crate::book::{self, IDEMPOTENCY_KEY_HEADER};
 use crate::credentials::{Credential, CredentialError, Credentials};
 use crate::payload;
 
@@ -327,17 +332,26 @@ impl HttpOperatorApi {
         url
     }
 
-    /// Send the request and read the answer (the body only for a 2xx).
+    /// Send the request and read the answer (the body only for a 2xx): a
+    /// GET, or with `post` a POST of its body and key.
     async fn exchange(
         &self,
         url: Url,
+        post: Option<Post>,
         request_id: HeaderValue,
         credential: Option<Credential>,
         budget: &Budget,
     ) -> Result<(u16, Vec<u8>), Failure> {
-        let mut request = self
-            .client
-            .get(url)
+        let request = match post {
+            None => self.client.get(url),
+            Some(Post { key, body }) => self
+                .client
+                .post(url)
+                .header(HeaderName::from_static(IDEMPOTENCY_KEY_HEADER), key)
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body),
+        };
+        let mut request = request
             .header(HeaderName::from_static(REQUEST_ID_HEADER), request_id)
             .header(ACCEPT, HeaderValue::from_static("application/json"))
             .timeout(budget.timeout);
@@ -364,6 +378,23 @@ impl HttpOperatorApi {
             body.extend_from_slice(&chunk);
         }
         Ok((status, body))
+    }
+}
+
+/// What a POST sends beside the request id: a booking's key and body.
+struct Post {
+    key: HeaderValue,
+    body: String,
+}
+
+impl Post {
+    /// A booking's POST from the call's parameters, or why it is not sent.
+    fn booking(params: &BTreeMap<String, String>) -> Result<Self, String> {
+        let (key, order) = book::request_of(params).map_err(|e| e.to_string())?;
+        let key =
+            HeaderValue::from_str(&key).map_err(|_| book::BookParamsError::BadKey.to_string())?;
+        let body = serde_json::to_string(&order).map_err(|e| e.to_string())?;
+        Ok(Self { key, body })
     }
 }
 
@@ -471,7 +502,18 @@ impl OperatorApi for HttpOperatorApi {
         let Ok(request_id) = HeaderValue::from_str(&call.request_id) else {
             return payload::not_sent(400, "request id is not a valid header value");
         };
-        let url = Self::endpoint(base, call.operation, &call.params);
+        let (url, post) = if call.operation == Operation::Book {
+            match Post::booking(&call.params) {
+                // Nothing of the order in the URL: the body carries it.
+                Ok(post) => (
+                    Self::endpoint(base, call.operation, &BTreeMap::new()),
+                    Some(post),
+                ),
+                Err(why) => return payload::not_sent(400, why),
+            }
+        } else {
+            (Self::endpoint(base, call.operation, &call.params), None)
+        };
         let budget = call.budget;
         let started = tokio::time::Instant::now();
         let credential = match &self.credentials {
@@ -480,7 +522,7 @@ impl OperatorApi for HttpOperatorApi {
         };
         let result = tokio::time::timeout(
             budget.timeout,
-            self.exchange(url, request_id, credential, &budget),
+            self.exchange(url, post, request_id, credential, &budget),
         )
         .await;
         let elapsed = started.elapsed();
@@ -854,6 +896,97 @@ mod tests {
         let large = small.call(&call(Operation::Search, 2_000)).await;
         assert_eq!(large.class, CallClass::BadPayload);
         assert_eq!(large.detail, "answer larger than 10 bytes");
+    }
+
+    fn booking(key: Option<&str>, timeout_ms: u64) -> OperatorCall {
+        let mut call = call(Operation::Book, timeout_ms);
+        call.params = [
+            ("sailing_id", "hel-tll-20991224-0730"),
+            ("passengers", "2"),
+            ("accommodation", "cabin"),
+            ("extras", "breakfast"),
+            ("max_price_cents", "100000"),
+            ("currency", "EUR"),
+        ]
+        .into_iter()
+        .chain(key.map(|k| ("idempotency_key", k)))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        call
+    }
+
+    #[tokio::test]
+    async fn a_booking_is_posted_with_its_key_and_read_as_the_operator_meant_it() {
+        use lifeboat_core::order::BookingAnswer;
+        let server = server().await;
+        let api = api(&server.base_url());
+        let result = api.call(&booking(Some("lb-cart-1"), 2_000)).await;
+        assert_eq!(result.class, CallClass::Ok, "{}", result.detail);
+        let BookingAnswer::Booked { price_cents, .. } = BookingAnswer::from_call(&result) else {
+            panic!("{result:?}");
+        };
+        // Priced as the price answer of the same order.
+        let mut price = call(Operation::Price, 2_000);
+        price.params = booking(None, 0).params;
+        let quoted = api.call(&price).await;
+        let quoted: serde_json::Value = serde_json::from_str(&quoted.body.unwrap()).unwrap();
+        assert_eq!(quoted["price"]["amount_cents"], price_cents);
+        // The same key for another order: the operator refuses it itself.
+        let mut reused = booking(Some("lb-cart-1"), 2_000);
+        reused.params.insert("passengers".into(), "3".into());
+        let refused = BookingAnswer::from_call(&api.call(&reused).await);
+        assert!(
+            matches!(refused, BookingAnswer::Rejected { status: 422, .. }),
+            "{refused:?}"
+        );
+        let stats = server.operator().stats();
+        assert_eq!((stats.bookings, stats.by_operation.book), (1, 2));
+        assert_eq!(
+            server.operator().last_request_id().as_deref(),
+            Some("req-42")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_booking_without_its_key_is_never_sent() {
+        let server = server().await;
+        let api = api(&server.base_url());
+        let result = api.call(&booking(None, 2_000)).await;
+        assert_eq!(result.class, CallClass::ClientError { status: 400 });
+        assert_eq!(
+            result.detail,
+            "a booking is never sent without its idempotency key"
+        );
+        let result = api.call(&booking(Some("two words"), 2_000)).await;
+        assert_eq!(result.class, CallClass::ClientError { status: 400 });
+        assert_eq!(server.operator().stats().total, 0, "nothing sent");
+    }
+
+    /// The operator books, then answers too late; the gateway's retry with
+    /// the same key gets that booking back: one booking, one repeated call.
+    #[tokio::test]
+    async fn a_retried_booking_books_once() {
+        use lifeboat_core::order::BookingAnswer;
+        let server = server().await;
+        let api = api(&server.base_url());
+        server.operator().set_mode(Some(OutageMode::Slow));
+        let lost = api.call(&booking(Some("lb-cart-7"), 300)).await;
+        assert_eq!(lost.class, CallClass::Timeout, "{}", lost.detail);
+        assert!(matches!(
+            BookingAnswer::from_call(&lost),
+            BookingAnswer::Unavailable { .. }
+        ));
+        server.operator().set_mode(None);
+        let retried = api.call(&booking(Some("lb-cart-7"), 2_000)).await;
+        assert!(
+            matches!(
+                BookingAnswer::from_call(&retried),
+                BookingAnswer::Booked { .. }
+            ),
+            "{retried:?}"
+        );
+        let stats = server.operator().stats();
+        assert_eq!((stats.bookings, stats.repeated_bookings), (1, 1));
     }
 
     #[tokio::test]

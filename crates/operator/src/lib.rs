@@ -11,6 +11,7 @@
 //!   with a small control endpoint, for the local demo and the client's tests.
 
 mod answers;
+pub mod book;
 mod bookings;
 mod client;
 mod credentials;
@@ -21,6 +22,7 @@ mod server;
 mod sim;
 
 pub use answers::PriceDrift;
+pub use book::{BookOrder, IDEMPOTENCY_KEY_HEADER};
 pub use bookings::{BookingDesk, BookingRequest, DeskAnswer, SeatModel};
 pub use client::{
     HttpApiError, HttpOperatorApi, OPERATOR_ENDPOINTS, OperatorUrls, OperatorUrlsError,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use lifeboat_core::Operation;
 use lifeboat_core::budget::Budget;
+use lifeboat_core::order::answer::{BookBody, BookBodyError};
 use lifeboat_core::request::{CallClass, CallResult};
 use serde_json::Value;
 
@@ -32,17 +33,30 @@ pub enum PayloadError {
     /// do not add up: an operator error, never something to confirm on.
     #[error("price answer is not a price: {0}")]
     NotAPrice(#[from] lifeboat_core::price::PriceError),
+    /// A booking answer that is not one of the contract's four (booked,
+    /// price changed, sold out, not bookable) with its fields: never read
+    /// as booked or not.
+    #[error("{0}")]
+    NotABooking(BookBodyError),
 }
 
 /// Check that `body` is the JSON an operation promises: a search answer is an
 /// object with a `sailings` array, a price answer an object with a `price`
 /// object that is a price ([`lifeboat_core::price::quote`]: an amount above
-/// zero and within range, an ISO 4217 currency, parts that add up). A ping's
-/// answer is not read.
+/// zero and within range, an ISO 4217 currency, parts that add up), a
+/// booking answer one of the four of [`BookBody`]. A ping's answer is not
+/// read.
 pub fn check_payload(operation: Operation, body: &str) -> Result<(), PayloadError> {
     if operation == Operation::Ping {
         // Any 2xx answers a ping, whatever it says.
         return Ok(());
+    }
+    if operation == Operation::Book {
+        return match BookBody::parse(body) {
+            Ok(_) => Ok(()),
+            Err(BookBodyError::NotJson(reason)) => Err(PayloadError::NotJson { operation, reason }),
+            Err(e) => Err(PayloadError::NotABooking(e)),
+        };
     }
     let value: Value = serde_json::from_str(body).map_err(|e| PayloadError::NotJson {
         operation,
@@ -51,7 +65,7 @@ pub fn check_payload(operation: Operation, body: &str) -> Result<(), PayloadErro
     let (field, expected, fits): (&str, &'static str, fn(&Value) -> bool) = match operation {
         Operation::Search => ("sailings", "a sailings array", Value::is_array),
         Operation::Price => ("price", "a price object", Value::is_object),
-        Operation::Ping => return Ok(()),
+        Operation::Ping | Operation::Book => return Ok(()),
     };
     if value.get(field).is_some_and(fits) {
         if operation == Operation::Price {
@@ -237,6 +251,42 @@ mod tests {
         assert!(
             err.to_string().starts_with("search answer is not json"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_booking_answer_is_one_of_the_four_with_its_fields() {
+        for good in [
+            r#"{"status":"booked","booking_ref":"BK1","price_cents":11600,"currency":"EUR"}"#,
+            r#"{"status":"price_changed","price_cents":12900,"currency":"EUR"}"#,
+            r#"{"status":"sold_out","seats_left":0}"#,
+            r#"{"status":"not_bookable","detail":"departed"}"#,
+        ] {
+            assert_eq!(check_payload(Operation::Book, good), Ok(()), "{good}");
+        }
+        let not_json = check_payload(Operation::Book, "<html>").unwrap_err();
+        assert!(matches!(not_json, PayloadError::NotJson { .. }));
+        assert!(not_json.to_string().starts_with("book answer is not json"));
+        for bad in [
+            r#"{"sailings":[]}"#,
+            r#"{"status":"booked","price_cents":100,"currency":"EUR"}"#,
+            r#"{"status":"booked","booking_ref":"B","price_cents":-1,"currency":"EUR"}"#,
+            r#"{"status":"price_changed","price_cents":100}"#,
+        ] {
+            let e = check_payload(Operation::Book, bad).unwrap_err();
+            assert!(matches!(e, PayloadError::NotABooking(_)), "{bad}: {e}");
+            assert!(e.to_string().starts_with("book answer"), "{e}");
+        }
+        let booked = classify(
+            Operation::Book,
+            200,
+            r#"{"status":"sold_out","seats_left":1}"#,
+            10,
+        );
+        assert_eq!(booked.class, CallClass::Ok);
+        assert_eq!(
+            classify(Operation::Book, 200, r#"{"status":"?"}"#, 10).class,
+            CallClass::BadPayload
         );
     }
 

@@ -1,8 +1,11 @@
 //! The simulated operator over HTTP, for the local demo and the client's
 //! tests. It speaks the operator API contract of [`crate::HttpOperatorApi`]:
 //!
-//! - `GET /search?…` and `GET /price?…`: the simulated answers; the
-//!   `x-request-id` header is recorded.
+//! - `GET /search?…`, `GET /price?…` and `GET /ping`: the simulated
+//!   answers; the `x-request-id` header is recorded.
+//! - `POST /book` with the JSON body of [`crate::BookOrder`] and the
+//!   `Idempotency-Key` header: a booking at the simulator's desk (a body
+//!   that is not one, or no key: `400`).
 //! - `POST /_control/mode` with `{"mode": "hang" | "refuse" | "server_error" |
 //!   "slow" | "garbage" | null}`: override the outage script (`null`: healthy);
 //!   `{"follow_script": true}` hands control back to the script. Answers
@@ -31,7 +34,7 @@ use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use lifeboat_core::{Operation, OperatorId, SystemClock};
@@ -41,13 +44,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::book::{self, BookOrder, IDEMPOTENCY_KEY_HEADER};
 use crate::client::REQUEST_ID_HEADER;
 use crate::sim::{OutageMode, Reply, SimConfig, SimulatedOperator};
 
 /// How long [`SimServer::shutdown`] waits for open connections to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// Largest control request body read.
+/// Largest control request body read, and largest booking body.
 const MAX_CONTROL_BODY: usize = 64 * 1024;
 
 /// A running simulated operator on a local port. It stops when
@@ -108,7 +112,7 @@ impl SimServer {
         })
     }
 
-    /// From now on answer `401` to every `/search`, `/price` and `/ping`
+    /// From now on answer `401` to every `/search`, `/price`, `/ping` and `/book`
     /// without header `name` set to `value` (a second call replaces the
     /// first: a key rotated by the operator).
     pub fn require_header(&self, name: &str, value: &str) {
@@ -229,23 +233,68 @@ type Answer = Response<Full<Bytes>>;
 
 async fn handle(serving: Serving, req: Request<Incoming>) -> Result<Answer, CloseConnection> {
     let sim = &serving.sim;
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/search") => operation(&serving, Operation::Search, &req).await,
-        (&Method::GET, "/price") => operation(&serving, Operation::Price, &req).await,
-        (&Method::GET, "/ping") => operation(&serving, Operation::Ping, &req).await,
-        (&Method::POST, "/_control/mode") => Ok(control_mode(sim, req).await),
-        (&Method::GET, "/_control/stats") => Ok(json(StatusCode::OK, &sim.stats())),
-        (_, "/search" | "/price" | "/ping" | "/_control/mode" | "/_control/stats") => {
-            Ok(error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"))
+    let read = |operation| (operation, query_params(req.uri()));
+    let (operation, params) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/search") => read(Operation::Search),
+        (&Method::GET, "/price") => read(Operation::Price),
+        (&Method::GET, "/ping") => read(Operation::Ping),
+        (&Method::POST, "/book") => {
+            let (parts, body) = req.into_parts();
+            return match booking_params(&parts.headers, body).await {
+                Ok(params) => {
+                    self::operation(&serving, Operation::Book, &parts.headers, params).await
+                }
+                Err(refused) => Ok(refused),
+            };
         }
-        _ => Ok(error(StatusCode::NOT_FOUND, "not found")),
+        (&Method::POST, "/_control/mode") => return Ok(control_mode(sim, req).await),
+        (&Method::GET, "/_control/stats") => return Ok(json(StatusCode::OK, &sim.stats())),
+        (_, "/search" | "/price" | "/ping" | "/book" | "/_control/mode" | "/_control/stats") => {
+            return Ok(error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"));
+        }
+        _ => return Ok(error(StatusCode::NOT_FOUND, "not found")),
+    };
+    self::operation(&serving, operation, req.headers(), params).await
+}
+
+/// A booking's parameters from its key and body, or the `400` refusing it.
+async fn booking_params(
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<BTreeMap<String, String>, Answer> {
+    let Some(key) = headers
+        .get(IDEMPOTENCY_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty())
+    else {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "Idempotency-Key is required",
+        ));
+    };
+    let body = match Limited::new(body, MAX_CONTROL_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "cannot read the request body",
+            ));
+        }
+    };
+    match serde_json::from_slice::<BookOrder>(&body) {
+        Ok(order) => Ok(book::params_of(key, &order)),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid booking: {e}"),
+        )),
     }
 }
 
 async fn operation(
     serving: &Serving,
     operation: Operation,
-    req: &Request<Incoming>,
+    headers: &HeaderMap,
+    params: BTreeMap<String, String>,
 ) -> Result<Answer, CloseConnection> {
     let required = serving
         .required
@@ -253,11 +302,7 @@ async fn operation(
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     if let Some((name, value)) = required
-        && req
-            .headers()
-            .get(name.as_str())
-            .and_then(|v| v.to_str().ok())
-            != Some(value.as_str())
+        && headers.get(name.as_str()).and_then(|v| v.to_str().ok()) != Some(value.as_str())
     {
         return Ok(error(
             StatusCode::UNAUTHORIZED,
@@ -266,11 +311,7 @@ async fn operation(
     }
     let _open = OpenCall::new(&serving.open_calls);
     let (sim, stopped) = (&serving.sim, serving.stopped.clone());
-    let params = query_params(req.uri());
-    let request_id = req
-        .headers()
-        .get(REQUEST_ID_HEADER)
-        .and_then(|v| v.to_str().ok());
+    let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
     let _in_flight = sim.in_flight(operation);
     let budget = sim.config().budgets.for_operation(operation);
     let plan = sim.plan(operation, &params, &budget, request_id);
@@ -477,11 +518,17 @@ mod tests {
         let server = start().await;
         let http = client();
         let missing = http
-            .get(format!("{}/book", server.base_url()))
+            .get(format!("{}/bookings", server.base_url()))
             .send()
             .await
             .unwrap();
         assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+        let get_book = http
+            .get(format!("{}/book", server.base_url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(get_book.status(), StatusCode::METHOD_NOT_ALLOWED);
         let wrong = http
             .post(format!("{}/search", server.base_url()))
             .send()
@@ -489,6 +536,40 @@ mod tests {
             .unwrap();
         assert_eq!(wrong.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(server.operator().stats().total, 0);
+    }
+
+    #[tokio::test]
+    async fn a_booking_needs_its_key_and_a_body_that_is_one() {
+        let server = start().await;
+        let url = format!("{}/book", server.base_url());
+        let order = r#"{"sailing_id": "hel-tll-20991224-0730", "passengers": 1,
+                        "max_price_cents": 100000, "currency": "EUR"}"#;
+        let post = |key: Option<&str>, body: &str| {
+            let mut request = client().post(&url).body(body.to_owned());
+            if let Some(key) = key {
+                request = request.header(IDEMPOTENCY_KEY_HEADER, key);
+            }
+            request.send()
+        };
+        let keyless = post(None, order).await.unwrap();
+        assert_eq!(keyless.status(), StatusCode::BAD_REQUEST);
+        for bad in [
+            "{}",
+            "not json",
+            r#"{"sailing_id": "x", "passengers": 1, "max_price_cents": 1, "currency": "EUR", "coupon": "free"}"#,
+        ] {
+            let refused = post(Some("k1"), bad).await.unwrap();
+            assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{bad}");
+        }
+        assert_eq!(server.operator().stats().total, 0);
+        let booked: serde_json::Value =
+            post(Some("k1"), order).await.unwrap().json().await.unwrap();
+        assert_eq!(booked["status"], "booked", "{booked}");
+        let unknown = order.replace(r#""currency""#, r#""accommodation": "hammock", "currency""#);
+        let refused = post(Some("k2"), &unknown).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let stats = server.operator().stats();
+        assert_eq!((stats.bookings, stats.rejected), (1, 1));
     }
 
     #[tokio::test]

@@ -20,6 +20,12 @@
 //!
 //! A ping answers in 30 ms, plus the operator's [`Hesitation`] (its load
 //! tail and slow moments), whenever the API itself is up.
+//!
+//! Bookings are made at its [`BookingDesk`] when the call arrives, in every
+//! mode that answers (a `slow` booking is made, then answered too late: the
+//! caller's retry with the same key gets the same booking); a hanging,
+//! refusing or failing operator books nothing. Searches carry the seats
+//! left on each sailing.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,10 +41,13 @@ use lifeboat_core::{Operation, OperatorId};
 use serde::{Deserialize, Serialize};
 
 use crate::answers::{self, PriceDrift};
+use crate::bookings::{self, BookingDesk, Effect, SeatModel};
 use crate::hesitation::{Hesitation, Load};
 use crate::latency::{LatencyModel, SimRng};
 use crate::payload;
 
+#[cfg(test)]
+mod booking_tests;
 mod operators;
 pub use operators::SimulatedOperators;
 
@@ -150,6 +159,9 @@ pub struct SimConfig {
     /// load and occasional slow moments, the ping included. On by default;
     /// `{"enabled": false}` (or [`Hesitation::off`]) turns it off.
     pub hesitation: Hesitation,
+    /// The sailings' seats and how fast other channels sell them, from the
+    /// simulator's start ([`BookingDesk`]).
+    pub seats: SeatModel,
 }
 
 impl Default for SimConfig {
@@ -165,6 +177,7 @@ impl Default for SimConfig {
             oversized_bytes: 1 << 20,
             budgets: Budgets::default(),
             hesitation: Hesitation::default(),
+            seats: SeatModel::default(),
         }
     }
 }
@@ -192,6 +205,8 @@ pub struct OperationCounts {
     pub price: u64,
     #[serde(default)]
     pub ping: u64,
+    #[serde(default)]
+    pub book: u64,
 }
 
 /// Calls received, by the mode the operator was in.
@@ -217,22 +232,32 @@ pub struct SimStats {
     pub total: u64,
     pub by_operation: OperationCounts,
     pub by_mode: ModeCounts,
-    /// Healthy calls answered `400` because a parameter was malformed.
+    /// Healthy calls answered `400` because a parameter was malformed, or
+    /// `422` because the operator refused a booking itself.
     pub rejected: u64,
     /// Healthy calls that drew a background `500`.
     pub background_errors: u64,
-    /// The most customer questions (searches and prices; pings are not
+    /// The most calls (searches, prices and bookings; pings are not
     /// counted) the operator had in hand at once: each counted from the
     /// moment it arrives until it is answered or its caller gives up.
     #[serde(default)]
     pub peak_in_flight: u64,
+    /// Bookings made: seats taken under a new idempotency key.
+    #[serde(default)]
+    pub bookings: u64,
+    /// Booking calls answered with the booking their key had made already
+    /// (a retried or redelivered call): nothing booked twice.
+    #[serde(default)]
+    pub repeated_bookings: u64,
 }
 
 impl SimStats {
     /// The calls that asked a customer's question (searches and prices):
-    /// every call but the hang check's pings.
+    /// every call but the hang check's pings and the bookings.
     pub fn questions(&self) -> u64 {
-        self.total.saturating_sub(self.by_operation.ping)
+        self.total
+            .saturating_sub(self.by_operation.ping)
+            .saturating_sub(self.by_operation.book)
     }
 }
 
@@ -260,6 +285,8 @@ struct State {
     load: Load,
     /// Questions in hand right now ([`SimStats::peak_in_flight`]).
     in_flight: u64,
+    /// The seats and the bookings.
+    desk: BookingDesk,
 }
 
 /// A question in the operator's hand: counted in flight until dropped.
@@ -309,6 +336,7 @@ impl SimulatedOperator {
             last_request_id: None,
             load: Load::default(),
             in_flight: 0,
+            desk: BookingDesk::new(config.seats, clock.now()),
         };
         Self {
             inner: Arc::new(Inner {
@@ -364,8 +392,8 @@ impl SimulatedOperator {
         };
     }
 
-    /// Counts `operation`, if it is a customer's question, as in the
-    /// operator's hand until the guard is dropped.
+    /// Counts `operation`, unless it is a ping, as in the operator's hand
+    /// until the guard is dropped.
     pub(crate) fn in_flight(&self, operation: Operation) -> Option<InFlight> {
         if operation == Operation::Ping {
             return None;
@@ -493,7 +521,9 @@ impl SimulatedOperator {
         }
     }
 
-    /// The healthy answer to a call, or the `400` for its malformed parameters.
+    /// The healthy answer to a call, or the `400` for its malformed
+    /// parameters (a booking's `422` for an order the operator refuses).
+    /// A booking is made here.
     fn answer(
         &self,
         operation: Operation,
@@ -502,9 +532,26 @@ impl SimulatedOperator {
     ) -> Result<Reply, Reply> {
         let drift = self.inner.config.price_drift.as_ref();
         let answer = match operation {
-            Operation::Search => answers::search(params, now, drift),
-            Operation::Price => answers::price(params, now, drift),
+            Operation::Search => answers::search(params, now, drift)
+                .map(|mut found| {
+                    self.add_seats_left(&mut found, now);
+                    found
+                })
+                .map_err(|bad| (400, bad.0)),
+            Operation::Price => answers::price(params, now, drift).map_err(|bad| (400, bad.0)),
             Operation::Ping => Ok(PING_ANSWER.clone()),
+            Operation::Book => {
+                let mut state = self.lock();
+                let booked = bookings::answer(&mut state.desk, params, now, drift);
+                if let Ok((_, effect)) = &booked {
+                    match effect {
+                        Effect::Booked => state.stats.bookings += 1,
+                        Effect::Repeated => state.stats.repeated_bookings += 1,
+                        Effect::Nothing => {}
+                    }
+                }
+                booked.map(|(json, _)| json)
+            }
         };
         match answer {
             Ok(json) => Ok(Reply::Answer {
@@ -512,8 +559,31 @@ impl SimulatedOperator {
                 content_type: "application/json",
                 body: json.to_string(),
             }),
-            Err(bad) => Err(error_reply(400, &bad.0)),
+            Err((status, message)) => Err(error_reply(status, &message)),
         }
+    }
+
+    /// Each sailing of a search answer with its `seats_left` at `now`.
+    fn add_seats_left(&self, found: &mut serde_json::Value, now: DateTime<Utc>) {
+        let state = self.lock();
+        let sailings = found
+            .get_mut("sailings")
+            .and_then(serde_json::Value::as_array_mut);
+        for sailing in sailings.into_iter().flatten() {
+            let left = sailing
+                .get("sailing_id")
+                .and_then(serde_json::Value::as_str)
+                .map(|id| state.desk.seats_left(id, now));
+            if let (Some(left), Some(fields)) = (left, sailing.as_object_mut()) {
+                fields.insert("seats_left".to_owned(), left.into());
+            }
+        }
+    }
+
+    /// Seats left on `sailing_id` now, as the simulator's searches say.
+    pub fn seats_left(&self, sailing_id: &str) -> u32 {
+        let now = self.inner.clock.now();
+        self.lock().desk.seats_left(sailing_id, now)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -538,6 +608,7 @@ impl State {
             Operation::Search => stats.by_operation.search += 1,
             Operation::Price => stats.by_operation.price += 1,
             Operation::Ping => stats.by_operation.ping += 1,
+            Operation::Book => stats.by_operation.book += 1,
         }
         let by_mode = &mut stats.by_mode;
         match mode {
@@ -905,7 +976,8 @@ mod tests {
             OperationCounts {
                 search: 8,
                 price: 1,
-                ping: 0
+                ping: 0,
+                book: 0
             }
         );
         let one = ModeCounts {

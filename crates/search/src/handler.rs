@@ -165,8 +165,9 @@ pub fn question(
                 field: "price",
             })
         }
-        // No customer route asks an operator for a ping.
-        Operation::Ping => Err(Problem::not_found(
+        // No customer route asks an operator for a ping, nor books: a
+        // booking is a held order's, never a search's.
+        Operation::Ping | Operation::Book => Err(Problem::not_found(
             "this service answers GET /sailings and GET /price",
         )),
     }

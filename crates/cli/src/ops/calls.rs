@@ -365,7 +365,7 @@ mod tests {
         assert!(calls.iter().all(|c| match c.operation {
             Operation::Search => c.duration_ms <= 7_000.0,
             Operation::Price => c.duration_ms <= 2_000.0,
-            Operation::Ping => false,
+            Operation::Ping | Operation::Book => false,
         }));
         let price_timeouts = calls
             .iter()
