@@ -9,6 +9,9 @@
 //!   ([`OutageMode`]).
 //! - [`SimServer`] serves the same simulation over HTTP on a local port,
 //!   with a small control endpoint, for the local demo and the client's tests.
+//! - [`book`]: a booking (`POST /book`, its body and `Idempotency-Key`)
+//!   from and to an operator call's parameters; the simulated operator
+//!   books at its [`BookingDesk`].
 
 mod answers;
 pub mod book;

@@ -349,8 +349,13 @@ impl RealConsumer {
         (outcome, refused.map(|(status, _)| status))
     }
 
-    /// Keep an answer, or a refusal, in the answer cache.
+    /// Keep an answer, or a refusal, in the answer cache. Never a
+    /// booking's: it is one order's, not an answer anyone else may be
+    /// given, nor one to give again instead of asking.
     async fn cache_answer(&self, request: &RequestRecord, outcome: &Outcome, refused: Option<u16>) {
+        if !request.operation.is_read() {
+            return;
+        }
         if let OutcomeKind::Answered { body } = &outcome.kind {
             // The cache first: whoever sees the outcome also finds the cache
             // refreshed. A failed cache write costs freshness, not the answer.

@@ -142,6 +142,65 @@ fn the_call_log_samples_a_share_of_requests_always_the_same() {
     assert_eq!(sampled("req-7", 0.5), sampled("req-7", 0.5));
 }
 
+/// A booking goes through the gateway like a question: called, its
+/// answer written as the request's outcome, and never cached, nor is the
+/// operator's refusal of one.
+#[tokio::test(start_paused = true)]
+async fn a_booking_is_answered_and_never_cached() {
+    let w = world();
+    let now = w.clock.now();
+    let booking = |key: &str, passengers: &str, i: u64| RequestRecord {
+        request_id: format!("book-{key}-{i}"),
+        operator: OperatorId::new("nordic").unwrap(),
+        operation: lifeboat_core::Operation::Book,
+        params: [
+            ("idempotency_key", key),
+            ("sailing_id", "hel-tll-20261224-0730"),
+            ("passengers", passengers),
+            ("max_price_cents", "100000"),
+            ("currency", "EUR"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+        created_at: now,
+        deadline: now + TimeDelta::seconds(30),
+    };
+    // The first books; the second reuses its key for another order (422).
+    let requests = [booking("lb-c1", "2", 0), booking("lb-c1", "3", 1)];
+    let mut records = Vec::new();
+    for (i, request) in requests.iter().enumerate() {
+        w.requests.put_request(request).await.unwrap();
+        records.push(stream_record(request, i));
+    }
+    // One at a time: the refusal must meet the booking already made.
+    for record in records {
+        w.consumer
+            .handle(&json!({ "Records": [record] }))
+            .await
+            .unwrap();
+    }
+    let outcome = |id: &str| {
+        w.requests
+            .all()
+            .into_iter()
+            .find(|s| s.request.request_id == id)
+            .and_then(|s| s.outcome)
+            .unwrap()
+    };
+    let booked = lifeboat_core::order::BookingAnswer::from_outcome(&outcome("book-lb-c1-0"));
+    assert!(
+        matches!(booked, lifeboat_core::order::BookingAnswer::Booked { .. }),
+        "{booked:?}"
+    );
+    assert_eq!(
+        outcome("book-lb-c1-1").failure_reason(),
+        Some(FailureReason::Rejected)
+    );
+    assert_eq!(w.sim.stats().bookings, 1);
+    assert_eq!(w.cache.len(), 0, "nothing of a booking is cached");
+}
+
 #[tokio::test(start_paused = true)]
 async fn healthy_requests_are_answered_once() {
     let w = world();
