@@ -332,8 +332,9 @@ impl HttpOperatorApi {
         url
     }
 
-    /// Send the request and read the answer (the body only for a 2xx): a
-    /// GET, or with `post` a POST of its body and key.
+    /// Send the request and read the answer (the body only for a 2xx, and
+    /// the start of a booking's 4xx): a GET, or with `post` a POST of its
+    /// body and key.
     async fn exchange(
         &self,
         url: Url,
@@ -342,6 +343,7 @@ impl HttpOperatorApi {
         credential: Option<Credential>,
         budget: &Budget,
     ) -> Result<(u16, Vec<u8>), Failure> {
+        let refusal_read = post.is_some();
         let request = match post {
             None => self.client.get(url),
             Some(Post { key, body }) => self
@@ -360,6 +362,19 @@ impl HttpOperatorApi {
         }
         let mut response = request.send().await.map_err(Failure::Transport)?;
         let status = response.status().as_u16();
+        if refusal_read && response.status().is_client_error() {
+            // A booking's refusal says why, for the person who looks at
+            // the parked order: its first bytes only.
+            let mut body = Vec::new();
+            while let Ok(Some(chunk)) = response.chunk().await {
+                body.extend_from_slice(&chunk);
+                if body.len() >= payload::MAX_REFUSAL_BYTES {
+                    break;
+                }
+            }
+            body.truncate(payload::MAX_REFUSAL_BYTES);
+            return Ok((status, body));
+        }
         if !response.status().is_success() {
             return Ok((status, Vec::new()));
         }
@@ -935,9 +950,16 @@ mod tests {
         let mut reused = booking(Some("lb-cart-1"), 2_000);
         reused.params.insert("passengers".into(), "3".into());
         let refused = BookingAnswer::from_call(&api.call(&reused).await);
+        let BookingAnswer::Rejected {
+            status: 422,
+            detail,
+        } = refused
+        else {
+            panic!("{refused:?}");
+        };
         assert!(
-            matches!(refused, BookingAnswer::Rejected { status: 422, .. }),
-            "{refused:?}"
+            detail.ends_with(r#": idempotency key "lb-cart-1" was used for another order"#),
+            "{detail}"
         );
         let stats = server.operator().stats();
         assert_eq!((stats.bookings, stats.by_operation.book), (1, 2));

@@ -109,7 +109,10 @@ pub(crate) fn classify_answer(
         400..=499 => (
             CallClass::ClientError { status },
             None,
-            format!("operator answered {status} in {ms} ms"),
+            match refusal_reason(operation, &body) {
+                Some(reason) => format!("operator answered {status} in {ms} ms: {reason}"),
+                None => format!("operator answered {status} in {ms} ms"),
+            },
         ),
         500..=599 => (
             CallClass::ServerError { status },
@@ -128,6 +131,29 @@ pub(crate) fn classify_answer(
         body,
         detail,
     }
+}
+
+/// How much of a booking's refusal is read.
+pub(crate) const MAX_REFUSAL_BYTES: usize = 1024;
+
+/// The reason an operator gave for refusing a booking: the `error` or
+/// `detail` string of its JSON body, visible characters only, at most 200.
+/// `None` for every other operation (their refusals are not read) and for
+/// a body that gives none.
+fn refusal_reason(operation: Operation, body: &[u8]) -> Option<String> {
+    if operation != Operation::Book {
+        return None;
+    }
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let reason = ["error", "detail"]
+        .iter()
+        .find_map(|field| value.get(field).and_then(Value::as_str))?;
+    let shown: String = reason
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+    (!shown.trim().is_empty()).then_some(shown)
 }
 
 /// A call that got no answer within `budget`.
@@ -288,6 +314,25 @@ mod tests {
             classify(Operation::Book, 200, r#"{"status":"?"}"#, 10).class,
             CallClass::BadPayload
         );
+        // A booking's refusal says why; other refusals are not read.
+        let refused = classify(Operation::Book, 422, r#"{"error":"key\nreused"}"#, 10);
+        assert_eq!(refused.class, CallClass::ClientError { status: 422 });
+        assert_eq!(refused.detail, "operator answered 422 in 10 ms: keyreused");
+        let long = format!(r#"{{"detail":"{}"}}"#, "x".repeat(500));
+        assert_eq!(
+            classify(Operation::Book, 409, &long, 10).detail.len(),
+            "operator answered 409 in 10 ms: ".len() + 200
+        );
+        for (operation, body) in [
+            (Operation::Book, "<html>"),
+            (Operation::Book, r#"{"error":" "}"#),
+            (Operation::Price, r#"{"error":"no"}"#),
+        ] {
+            assert_eq!(
+                classify(operation, 422, body, 10).detail,
+                "operator answered 422 in 10 ms"
+            );
+        }
     }
 
     #[test]
