@@ -1,19 +1,15 @@
-//! `lifeboat`'s command line: the commands and their flags as clap reads
-//! them, and the checks of flag values. The developers' harness commands
-//! (`demo`, `chaos`, `fleet`, `local`) are in the default build only.
+//! `lifeboat`'s command line: the list of commands and its dispatch, the
+//! flags of `status`, `breaker` and `detection` as clap reads them, and the
+//! checks of their values. The developers' harness commands (`demo`,
+//! `chaos`, `fleet`, `local`: lifeboat-harness) are in the default build
+//! only; every other command's flags are beside its code in
+//! `lifeboat_cli::ops` and `lifeboat_cli::replay`.
 
 use clap::{Args, Parser, Subcommand};
-#[cfg(feature = "harness")]
-use lifeboat_cli::demo::Script;
 use lifeboat_cli::ops::detection::{self, Since};
 use lifeboat_cli::ops::stack::StackArgs;
+use lifeboat_command::CliError;
 use lifeboat_core::OperatorId;
-#[cfg(feature = "harness")]
-use lifeboat_core::settings::Settings;
-#[cfg(feature = "harness")]
-use lifeboat_operator::OutageMode;
-#[cfg(feature = "harness")]
-use lifeboat_sim::{LaneLayout, World};
 
 #[derive(Parser)]
 #[command(
@@ -31,19 +27,19 @@ pub(crate) enum Command {
     /// Run the whole suite through a scripted day with an operator outage,
     /// on virtual time, without network or AWS.
     #[cfg(feature = "harness")]
-    Demo(DemoArgs),
+    Demo(lifeboat_harness::DemoArgs),
     /// The fault campaign: lifeboat's own dependencies failing (every store
     /// operation, PutEvents, mapping updates, consumers killed mid-batch,
     /// switch timeouts, duplicated and reordered events, an egress fault)
     /// under customer traffic, on virtual time: outcomes, faults seen, and
     /// how soon everything matched the truth after the faults stopped.
     #[cfg(feature = "harness")]
-    Chaos(ChaosArgs),
+    Chaos(lifeboat_harness::ChaosArgs),
     /// A marketplace day of many operators with uneven traffic and
     /// overlapping incidents, on virtual time: what each incident did to its
     /// operator and to everyone else's answers.
     #[cfg(feature = "harness")]
-    Fleet(FleetArgs),
+    Fleet(lifeboat_harness::FleetArgs),
     /// Show each operator's breaker, sale status and where the Requests
     /// stream points, read from the deployed tables and mapping.
     Status(StatusArgs),
@@ -82,7 +78,30 @@ pub(crate) enum Command {
     /// functions under cargo lambda watch, the simulated operator, customers)
     /// and print what the breaker does; `--outage 60s` scripts an outage.
     #[cfg(feature = "harness")]
-    Local(lifeboat_cli::local::cli::LocalArgs),
+    Local(lifeboat_harness::LocalArgs),
+}
+
+impl Command {
+    /// Run the command; `main` prints its error.
+    pub(crate) fn run(self) -> Result<(), CliError> {
+        match self {
+            #[cfg(feature = "harness")]
+            Command::Demo(args) => args.run(),
+            #[cfg(feature = "harness")]
+            Command::Chaos(args) => args.run(),
+            #[cfg(feature = "harness")]
+            Command::Fleet(args) => args.run(),
+            Command::Status(args) => args.run(),
+            Command::Breaker { action } => action.run(),
+            Command::Detection(args) => args.run(),
+            Command::AdviseTimeouts(args) => args.run(),
+            Command::Replay(args) => args.run(),
+            Command::Carts(args) => args.run(),
+            Command::Config { action } => action.run(),
+            #[cfg(feature = "harness")]
+            Command::Local(args) => args.run(),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -192,163 +211,10 @@ pub(crate) struct BreakerArgs {
     pub(crate) json: bool,
 }
 
-#[cfg(feature = "harness")]
-#[derive(Args)]
-pub(crate) struct DemoArgs {
-    /// Print one JSON object with the figures instead of the timeline.
-    #[arg(long)]
-    pub(crate) json: bool,
-    /// How the operator fails: hang, refuse, server_error, slow, garbage, rate_limited or brownout.
-    #[arg(long, default_value = "hang")]
-    pub(crate) mode: OutageMode,
-    /// Seconds of outage.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(30..=3600))]
-    pub(crate) outage_s: u64,
-    /// Seed of every random choice.
-    #[arg(long)]
-    pub(crate) seed: Option<u64>,
-    /// The rise at payment, in percent of the price shown, that the
-    /// demo's marketplace absorbs (CART_SETTINGS `absorb_rise_percent`;
-    /// 0 absorbs nothing, as lifeboat's default).
-    #[arg(long, default_value_t = Script::default().absorb_rise_percent,
-          value_parser = clap::value_parser!(u32).range(0..=20))]
-    pub(crate) absorb_rise_percent: u32,
-    /// Also print the carts minute by minute against the breaker (with
-    /// --json: under `carts_minutes`).
-    #[arg(long)]
-    pub(crate) carts_minutes: bool,
-    /// Draw the day's carts minute by minute against the breaker as SVG
-    /// to this file.
-    #[arg(long)]
-    pub(crate) plot: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub(crate) world: WorldArgs,
-}
-
-/// The world a simulation runs in and the settings it deploys.
-#[cfg(feature = "harness")]
-#[derive(Args)]
-pub(crate) struct WorldArgs {
-    /// The world around the functions: `aws` charges AWS's latencies and
-    /// limits and runs the template's one-minute tick (docs/aws-model.md);
-    /// `ideal` takes no time and limits nothing, for comparison.
-    #[arg(long = "aws", default_value = "aws", value_parser = parse_world)]
-    pub(crate) world: World,
-    /// The gateway's OPERATOR_SETTINGS (the template's OperatorSettings
-    /// JSON). Empty, the default: the template's default, which probes an
-    /// open breaker with the last search its operator answered and confirms
-    /// a late call with a ping (the built-in hang check). `advised`: every
-    /// operator probed with a fixed search and hang-checked with a ping.
-    #[arg(long, default_value = "", value_parser = parse_settings)]
-    pub(crate) operator_settings: Settings,
-}
-
-#[cfg(feature = "harness")]
-#[derive(Args)]
-pub(crate) struct ChaosArgs {
-    /// Print one JSON object with the figures instead of the summary.
-    #[arg(long)]
-    pub(crate) json: bool,
-    /// Questions customers ask, each a new request record.
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1_000..=1_000_000))]
-    pub(crate) records: u64,
-    /// How many operators sell through the gateway (at least 5: the
-    /// campaign's outages need them).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(5..=50))]
-    pub(crate) operators: u64,
-    /// The off-sale listener's SALE_OFF_SALE_HOLD_S (0 to 300).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=300))]
-    pub(crate) off_sale_hold_s: u64,
-    /// Seed of every random choice and every fault.
-    #[arg(long)]
-    pub(crate) seed: Option<u64>,
-    #[command(flatten)]
-    pub(crate) world: WorldArgs,
-}
-
-#[cfg(feature = "harness")]
-#[derive(Args)]
-pub(crate) struct FleetArgs {
-    /// Print one JSON object with the figures instead of the summary.
-    #[arg(long)]
-    pub(crate) json: bool,
-    /// How many operators sell through the gateway.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(8..=500))]
-    pub(crate) operators: u64,
-    /// Hours of virtual time.
-    #[arg(long, default_value_t = 2.0, value_parser = parse_hours)]
-    pub(crate) hours: f64,
-    /// Searches per second over the whole marketplace.
-    #[arg(long, default_value_t = 10.0, value_parser = parse_rate)]
-    pub(crate) searches_per_s: f64,
-    /// How requests flow to the consumers: a lane (stream and mapping)
-    /// per operator, or one shared by all.
-    #[arg(long, default_value = "per-operator", value_parser = parse_lanes)]
-    pub(crate) lanes: LaneLayout,
-    /// Seed of every random choice.
-    #[arg(long)]
-    pub(crate) seed: Option<u64>,
-    /// The real consumer's reserved concurrency in the AWS world (the
-    /// template's RealConsumerConcurrency). By default the template's 100,
-    /// raised to what the stack's capacity check asks of the lanes
-    /// (operators x LaneParallelization).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    pub(crate) real_consumer_concurrency: Option<u64>,
-    #[command(flatten)]
-    pub(crate) world: WorldArgs,
-}
-
 fn non_blank(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
         Err("must not be empty".to_owned())
     } else {
         Ok(s.trim().to_owned())
-    }
-}
-
-#[cfg(feature = "harness")]
-fn parse_hours(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(h) if (0.1..=24.0).contains(&h) => Ok(h),
-        _ => Err(format!("{text:?}: give hours from 0.1 to 24")),
-    }
-}
-
-/// The most searches per second `lifeboat fleet` plays: two and a half
-/// times the marketplace docs/capacity.md prices. The fleet keeps counts,
-/// not lines, so its memory follows the operators and the minutes of
-/// requests kept, not the load; its wall time follows the load.
-#[cfg(feature = "harness")]
-const MAX_SEARCHES_PER_S: f64 = 5000.0;
-
-#[cfg(feature = "harness")]
-fn parse_rate(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(r) if r > 0.0 && r <= MAX_SEARCHES_PER_S => Ok(r),
-        _ => Err(format!(
-            "{text:?}: give searches per second above 0, at most {MAX_SEARCHES_PER_S}"
-        )),
-    }
-}
-
-#[cfg(feature = "harness")]
-fn parse_world(text: &str) -> Result<World, String> {
-    text.parse::<World>().map_err(|e| e.to_string())
-}
-
-#[cfg(feature = "harness")]
-fn parse_settings(text: &str) -> Result<Settings, String> {
-    if text.trim() == "advised" {
-        return Ok(lifeboat_sim::aws::advised_settings());
-    }
-    Settings::from_json(text).map_err(|e| e.to_string())
-}
-
-#[cfg(feature = "harness")]
-fn parse_lanes(text: &str) -> Result<LaneLayout, String> {
-    match text {
-        "per-operator" => Ok(LaneLayout::PerOperator),
-        "shared" => Ok(LaneLayout::Shared),
-        _ => Err(format!("{text:?}: use per-operator or shared")),
     }
 }

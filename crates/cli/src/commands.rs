@@ -5,7 +5,6 @@
 //! printing a table or JSON.
 
 use std::path::Path;
-use std::process::ExitCode;
 
 use aws_config::SdkConfig;
 use lifeboat_aws::{Clients, Env};
@@ -16,27 +15,53 @@ use lifeboat_cli::ops::config::{
 use lifeboat_cli::ops::detection::{self, DetectionQuery};
 use lifeboat_cli::ops::stack::{self, Stack, StackArgs};
 use lifeboat_cli::ops::{BreakerCommand, breaker, status};
+use lifeboat_command::CliError;
+use lifeboat_command::runtime::block_on;
 use lifeboat_core::breaker::Command as SwitchCommand;
 
-use crate::args::{BreakerArgs, DetectionArgs, StatusArgs};
+use crate::args::{BreakerAction, BreakerArgs, DetectionArgs, StatusArgs};
+
+impl StatusArgs {
+    /// `lifeboat status`.
+    pub(crate) fn run(self) -> Result<(), CliError> {
+        block_on("status", status(self))
+    }
+}
+
+impl BreakerAction {
+    /// `lifeboat breaker force-open|force-closed|release`.
+    pub(crate) fn run(self) -> Result<(), CliError> {
+        let (command, args) = match self {
+            BreakerAction::ForceOpen(args) => (SwitchCommand::ForceOpen, args),
+            BreakerAction::ForceClosed(args) => (SwitchCommand::ForceClosed, args),
+            BreakerAction::Release(args) => (SwitchCommand::Release, args),
+        };
+        block_on("breaker", breaker_command(command, args))
+    }
+}
+
+impl DetectionArgs {
+    /// `lifeboat detection`.
+    pub(crate) fn run(self) -> Result<(), CliError> {
+        block_on("detection", detection_command(self))
+    }
+}
 
 /// The stack `command` reads what `needed` says flags and variables leave
 /// unnamed; a stack `--stack` names that cannot be read ends the command.
 async fn stack_of(
-    command: &str,
+    command: &'static str,
     args: &StackArgs,
     needed: bool,
     sdk: &SdkConfig,
-) -> Result<Stack, ExitCode> {
+) -> Result<Stack, CliError> {
     stack::find(args.stack.as_deref(), needed, Path::new("."), sdk)
         .await
-        .map_err(|e| {
-            eprintln!("lifeboat {command}: {e}");
-            ExitCode::FAILURE
-        })
+        .map_err(|e| CliError::new(command, e))
 }
 
-pub(crate) async fn status(args: StatusArgs) -> ExitCode {
+async fn status(args: StatusArgs) -> Result<(), CliError> {
+    let fail = |e: &dyn std::fmt::Display| CliError::new("status", e);
     let flags = StatusFlags {
         breaker_table: args.breaker_table,
         sale_status_table: args.sale_status_table,
@@ -47,58 +72,35 @@ pub(crate) async fn status(args: StatusArgs) -> ExitCode {
     };
     let env = Env::from_process();
     let sdk = lifeboat_aws::clients::load_sdk_config().await;
-    let stack = match stack_of("status", &args.stack, flags.leave_unnamed(&env), &sdk).await {
-        Ok(stack) => stack,
-        Err(code) => return code,
-    };
-    let config = match StatusConfig::resolve(&flags, &env, &stack) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("lifeboat status: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let stack = stack_of("status", &args.stack, flags.leave_unnamed(&env), &sdk).await?;
+    let config = StatusConfig::resolve(&flags, &env, &stack).map_err(|e| fail(&e))?;
     let adapters = config.adapters(&Clients::new(&sdk)).await;
-    let report = match status::gather(
+    let report = status::gather(
         &adapters.sources(),
         args.operator.as_ref(),
         chrono::Utc::now(),
     )
     .await
-    {
-        Ok(report) => report,
-        Err(e) => {
-            eprintln!("lifeboat status: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    .map_err(|e| fail(&e))?;
     if args.json {
-        match report.to_json() {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("lifeboat status: report not written: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
+        let text = report
+            .to_json()
+            .map_err(|e| fail(&format!("report not written: {e}")))?;
+        println!("{text}");
     } else {
         print!("{}", status::render_table(&report));
     }
     if report.has_failures() {
-        eprintln!("lifeboat status: some reads failed; see the report");
-        return ExitCode::FAILURE;
+        return Err(fail(&"some reads failed; see the report"));
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
-pub(crate) async fn breaker_command(command: SwitchCommand, args: BreakerArgs) -> ExitCode {
+async fn breaker_command(command: SwitchCommand, args: BreakerArgs) -> Result<(), CliError> {
+    let fail = |e: &dyn std::fmt::Display| CliError::new("breaker", e);
     let env = Env::from_process();
-    let command = match BreakerCommand::new(command, args.operator, &args.reason) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("lifeboat breaker: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let command =
+        BreakerCommand::new(command, args.operator, &args.reason).map_err(|e| fail(&e))?;
     let sdk = lifeboat_aws::clients::load_sdk_config().await;
     let command = match breaker::caller(&sdk).await {
         Ok(caller) => command.sent_by(Some(caller)),
@@ -110,18 +112,10 @@ pub(crate) async fn breaker_command(command: SwitchCommand, args: BreakerArgs) -
         }
     };
     let needed = !CIRCUIT_SWITCH_FUNCTION.is_given(args.function.as_deref(), &env);
-    let stack = match stack_of("breaker", &args.stack, needed, &sdk).await {
-        Ok(stack) => stack,
-        Err(code) => return code,
-    };
-    let function = match CIRCUIT_SWITCH_FUNCTION.resolve_in(args.function.as_deref(), &env, &stack)
-    {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("lifeboat breaker: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let stack = stack_of("breaker", &args.stack, needed, &sdk).await?;
+    let function = CIRCUIT_SWITCH_FUNCTION
+        .resolve_in(args.function.as_deref(), &env, &stack)
+        .map_err(|e| fail(&e))?;
     let lambda = match args.invoke_endpoint.as_deref().map(str::trim) {
         Some(endpoint) if !endpoint.is_empty() => aws_sdk_lambda::Client::from_conf(
             aws_sdk_lambda::config::Builder::from(&sdk)
@@ -130,64 +124,41 @@ pub(crate) async fn breaker_command(command: SwitchCommand, args: BreakerArgs) -
         ),
         _ => aws_sdk_lambda::Client::new(&sdk),
     };
-    match breaker::invoke(&lambda, &function, &command).await {
-        Ok(invoked) => {
-            if args.json {
-                match serde_json::to_string_pretty(&invoked.answer) {
-                    Ok(text) => println!("{text}"),
-                    Err(e) => {
-                        eprintln!("lifeboat breaker: report not written: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            } else {
-                print!("{}", invoked.report.render());
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("lifeboat breaker: {e}");
-            ExitCode::FAILURE
-        }
+    let invoked = breaker::invoke(&lambda, &function, &command)
+        .await
+        .map_err(|e| fail(&e))?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&invoked.answer)
+            .map_err(|e| fail(&format!("report not written: {e}")))?;
+        println!("{text}");
+    } else {
+        print!("{}", invoked.report.render());
     }
+    Ok(())
 }
 
-pub(crate) async fn detection_command(args: DetectionArgs) -> ExitCode {
+async fn detection_command(args: DetectionArgs) -> Result<(), CliError> {
+    let fail = |e: &dyn std::fmt::Display| CliError::new("detection", e);
     let env = Env::from_process();
     let config = lifeboat_aws::clients::load_sdk_config().await;
     // The alarm-to-operator map is optional (`--operator` can say it), so
     // it alone does not make the stack needed.
     let needed = !BREAKER_TABLE.is_given(args.breaker_table.as_deref(), &env)
         || !ERRORS_ALARM.is_given(args.alarm.as_deref(), &env);
-    let stack = match stack_of("detection", &args.stack, needed, &config).await {
-        Ok(stack) => stack,
-        Err(code) => return code,
-    };
-    let resolved = BREAKER_TABLE
+    let stack = stack_of("detection", &args.stack, needed, &config).await?;
+    let (table, alarm) = BREAKER_TABLE
         .resolve_in(args.breaker_table.as_deref(), &env, &stack)
         .and_then(|table| {
             ERRORS_ALARM
                 .resolve_in(args.alarm.as_deref(), &env, &stack)
                 .map(|alarm| (table, alarm))
-        });
-    let (table, alarm) = match resolved {
-        Ok(names) => names,
-        Err(e) => {
-            eprintln!("lifeboat detection: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+        })
+        .map_err(|e| fail(&e))?;
     let map = ALARM_OPERATORS
         .resolve_in(args.alarm_operators.as_deref(), &env, &stack)
         .ok();
-    let alarm_operator =
-        match detection::alarm_operator(&alarm, map.as_deref(), args.operator.as_ref()) {
-            Ok(operator) => operator,
-            Err(e) => {
-                eprintln!("lifeboat detection: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+    let alarm_operator = detection::alarm_operator(&alarm, map.as_deref(), args.operator.as_ref())
+        .map_err(|e| fail(&e))?;
     let now = chrono::Utc::now();
     let query = DetectionQuery {
         alarm,
@@ -203,29 +174,19 @@ pub(crate) async fn detection_command(args: DetectionArgs) -> ExitCode {
     // Alarms up to one pairing window before --since still pair with an
     // opening after it.
     let from = query.since - chrono::TimeDelta::from_std(query.window).unwrap_or_default();
-    let history = match detection::alarm_history(&cloudwatch, &query.alarm, from, now).await {
-        Ok(history) => history,
-        Err(e) => {
-            eprintln!("lifeboat detection: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let changes = match breakers.changes(query.only.as_ref()).await {
-        Ok(changes) => changes,
-        Err(e) => {
-            eprintln!("lifeboat detection: breaker table: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let history = detection::alarm_history(&cloudwatch, &query.alarm, from, now)
+        .await
+        .map_err(|e| fail(&e))?;
+    let changes = breakers
+        .changes(query.only.as_ref())
+        .await
+        .map_err(|e| fail(&format!("breaker table: {e}")))?;
     let report = detection::detect(&query, &history.transitions, &changes, history.warnings);
     if args.json {
-        match report.to_json() {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("lifeboat detection: report not written: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
+        let text = report
+            .to_json()
+            .map_err(|e| fail(&format!("report not written: {e}")))?;
+        println!("{text}");
     } else {
         print!("{}", detection::render_table(&report));
     }
@@ -235,5 +196,5 @@ pub(crate) async fn detection_command(args: DetectionArgs) -> ExitCode {
             report.warnings.len()
         );
     }
-    ExitCode::SUCCESS
+    Ok(())
 }

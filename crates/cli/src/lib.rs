@@ -1,17 +1,8 @@
-//! The `lifeboat` command's library: the demo of the whole suite, the
-//! fleet's day of many operators, and the operator commands on a deployed one.
+//! The `lifeboat` command's library: the operators' commands on a deployed
+//! (or local) suite ([`ops`]) and the replay of recorded operator calls
+//! ([`replay`]). The developers' harness (demo, chaos, fleet, local) is
+//! lifeboat-harness; what both print and share (the command error, spans of
+//! time, carts minute by minute, the charts) is lifeboat-command.
 
-#[cfg(feature = "harness")]
-pub mod chaos;
-#[cfg(feature = "harness")]
-pub mod demo;
-#[cfg(feature = "harness")]
-pub mod fleet;
-#[cfg(feature = "harness")]
-pub mod local;
 pub mod ops;
-pub mod plot;
-#[cfg(feature = "harness")]
-pub mod progress;
 pub mod replay;
-pub mod span;

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lifeboat_cli::plot::{self, Mark, MinutePoint, Series};
+use lifeboat_command::plot::{self, Mark, MinutePoint, Series};
 
 /// A text element's box on the canvas, in pixels.
 #[derive(Debug, Clone)]

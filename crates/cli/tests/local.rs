@@ -11,10 +11,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lifeboat_cli::local::state::LocalState;
-use lifeboat_cli::local::{LOCAL_SETTINGS, LocalConfig, LocalReport, run};
-use lifeboat_cli::progress::Progress;
 use lifeboat_core::OperatorId;
+use lifeboat_harness::on_moto::state::LocalState;
+use lifeboat_harness::on_moto::{LOCAL_SETTINGS, LocalConfig, LocalReport, run};
+use lifeboat_harness::progress::Progress;
 use lifeboat_local::alarm::AlarmState;
 
 /// Start-up may have to build the functions if they were not built first.
@@ -55,7 +55,7 @@ fn print(lines: &[String], report: &LocalReport) {
 /// at once if the run ends first.
 async fn suite_up(
     path: &std::path::Path,
-    run: &mut tokio::task::JoinHandle<Result<LocalReport, lifeboat_cli::local::LocalError>>,
+    run: &mut tokio::task::JoinHandle<Result<LocalReport, lifeboat_harness::on_moto::LocalError>>,
 ) -> LocalState {
     tokio::time::timeout(LIMIT, async {
         loop {
@@ -77,7 +77,7 @@ async fn suite_up(
 /// timeline printed first, so a slow or stuck step can be seen.
 fn recovered(
     lines: &[String],
-    run: Result<LocalReport, lifeboat_cli::local::LocalError>,
+    run: Result<LocalReport, lifeboat_harness::on_moto::LocalError>,
 ) -> LocalReport {
     run.unwrap_or_else(|e| {
         for line in lines {

@@ -2,11 +2,11 @@
 //! and how the advice is printed.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use chrono::DateTime;
 use clap::Args;
+use lifeboat_command::CliError;
 use lifeboat_core::{Operation, OperatorId};
 use lifeboat_operator::LatencyModel;
 
@@ -81,21 +81,21 @@ fn plot(
                 .collect()
         })
         .collect();
-    let series: Vec<crate::plot::Series<'_>> = names
+    let series: Vec<lifeboat_command::plot::Series<'_>> = names
         .iter()
         .zip(&values)
-        .map(|(name, values)| crate::plot::Series { name, values })
+        .map(|(name, values)| lifeboat_command::plot::Series { name, values })
         .collect();
     let mut marks = Vec::new();
     for (b, name) in advice.budgets.iter().zip(&names) {
         for (i, cluster) in b.clusters.iter().enumerate() {
-            marks.push(crate::plot::Mark {
+            marks.push(lifeboat_command::plot::Mark {
                 label: format!("{name}: cluster {} ({:.0} ms)", i + 1, cluster.centre_ms),
                 x: cluster.centre_ms,
             });
         }
         if let Some(budget) = b.budget_ms {
-            marks.push(crate::plot::Mark {
+            marks.push(lifeboat_command::plot::Mark {
                 label: format!("{name}: budget {budget} ms"),
                 x: budget as f64,
             });
@@ -107,7 +107,7 @@ fn plot(
         .copied()
         .fold(1_000.0_f64, f64::max)
         .min(20_000.0);
-    crate::plot::distributions(
+    lifeboat_command::plot::distributions(
         path,
         "answer times, clusters and advised budgets",
         &series,
@@ -152,35 +152,25 @@ fn load(args: &AdviseArgs) -> Result<Vec<CallRecord>, String> {
     Ok(recorded)
 }
 
-pub fn main(args: AdviseArgs) -> ExitCode {
-    let recorded = match load(&args) {
-        Ok(recorded) => recorded,
-        Err(e) => {
-            eprintln!("lifeboat advise-timeouts: {e}");
-            return ExitCode::FAILURE;
+impl AdviseArgs {
+    /// `lifeboat advise-timeouts`.
+    pub fn run(self) -> Result<(), CliError> {
+        let fail = |e: &dyn std::fmt::Display| CliError::new("advise-timeouts", e);
+        let recorded = load(&self).map_err(|e| fail(&e))?;
+        let rules = AdviceRules {
+            margin: self.margin,
+            ..AdviceRules::default()
+        };
+        let advice = advise::advise(&recorded, &rules);
+        if let Some(path) = &self.plot {
+            plot(path, &recorded, &advice).map_err(|e| fail(&e))?;
         }
-    };
-    let rules = AdviceRules {
-        margin: args.margin,
-        ..AdviceRules::default()
-    };
-    let advice = advise::advise(&recorded, &rules);
-    if let Some(path) = &args.plot
-        && let Err(e) = plot(path, &recorded, &advice)
-    {
-        eprintln!("lifeboat advise-timeouts: {e}");
-        return ExitCode::FAILURE;
-    }
-    if args.json {
-        match serde_json::to_string_pretty(&advice) {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("lifeboat advise-timeouts: {e}");
-                return ExitCode::FAILURE;
-            }
+        if self.json {
+            let text = serde_json::to_string_pretty(&advice).map_err(|e| fail(&e))?;
+            println!("{text}");
+        } else {
+            print!("{}", advise::render(&advice));
         }
-    } else {
-        print!("{}", advise::render(&advice));
+        Ok(())
     }
-    ExitCode::SUCCESS
 }

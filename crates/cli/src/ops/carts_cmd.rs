@@ -7,15 +7,17 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
 use clap::Args;
+use lifeboat_aws::breaker::BreakerChange;
 use lifeboat_aws::{Clients, DynamoBreakerStore, DynamoCartStore, Env};
+use lifeboat_command::carts::{self, CartsMinutes, MinuteRow, MinutesQuery, StateChange};
+use lifeboat_command::runtime::block_on;
+use lifeboat_command::{CliError, plot};
 use lifeboat_core::ports::BreakerStore;
 use lifeboat_core::{BreakerState, OperatorId};
 
-use super::carts::{self, CartsMinutes, MinuteRow, MinutesQuery, StateChange};
 use super::config::{BREAKER_TABLE, CARTS_TABLE};
 use super::detection::{Since, parse_since};
 use super::stack::{self, StackArgs};
@@ -81,7 +83,7 @@ pub async fn read(
         .await
         .map_err(|e| format!("breaker table: {e}"))?
         .iter()
-        .map(StateChange::from)
+        .map(state_change)
         .collect();
     let records = match operator {
         Some(operator) => breakers
@@ -120,68 +122,69 @@ pub fn to_json(rows: Vec<MinuteRow>) -> serde_json::Result<String> {
     serde_json::to_string_pretty(&CartsMinutes { minutes: rows })
 }
 
-pub async fn run(args: CartsArgs) -> ExitCode {
-    let fail = |e: &dyn std::fmt::Display| {
-        eprintln!("lifeboat carts: {e}");
-        ExitCode::FAILURE
-    };
+impl CartsArgs {
+    /// `lifeboat carts`.
+    pub fn run(self) -> Result<(), CliError> {
+        block_on("carts", minutes(self))
+    }
+}
+
+/// A breaker change the Breaker table recorded, as the rows count it.
+fn state_change(c: &BreakerChange) -> StateChange {
+    StateChange {
+        operator: c.operator.clone(),
+        at: c.at,
+        from: c.from,
+        to: c.to,
+    }
+}
+
+async fn minutes(args: CartsArgs) -> Result<(), CliError> {
+    let fail = |e: &dyn std::fmt::Display| CliError::new("carts", e);
     if !args.minutes {
-        return fail(&"give --minutes (carts minute by minute against the breaker)");
+        return Err(fail(
+            &"give --minutes (carts minute by minute against the breaker)",
+        ));
     }
     let now = Utc::now();
     let query = query(args.since, args.until, args.operator, now);
     // A bad range is refused before anything is read.
-    if let Err(e) = query.check_range() {
-        return fail(&e);
-    }
+    query.check_range().map_err(|e| fail(&e))?;
     let env = Env::from_process();
     let sdk = lifeboat_aws::clients::load_sdk_config().await;
     let needed = !CARTS_TABLE.is_given(args.carts_table.as_deref(), &env)
         || !BREAKER_TABLE.is_given(args.breaker_table.as_deref(), &env);
-    let stack = match stack::find(args.stack.stack.as_deref(), needed, Path::new("."), &sdk).await {
-        Ok(stack) => stack,
-        Err(e) => return fail(&e),
-    };
-    let carts_table = match CARTS_TABLE.resolve_in(args.carts_table.as_deref(), &env, &stack) {
-        Ok(table) => table,
-        Err(e) => return fail(&e),
-    };
-    let breaker_table = match BREAKER_TABLE.resolve_in(args.breaker_table.as_deref(), &env, &stack)
-    {
-        Ok(table) => table,
-        Err(e) => return fail(&e),
-    };
+    let stack = stack::find(args.stack.stack.as_deref(), needed, Path::new("."), &sdk)
+        .await
+        .map_err(|e| fail(&e))?;
+    let carts_table = CARTS_TABLE
+        .resolve_in(args.carts_table.as_deref(), &env, &stack)
+        .map_err(|e| fail(&e))?;
+    let breaker_table = BREAKER_TABLE
+        .resolve_in(args.breaker_table.as_deref(), &env, &stack)
+        .map_err(|e| fail(&e))?;
     let clients = Clients::new(&sdk);
-    let read = match read(
+    let read = read(
         &DynamoCartStore::new(clients.dynamodb().clone(), carts_table),
         &DynamoBreakerStore::new(clients.dynamodb().clone(), breaker_table),
         query.operator.as_ref(),
     )
     .await
-    {
-        Ok(read) => read,
-        Err(e) => return fail(&e),
-    };
-    let rows = match carts::minutes(&read.carts, &read.changes, &read.current, &query) {
-        Ok(rows) => rows,
-        Err(e) => return fail(&e),
-    };
-    if let Some(path) = &args.plot
-        && let Err(e) =
-            crate::plot::carts_rows(path, "carts minute by minute against the breaker", &rows)
-    {
-        return fail(&e);
+    .map_err(|e| fail(&e))?;
+    let rows =
+        carts::minutes(&read.carts, &read.changes, &read.current, &query).map_err(|e| fail(&e))?;
+    if let Some(path) = &args.plot {
+        plot::carts_rows(path, "carts minute by minute against the breaker", &rows)
+            .map_err(|e| fail(&e))?;
     }
     if args.json {
-        match to_json(rows) {
-            Ok(text) => println!("{text}"),
-            Err(e) => return fail(&format!("report not written: {e}")),
-        }
+        let text = to_json(rows).map_err(|e| fail(&format!("report not written: {e}")))?;
+        println!("{text}");
     } else {
         print!("{}", carts::render(&rows, query.judged_at));
     }
     for note in &read.unreadable {
         eprintln!("lifeboat carts: skipped {note}");
     }
-    ExitCode::SUCCESS
+    Ok(())
 }

@@ -88,9 +88,9 @@ impl Since {
     }
 }
 
-/// `2h`, `30m`, `45s`, `1d`, `1h30m`: [`crate::span::parse_duration`].
+/// `2h`, `30m`, `45s`, `1d`, `1h30m`: [`lifeboat_command::span::parse_duration`].
 pub fn parse_span(text: &str) -> Result<Duration, String> {
-    crate::span::parse_duration(text)
+    lifeboat_command::span::parse_duration(text)
 }
 
 /// `--since`: RFC 3339 (`2026-12-01T10:00:00Z`) or a span back from now.

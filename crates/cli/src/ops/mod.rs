@@ -11,9 +11,10 @@
 //!   breaker's state-change history (the Breaker table);
 //! * [`advise`]: `advise-timeouts`, a budget per operator and operation from
 //!   recorded call durations ([`calls`] reads and writes them);
-//! * [`carts`]: `carts --minutes`, carts minute by minute against the
-//!   breaker, from the Carts table and the breaker's state-change history
-//!   ([`carts_cmd`] reads them);
+//! * [`carts_cmd`]: `carts --minutes`, carts minute by minute against the
+//!   breaker, read from the Carts table and the breaker's state-change
+//!   history and counted by `lifeboat_command::carts` (as the demo counts
+//!   its own);
 //! * [`config`]: resource names from flags, else the functions' environment
 //!   variables, else the stack ([`stack`]: `--stack` or samconfig.toml's,
 //!   read with CloudFormation);
@@ -25,7 +26,6 @@ pub mod advise_cmd;
 pub mod aws;
 pub mod breaker;
 pub mod calls;
-pub mod carts;
 pub mod carts_cmd;
 pub mod config;
 pub mod detection;

@@ -12,11 +12,12 @@
 //! running ones.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use lifeboat_aws::{Clients, DynamoOperatorConfigStore, Env};
+use lifeboat_command::CliError;
+use lifeboat_command::runtime::block_on;
 use lifeboat_core::operator_config::{MAX_ITEM_BYTES, OperatorConfigItem};
 use lifeboat_core::ports::{OperatorConfigStore, StoreError};
 use lifeboat_core::settings::Settings;
@@ -334,62 +335,53 @@ async fn store(
 }
 
 /// `lifeboat config put|show`.
-pub async fn run(action: ConfigAction) -> ExitCode {
-    match action {
-        ConfigAction::Put(args) => {
-            let files = read_files(
-                args.endpoints_file.as_deref(),
-                args.settings_file.as_deref(),
-            );
-            let (endpoints, settings) = match files {
-                Ok(files) => files,
-                Err(e) => return fail("put", &e.to_string()),
-            };
-            let store = match store(args.table.as_deref(), &args.stack).await {
-                Ok(store) => store,
-                Err(e) => return fail("put", &e),
-            };
-            match put(&store, endpoints, settings, Utc::now()).await {
-                Ok(w) => {
-                    println!(
-                        "operator config table {}: revision {} written ({} bytes; endpoints of {} operators, settings of {} operators of their own)",
-                        w.table, w.revision, w.bytes, w.endpoints, w.operators_with_settings
-                    );
-                    println!(
-                        "Running instances keep what they read at start: sam deploy --parameter-overrides OperatorConfigRevision={} replaces them.",
-                        w.revision
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail("put", &e.to_string()),
+impl ConfigAction {
+    /// `lifeboat config put|show`.
+    pub fn run(self) -> Result<(), CliError> {
+        block_on("config", self.apply())
+    }
+
+    async fn apply(self) -> Result<(), CliError> {
+        match self {
+            ConfigAction::Put(args) => {
+                let fail = |e: &dyn std::fmt::Display| CliError::new("config put", e);
+                let (endpoints, settings) = read_files(
+                    args.endpoints_file.as_deref(),
+                    args.settings_file.as_deref(),
+                )
+                .map_err(|e| fail(&e))?;
+                let store = store(args.table.as_deref(), &args.stack)
+                    .await
+                    .map_err(|e| fail(&e))?;
+                let w = put(&store, endpoints, settings, Utc::now())
+                    .await
+                    .map_err(|e| fail(&e))?;
+                println!(
+                    "operator config table {}: revision {} written ({} bytes; endpoints of {} operators, settings of {} operators of their own)",
+                    w.table, w.revision, w.bytes, w.endpoints, w.operators_with_settings
+                );
+                println!(
+                    "Running instances keep what they read at start: sam deploy --parameter-overrides OperatorConfigRevision={} replaces them.",
+                    w.revision
+                );
+                Ok(())
             }
-        }
-        ConfigAction::Show(args) => {
-            let store = match store(args.table.as_deref(), &args.stack).await {
-                Ok(store) => store,
-                Err(e) => return fail("show", &e),
-            };
-            match show(&store).await {
-                Ok(shown) if args.json => match serde_json::to_string_pretty(&shown) {
-                    Ok(text) => {
-                        println!("{text}");
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => fail("show", &e.to_string()),
-                },
-                Ok(shown) => {
+            ConfigAction::Show(args) => {
+                let fail = |e: &dyn std::fmt::Display| CliError::new("config show", e);
+                let store = store(args.table.as_deref(), &args.stack)
+                    .await
+                    .map_err(|e| fail(&e))?;
+                let shown = show(&store).await.map_err(|e| fail(&e))?;
+                if args.json {
+                    let text = serde_json::to_string_pretty(&shown).map_err(|e| fail(&e))?;
+                    println!("{text}");
+                } else {
                     print!("{}", render(&shown));
-                    ExitCode::SUCCESS
                 }
-                Err(e) => fail("show", &e.to_string()),
+                Ok(())
             }
         }
     }
-}
-
-fn fail(command: &str, message: &str) -> ExitCode {
-    eprintln!("lifeboat config {command}: {message}");
-    ExitCode::FAILURE
 }
 
 #[cfg(test)]

@@ -10,11 +10,11 @@ pub mod outages;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use chrono::DateTime;
 use clap::Args;
+use lifeboat_command::CliError;
 use lifeboat_core::budget::Budget;
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::settings::{OperatorSettings, Settings};
@@ -248,25 +248,25 @@ fn plot(path: &Path, recorded: &[CallRecord], configs: &[ReplayConfig]) -> Resul
         .iter()
         .map(|c| engine::durations(recorded, c))
         .collect();
-    let series: Vec<crate::plot::Series<'_>> = configs
+    let series: Vec<lifeboat_command::plot::Series<'_>> = configs
         .iter()
         .zip(&durations)
-        .map(|(c, values)| crate::plot::Series {
+        .map(|(c, values)| lifeboat_command::plot::Series {
             name: &c.name,
             values,
         })
         .collect();
-    let marks: Vec<crate::plot::Mark> = configs
+    let marks: Vec<lifeboat_command::plot::Mark> = configs
         .iter()
         .map(|c| {
             let budget = c.settings.default.budgets.search.timeout.as_millis();
-            crate::plot::Mark {
+            lifeboat_command::plot::Mark {
                 label: format!("{}: search budget {budget} ms", c.name),
                 x: budget as f64,
             }
         })
         .collect();
-    crate::plot::distributions(
+    lifeboat_command::plot::distributions(
         path,
         "operator-calling invocation durations per configuration",
         &series,
@@ -284,17 +284,14 @@ struct Report<'a> {
     model: Option<Value>,
 }
 
-pub fn main(args: ReplayArgs) -> ExitCode {
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("lifeboat replay: {e}");
-            ExitCode::from(2)
-        }
+impl ReplayArgs {
+    /// `lifeboat replay`: a failure exits with code 2.
+    pub fn run(self) -> Result<(), CliError> {
+        replay_or_calibrate(&self).map_err(|e| CliError::new("replay", e).with_code(2))
     }
 }
 
-fn run(args: &ReplayArgs) -> Result<(), String> {
+fn replay_or_calibrate(args: &ReplayArgs) -> Result<(), String> {
     if args.calibrate {
         return run_calibration(args);
     }

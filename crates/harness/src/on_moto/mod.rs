@@ -17,6 +17,9 @@
 //! stream points at the real consumer and the operator is on sale again
 //! (or was never taken off: a close within the off-sale hold writes nothing).
 //! Ctrl-C stops everything it started.
+//!
+//! The module is `on_moto`, not `local`, so that it is not taken for the
+//! lifeboat-local crate (crates/local) it runs the suite with.
 
 pub mod cli;
 pub mod state;

@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use lifeboat_command::carts::{self, MinuteRow, MinutesQuery, StateChange};
+use lifeboat_sim::Transition;
 use serde::Serialize;
 
 use super::Inputs;
 use crate::demo::customer::{self, CartSeen};
 use crate::demo::{Phase, Script};
-use crate::ops::carts::{self, MinuteRow, MinutesQuery, StateChange};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Carts {
@@ -131,7 +132,7 @@ pub struct CartsMinutesSeen {
 
 impl CartsMinutesSeen {
     pub(super) fn of(i: &Inputs<'_>) -> Self {
-        let changes: Vec<StateChange> = i.transitions.iter().map(StateChange::from).collect();
+        let changes: Vec<StateChange> = i.transitions.iter().map(state_change).collect();
         let judged_at = i.ended + carts::STOPPED_AFTER;
         let query = MinutesQuery {
             since: i.start,
@@ -159,5 +160,16 @@ impl CartsMinutesSeen {
             (None, Some(judged_at)) => carts::render(&self.rows, judged_at),
             (None, None) => "carts minute by minute: nothing was counted\n".to_owned(),
         }
+    }
+}
+
+/// A breaker transition the simulation recorded, as the carts' rows read
+/// one from the Breaker table.
+fn state_change(t: &Transition) -> StateChange {
+    StateChange {
+        operator: t.operator.clone(),
+        at: t.at,
+        from: Some(t.from),
+        to: t.to,
     }
 }

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use lifeboat_cli::demo::{self, Phase, Report, Script};
 use lifeboat_core::memory::OutcomeCondition;
+use lifeboat_harness::demo::{self, Phase, Report, Script};
 use lifeboat_operator::OutageMode;
 
 fn check(report: &Report) {

@@ -14,9 +14,9 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lifeboat_cli::demo::{self, Report, Script};
-use lifeboat_cli::ops::carts::MinuteRow;
+use lifeboat_command::carts::MinuteRow;
 use lifeboat_core::BreakerState;
+use lifeboat_harness::demo::{self, Report, Script};
 use serde_json::Value;
 
 const DOC: &str = include_str!("../../../docs/carts.md");

@@ -474,7 +474,7 @@ pub struct MinutePoint {
 pub fn carts_rows(
     path: &Path,
     title: &str,
-    rows: &[crate::ops::carts::MinuteRow],
+    rows: &[crate::carts::MinuteRow],
 ) -> Result<(), String> {
     let Some(first) = rows.iter().map(|r| r.minute).min() else {
         return Err("no minutes to draw".to_owned());

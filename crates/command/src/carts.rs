@@ -26,11 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use lifeboat_aws::breaker::BreakerChange;
 use lifeboat_core::cart::Cart;
 use lifeboat_core::{BreakerState, OperatorId};
-#[cfg(feature = "harness")]
-use lifeboat_sim::Transition;
 use serde::Serialize;
 
 /// A cart with no step for this long has stopped.
@@ -51,29 +48,6 @@ pub struct StateChange {
     /// The state it left, when recorded.
     pub from: Option<BreakerState>,
     pub to: BreakerState,
-}
-
-impl From<&BreakerChange> for StateChange {
-    fn from(c: &BreakerChange) -> Self {
-        Self {
-            operator: c.operator.clone(),
-            at: c.at,
-            from: c.from,
-            to: c.to,
-        }
-    }
-}
-
-#[cfg(feature = "harness")]
-impl From<&Transition> for StateChange {
-    fn from(t: &Transition) -> Self {
-        Self {
-            operator: t.operator.clone(),
-            at: t.at,
-            from: Some(t.from),
-            to: t.to,
-        }
-    }
 }
 
 /// Which minutes, which operators, and when the data ends.

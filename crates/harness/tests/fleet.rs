@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use lifeboat_cli::fleet::{self, FleetReport, FleetScript};
 use lifeboat_core::memory::OutcomeCondition;
+use lifeboat_harness::fleet::{self, FleetReport, FleetScript};
 use lifeboat_sim::{LaneLayout, World};
 
 /// An hour in `world`, every operator with the README's advised probe and

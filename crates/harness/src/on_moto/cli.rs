@@ -1,10 +1,12 @@
 //! The `lifeboat local` command line: flags, subcommands and exit codes.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use lifeboat_command::CliError;
+use lifeboat_command::runtime::{Threads, runtime};
+use lifeboat_command::span::parse_duration;
 use lifeboat_core::OperatorId;
 use lifeboat_local::alarm::AlarmState;
 use lifeboat_local::suite::{Attach, AttachWatch};
@@ -13,7 +15,6 @@ use lifeboat_operator::OutageMode;
 use super::state::{self, LocalState};
 use super::{LocalConfig, run};
 use crate::progress::Progress;
-use crate::span::parse_duration;
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -171,28 +172,13 @@ fn attach(
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            eprintln!("lifeboat local: could not start the runtime: {e}");
-            ExitCode::FAILURE
-        })
-}
-
 /// `lifeboat local moto`: become moto_server (as the suite's launcher runs
 /// it), so signals reach it directly.
-fn run_moto(port: u16) -> ExitCode {
+fn run_moto(port: u16) -> Result<(), CliError> {
     use std::os::unix::process::CommandExt;
 
-    let launcher = match lifeboat_local::suite::moto_launcher() {
-        Ok(path) => path,
-        Err(e) => {
-            eprintln!("lifeboat local moto: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let fail = |e: &dyn std::fmt::Display| CliError::new("local moto", e);
+    let launcher = lifeboat_local::suite::moto_launcher().map_err(|e| fail(&e))?;
     eprintln!(
         "lifeboat local moto: moto_server on http://127.0.0.1:{port} (use it with --moto http://127.0.0.1:{port}; Ctrl-C stops it)"
     );
@@ -200,11 +186,7 @@ fn run_moto(port: u16) -> ExitCode {
         .args(["-H", "127.0.0.1", "-p"])
         .arg(port.to_string())
         .exec();
-    eprintln!(
-        "lifeboat local moto: cannot run {}: {e}",
-        launcher.display()
-    );
-    ExitCode::FAILURE
+    Err(fail(&format!("cannot run {}: {e}", launcher.display())))
 }
 
 /// `--settings`: `advised` is the demo's advised settings as JSON; anything
@@ -219,134 +201,100 @@ fn operator_settings(text: &str) -> Result<String, String> {
 
 /// The run with its lines kept until the end (then written to stderr) and
 /// its figures printed as JSON.
-fn run_json(runtime: &tokio::runtime::Runtime, config: LocalConfig) -> ExitCode {
+fn run_json(runtime: &tokio::runtime::Runtime, config: LocalConfig) -> Result<(), CliError> {
     let (progress, lines) = Progress::memory();
     let done = runtime.block_on(run(config.clone(), &progress));
     for line in lines.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         eprintln!("{line}");
     }
-    match done {
-        Ok(report) => match serde_json::to_string_pretty(&super::LocalJson::of(&config, &report)) {
-            Ok(json) => {
-                println!("{json}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("lifeboat local: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        Err(e) => {
-            eprintln!("lifeboat local: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let fail = |e: &dyn std::fmt::Display| CliError::new("local", e);
+    let report = done.map_err(|e| fail(&e))?;
+    let json = serde_json::to_string_pretty(&super::LocalJson::of(&config, &report))
+        .map_err(|e| fail(&e))?;
+    println!("{json}");
+    Ok(())
 }
 
-/// Run `lifeboat local …`.
-pub fn main(args: LocalArgs) -> ExitCode {
-    let runtime = match runtime() {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    match args.action {
-        Some(LocalAction::Alarm {
-            name,
-            state,
-            reason,
-            state_file,
-        }) => {
-            let path = state_file.unwrap_or_else(state::default_path);
-            let sent = LocalState::read(&path)
-                .map(|s| async move { s.force_alarm(&name, state, &reason).await });
-            match sent {
-                Ok(future) => match runtime.block_on(future) {
-                    Ok(t) => {
-                        println!(
-                            "alarm set to {} (sent to the circuit switch{})",
-                            t.current.value,
-                            if t.current.value == AlarmState::Alarm {
-                                " as the rule's event and the alarm action"
-                            } else {
-                                " as the rule's event"
-                            }
-                        );
-                        ExitCode::SUCCESS
+impl LocalArgs {
+    /// Run `lifeboat local …`.
+    pub fn run(self) -> Result<(), CliError> {
+        let runtime = runtime("local", Threads::PerCore)?;
+        match self.action {
+            Some(LocalAction::Alarm {
+                name,
+                state,
+                reason,
+                state_file,
+            }) => {
+                let fail = |e: &dyn std::fmt::Display| CliError::new("local alarm", e);
+                let path = state_file.unwrap_or_else(state::default_path);
+                let running = LocalState::read(&path).map_err(|e| fail(&e))?;
+                let t = runtime
+                    .block_on(running.force_alarm(&name, state, &reason))
+                    .map_err(|e| fail(&e))?;
+                println!(
+                    "alarm set to {} (sent to the circuit switch{})",
+                    t.current.value,
+                    if t.current.value == AlarmState::Alarm {
+                        " as the rule's event and the alarm action"
+                    } else {
+                        " as the rule's event"
                     }
-                    Err(e) => {
-                        eprintln!("lifeboat local alarm: {e}");
-                        ExitCode::FAILURE
-                    }
-                },
-                Err(e) => {
-                    eprintln!("lifeboat local alarm: {e}");
-                    ExitCode::FAILURE
-                }
+                );
+                Ok(())
             }
+            Some(LocalAction::Moto { port }) => run_moto(port),
+            Some(LocalAction::Env { state_file }) => {
+                let path = state_file.unwrap_or_else(state::default_path);
+                let s = LocalState::read(&path).map_err(|e| CliError::new("local env", e))?;
+                print!("{}", s.env_script());
+                Ok(())
+            }
+            None => self.run_suite(&runtime),
         }
-        Some(LocalAction::Moto { port }) => run_moto(port),
-        Some(LocalAction::Env { state_file }) => {
-            let path = state_file.unwrap_or_else(state::default_path);
-            match LocalState::read(&path) {
-                Ok(s) => {
-                    print!("{}", s.env_script());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("lifeboat local env: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+    }
+
+    /// `lifeboat local` without a subcommand: the suite itself.
+    fn run_suite(self, runtime: &tokio::runtime::Runtime) -> Result<(), CliError> {
+        let fail = |e: &dyn std::fmt::Display| CliError::new("local", e);
+        let mut config = LocalConfig::new(self.operator);
+        config.outage = self.outage;
+        config.outage_after = self.outage_after;
+        config.mode = self.mode;
+        config.rate = self.rate;
+        config.exit_after_recovery = self.exit_after_recovery;
+        config.concurrency = self.concurrency;
+        config.run_for = self.run_for;
+        config.operator_config_in_table = self.config_in_table;
+        if let Some(settings) = self.settings {
+            config.operator_settings =
+                operator_settings(&settings).map_err(|e| fail(&format!("--settings: {e}")))?;
         }
-        None => {
-            let mut config = LocalConfig::new(args.operator);
-            config.outage = args.outage;
-            config.outage_after = args.outage_after;
-            config.mode = args.mode;
-            config.rate = args.rate;
-            config.exit_after_recovery = args.exit_after_recovery;
-            config.concurrency = args.concurrency;
-            config.run_for = args.run_for;
-            config.operator_config_in_table = args.config_in_table;
-            if let Some(settings) = args.settings {
-                config.operator_settings = match operator_settings(&settings) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("lifeboat local: --settings: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                };
-            }
-            if args.tick.is_zero() {
-                eprintln!("lifeboat local: --tick must be above zero");
-                return ExitCode::FAILURE;
-            }
-            config.tick_every = args.tick;
-            if let Some(path) = args.state_file {
-                config.state_file = path;
-            }
-            config.attach = attach(
-                args.moto,
-                args.watch,
-                args.watch_log,
-                args.watch_wait,
-                args.env_file,
-                args.aws_port,
-                args.operator_port,
-                &config.state_file,
-            );
-            if args.json {
-                return run_json(&runtime, config);
-            }
-            let progress = Progress::for_terminal();
-            match runtime.block_on(run(config, &progress)) {
-                Ok(_) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("lifeboat local: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+        if self.tick.is_zero() {
+            return Err(fail(&"--tick must be above zero"));
         }
+        config.tick_every = self.tick;
+        if let Some(path) = self.state_file {
+            config.state_file = path;
+        }
+        config.attach = attach(
+            self.moto,
+            self.watch,
+            self.watch_log,
+            self.watch_wait,
+            self.env_file,
+            self.aws_port,
+            self.operator_port,
+            &config.state_file,
+        );
+        if self.json {
+            return run_json(runtime, config);
+        }
+        let progress = Progress::for_terminal();
+        runtime
+            .block_on(run(config, &progress))
+            .map_err(|e| fail(&e))?;
+        Ok(())
     }
 }
 

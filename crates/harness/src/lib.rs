@@ -1,0 +1,25 @@
+//! The developers' harness: the `lifeboat` commands that run the whole
+//! suite rather than operate a deployed one. The `lifeboat` binary
+//! (lifeboat-cli) lists them in its default build (feature `harness`);
+//! the operators' build links none of this (docs/binaries.md).
+//!
+//! * [`demo`]: a scripted day with an operator outage, on virtual time;
+//! * [`chaos`]: the fault campaign, lifeboat's own dependencies failing
+//!   under customer traffic, on virtual time;
+//! * [`fleet`]: a marketplace day of many operators, on virtual time;
+//! * [`on_moto`]: `lifeboat local`, the wired suite on this machine
+//!   (moto_server and cargo lambda watch);
+//! * [`args`] and [`commands`]: the simulations' flags and their `run`;
+//!   `lifeboat local`'s are [`on_moto::cli`];
+//! * [`progress`]: what a long command is doing, on a terminal or not.
+
+pub mod args;
+pub mod chaos;
+pub mod commands;
+pub mod demo;
+pub mod fleet;
+pub mod on_moto;
+pub mod progress;
+
+pub use args::{ChaosArgs, DemoArgs, FleetArgs};
+pub use on_moto::cli::LocalArgs;
