@@ -499,5 +499,35 @@ impl HeldOrder {
     }
 }
 
+/// A cart of `passengers` on nordic's sailing `s1`, confirmed at `at` for
+/// `paid_cents` on a price ten minutes old: the tests' order-to-be.
+#[cfg(test)]
+pub(crate) fn confirmed_cart(
+    cart_id: &str,
+    passengers: u8,
+    paid_cents: i64,
+    at: DateTime<Utc>,
+) -> Cart {
+    let operator = OperatorId::new("nordic").unwrap_or_else(|e| panic!("{e}"));
+    let sailing = Sailing {
+        sailing_id: "s1".into(),
+        from: "HEL".into(),
+        to: "TLL".into(),
+        date: "2026-12-24".into(),
+        passengers,
+    };
+    let policy = crate::cart::CartPolicy::default();
+    let mut cart = Cart::open(cart_id.into(), operator, sailing, true, &policy, at);
+    cart.confirmation = Some(crate::cart::Confirmation {
+        at,
+        amount_cents: paid_cents,
+        currency: "EUR".into(),
+        on_cached_price: true,
+        price_as_of: at - chrono::Duration::minutes(10),
+        absorbed_cents: 0,
+    });
+    cart
+}
+
 #[cfg(test)]
 mod tests;

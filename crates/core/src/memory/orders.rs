@@ -124,8 +124,7 @@ mod tests {
     use chrono::{DateTime, Utc};
 
     use super::*;
-    use crate::cart::{Cart, CartPolicy, Confirmation, Sailing};
-    use crate::order::{BookingAnswer, HoldReason, OrderPolicy};
+    use crate::order::{BookingAnswer, HoldReason, OrderPolicy, confirmed_cart};
 
     fn at(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap_or_default()
@@ -141,34 +140,14 @@ mod tests {
 
     /// The held order of cart `cart_id`: `passengers` on sailing s1.
     fn order(cart_id: &str, passengers: u8, held_at: i64) -> HeldOrder {
-        let mut cart = Cart::open(
-            cart_id.into(),
-            nordic(),
-            Sailing {
-                sailing_id: "s1".into(),
-                from: "HEL".into(),
-                to: "TLL".into(),
-                date: "2026-12-24".into(),
-                passengers,
-            },
-            true,
-            &CartPolicy::default(),
-            at(0),
-        );
-        cart.confirmation = Some(Confirmation {
-            at: at(held_at),
-            amount_cents: 5_000,
-            currency: "EUR".into(),
-            on_cached_price: true,
-            price_as_of: at(0),
-            absorbed_cents: 0,
-        });
+        let cart = confirmed_cart(cart_id, passengers, 5_000, at(held_at));
+        let reason = HoldReason::OffSale;
         ok(HeldOrder::hold(
             &cart,
             None,
             Vec::new(),
             0,
-            HoldReason::OffSale,
+            reason,
             at(held_at),
         ))
     }

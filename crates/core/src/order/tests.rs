@@ -2,10 +2,9 @@ use chrono::{DateTime, Utc};
 
 use super::{
     BookingAnswer, HeldOrder, HoldReason, MAX_ORDER_HISTORY, NotHoldable, OrderPolicy, OrderState,
-    RefundReason, max_price, order_id,
+    RefundReason, confirmed_cart, max_price, order_id,
 };
-use crate::cart::{Cart, CartPolicy, Confirmation, Sailing};
-use crate::operator::OperatorId;
+use crate::cart::Cart;
 
 fn at(s: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap_or_default()
@@ -16,29 +15,7 @@ fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
 }
 
 fn confirmed(cart_id: &str, paid_cents: i64) -> Cart {
-    let mut cart = Cart::open(
-        cart_id.into(),
-        ok(OperatorId::new("nordic")),
-        Sailing {
-            sailing_id: "s1".into(),
-            from: "HEL".into(),
-            to: "TLL".into(),
-            date: "2026-12-24".into(),
-            passengers: 2,
-        },
-        true,
-        &CartPolicy::default(),
-        at(0),
-    );
-    cart.confirmation = Some(Confirmation {
-        at: at(10),
-        amount_cents: paid_cents,
-        currency: "EUR".into(),
-        on_cached_price: true,
-        price_as_of: at(-600),
-        absorbed_cents: 0,
-    });
-    cart
+    confirmed_cart(cart_id, 2, paid_cents, at(10))
 }
 
 /// An order of 100.00 paid, rises up to 5 % absorbed.
@@ -81,7 +58,7 @@ fn a_confirmed_cart_is_held_with_its_key_price_and_maximum() {
     assert_eq!(order.order_id, order_id("c1"));
     assert_eq!(order.paid_cents, 10_000);
     assert_eq!(order.max_price_cents, 10_500);
-    assert_eq!(order.price_as_of, at(-600));
+    assert_eq!(order.price_as_of, at(-590));
     assert_eq!(
         order.state,
         OrderState::Held {
