@@ -582,7 +582,7 @@ mod tests {
             Err(ItemError::Schema(_))
         ));
         assert!(matches!(
-            with("operation", Some(s("book"))),
+            with("operation", Some(s("refund"))),
             Err(ItemError::Invalid {
                 field: "operation",
                 ..

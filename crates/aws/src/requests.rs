@@ -532,7 +532,7 @@ mod tests {
             })
         ));
         assert!(matches!(
-            with("operation", Some(Av::S("book".into()))),
+            with("operation", Some(Av::S("refund".into()))),
             Err(ItemError::Invalid {
                 field: "operation",
                 ..
