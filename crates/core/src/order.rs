@@ -103,16 +103,40 @@ pub enum OrderState {
     Parked { at: DateTime<Utc>, reason: String },
 }
 
+/// The name of an [`OrderState`], as an order's history, `lifeboat orders`
+/// and the metrics write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateName {
+    Held,
+    Booking,
+    Booked,
+    AskCustomer,
+    Refunded,
+    Parked,
+}
+
 impl OrderState {
+    pub fn name(&self) -> StateName {
+        match self {
+            OrderState::Held { .. } => StateName::Held,
+            OrderState::Booking { .. } => StateName::Booking,
+            OrderState::Booked { .. } => StateName::Booked,
+            OrderState::AskCustomer { .. } => StateName::AskCustomer,
+            OrderState::Refunded { .. } => StateName::Refunded,
+            OrderState::Parked { .. } => StateName::Parked,
+        }
+    }
+
     /// Its name, as `lifeboat orders` and the metrics use it.
     pub fn as_str(&self) -> &'static str {
-        match self {
-            OrderState::Held { .. } => "held",
-            OrderState::Booking { .. } => "booking",
-            OrderState::Booked { .. } => "booked",
-            OrderState::AskCustomer { .. } => "ask_customer",
-            OrderState::Refunded { .. } => "refunded",
-            OrderState::Parked { .. } => "parked",
+        match self.name() {
+            StateName::Held => "held",
+            StateName::Booking => "booking",
+            StateName::Booked => "booked",
+            StateName::AskCustomer => "ask_customer",
+            StateName::Refunded => "refunded",
+            StateName::Parked => "parked",
         }
     }
 
@@ -177,21 +201,21 @@ impl Default for OrderPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderEvent {
     pub at: DateTime<Utc>,
-    /// The state the order moved to (`OrderState::as_str`).
-    pub to: String,
+    /// The state the order moved to.
+    pub to: StateName,
     pub detail: String,
 }
 
 impl OrderEvent {
     /// The event bus's `detail-type` for a move to `to`.
     pub fn detail_type(&self) -> &'static str {
-        match self.to.as_str() {
-            "held" => "Order Held",
-            "booking" => "Order Booking",
-            "booked" => "Order Booked",
-            "ask_customer" => "Order Needs Customer",
-            "refunded" => "Order Refunded",
-            _ => "Order Parked",
+        match self.to {
+            StateName::Held => "Order Held",
+            StateName::Booking => "Order Booking",
+            StateName::Booked => "Order Booked",
+            StateName::AskCustomer => "Order Needs Customer",
+            StateName::Refunded => "Order Refunded",
+            StateName::Parked => "Order Parked",
         }
     }
 }
@@ -295,7 +319,7 @@ impl HeldOrder {
     fn record(&mut self, at: DateTime<Utc>, detail: String) {
         self.history.push(OrderEvent {
             at,
-            to: self.state.as_str().to_owned(),
+            to: self.state.name(),
             detail,
         });
         if self.history.len() > MAX_ORDER_HISTORY {

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::BookingAnswer;
 use crate::price::{MAX_PRICE_CENTS, known_currency};
-use crate::request::{CallClass, CallResult, FailureReason, Outcome, OutcomeKind};
+use crate::request::{CallClass, CallResult, FailureReason, FailureStatuses, Outcome, OutcomeKind};
 
 /// A 200 answer to `POST /book`, as the operator sends it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -120,10 +120,12 @@ impl From<BookBody> for BookingAnswer {
 }
 
 /// Whether a 4xx to a booking refuses the order itself (a person looks),
-/// rather than saying the operator is loaded (408, 429) or refusing
-/// lifeboat's credentials (401, 403, 407): those are asked again.
+/// rather than saying the operator is loaded (the default
+/// [`FailureStatuses`], 408 and 429) or refusing lifeboat's credentials
+/// (what [`FailureReason::refusal`] does not take for a refusal of the
+/// question): those are asked again.
 fn refuses_the_order(status: u16) -> bool {
-    !matches!(status, 401 | 403 | 407 | 408 | 429)
+    !FailureStatuses::default().contains(status) && FailureReason::refusal(status).is_some()
 }
 
 impl BookingAnswer {
