@@ -17,7 +17,11 @@
 //! as before). The call's answer ends the train: only a call that timed out
 //! is judged. [`HangWatch`] decides: a hang is confirmed when at least
 //! [`STRIKES`] pings went out and none of them answered by the verdict.
-//! One answer, however late, says the operator is there.
+//! One answer, however late, says the operator is there, and so does an
+//! answer to another call of the batch while the watched one is late
+//! ([`HangWatch::answered_elsewhere`]): a busy operator in a slow moment,
+//! whose pings queue behind its customers' calls, still answers most of
+//! those calls; a hanging one answers none.
 //!
 //! So a hang opens as soon as before (budget plus the check's timeout after
 //! the first call that hangs), while a healthy operator must leave four
@@ -139,6 +143,13 @@ impl HangWatch {
         } else {
             self.unanswered += 1;
         }
+    }
+
+    /// The operator answered another call at `at` (an offset from the
+    /// watched call's start) while the watched one was late: as good as an
+    /// answered ping.
+    pub fn answered_elsewhere(&mut self, at: Duration) {
+        self.answered_at = Some(self.answered_at.map_or(at, |first| first.min(at)));
     }
 
     /// Pings sent so far.

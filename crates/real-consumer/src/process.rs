@@ -14,7 +14,7 @@ use lifeboat_core::request::{
 use lifeboat_core::{BreakerRecord, BreakerState};
 use lifeboat_stream::failure_event;
 
-use super::train::{Slots, Train};
+use super::train::{Answers, Slots, Train};
 use super::{BreakerView, CallSeen, NAME, Processed, RealConsumer, Written, limit, sampled};
 
 impl Processed {
@@ -110,8 +110,11 @@ impl RealConsumer {
                     .hang_check
                     .is_some()
             })
-            .is_some_and(|_| slots.claim(&request.operator));
+            .and_then(|_| slots.claim(&request.operator));
         let (mut result, mut health, train) = self.call_operator(&request, watched).await;
+        if lifeboat_core::hang::answered(&result.class) {
+            slots.answered(&request.operator);
+        }
         done.hang_train = train;
         if let Some(permit) = permit {
             let (signal, counted) = limit::judge(&result.class, permit.in_flight);
@@ -123,7 +126,10 @@ impl RealConsumer {
                 tracing::info!(operator = %request.operator, request_id = %request.request_id, "429 to our own burst: calls in flight to the operator cut, asking again");
                 done.backpressure = true;
                 if let Ok(again) = self.place(&request).await {
-                    let (second, second_health, _) = self.call_operator(&request, false).await;
+                    let (second, second_health, _) = self.call_operator(&request, None).await;
+                    if lifeboat_core::hang::answered(&second.class) {
+                        slots.answered(&request.operator);
+                    }
                     let (signal, counted) = limit::judge(&second.class, again.in_flight);
                     again.finish(signal);
                     (result, health) = (second, second_health);
@@ -254,12 +260,13 @@ impl RealConsumer {
 
     /// Call the operator and log the call; the result (cut to what an
     /// outcome can hold), what it says of the operator's health, and, for a
-    /// `watched` call that timed out, the hang check's pings sent while it was late
+    /// `watched` call (the batch's other answers from the operator with it)
+    /// that timed out, the hang check's pings sent while it was late
     /// (lifeboat_core::hang), for the batch to judge.
     async fn call_operator(
         &self,
         request: &RequestRecord,
-        watched: bool,
+        watched: Option<Answers>,
     ) -> (CallResult, Health, Option<Train>) {
         // The call gets the operation's whole budget even when the request's
         // own deadline is nearer: a timeout then always means the operator
@@ -284,14 +291,15 @@ impl RealConsumer {
             .for_operator(&request.operator)
             .hang_check
             .clone()
-            .filter(|_| watched)
-            .map(|check| {
+            .zip(watched)
+            .map(|(check, answers)| {
                 Train::start(
                     super::train::Watched {
                         api: self.operator.clone(),
                         breakers: self.breakers.clone(),
                         clock: self.clock.clone(),
                         operator: request.operator.clone(),
+                        answers,
                     },
                     check,
                     budget.timeout,

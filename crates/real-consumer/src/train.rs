@@ -6,8 +6,14 @@
 //! once and stops if it is no longer closed: a trip asked for by the batch
 //! before has opened it, and pings to an open operator are calls it need
 //! not get.
+//!
+//! The batch's other calls to the operator are pings too: one answered
+//! after the train's first ping went out (while the watched call was late)
+//! says the operator is there, as an answered ping does. A hanging
+//! operator answers none of them; a busy operator in a slow moment answers
+//! most, even when its pings queue behind them.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -19,18 +25,38 @@ use lifeboat_core::hang::{HangVerdict, HangWatch, PingTrain};
 use lifeboat_core::ports::{BreakerStore, Clock, OperatorApi};
 use lifeboat_core::request::CallClass;
 use lifeboat_core::settings::HangCheck;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
-/// The operators of a batch whose calls are watched already.
+/// The operators of a batch whose calls are watched already, each with
+/// when one of the batch's calls to it last got an answer.
 #[derive(Default)]
-pub(crate) struct Slots(Mutex<HashSet<OperatorId>>);
+pub(crate) struct Slots(Mutex<HashMap<OperatorId, watch::Sender<Option<Instant>>>>);
+
+/// When the batch's calls to the watched operator got answers: the latest.
+pub(crate) type Answers = watch::Receiver<Option<Instant>>;
 
 impl Slots {
-    /// Whether this call of `operator` is the batch's watched one.
-    pub fn claim(&self, operator: &OperatorId) -> bool {
+    /// The answers of the batch's other calls to `operator`, if this call
+    /// is the batch's watched one.
+    pub fn claim(&self, operator: &OperatorId) -> Option<Answers> {
         let mut taken = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        taken.insert(operator.clone())
+        if taken.contains_key(operator) {
+            return None;
+        }
+        let (tx, rx) = watch::channel(None);
+        taken.insert(operator.clone(), tx);
+        Some(rx)
+    }
+
+    /// One of the batch's calls to `operator` got an answer now (anything
+    /// [`lifeboat_core::hang::answered`] counts).
+    pub fn answered(&self, operator: &OperatorId) {
+        let taken = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = taken.get(operator) {
+            tx.send_replace(Some(Instant::now()));
+        }
     }
 }
 
@@ -40,6 +66,8 @@ pub(crate) struct Watched {
     pub breakers: Arc<dyn BreakerStore>,
     pub clock: Arc<dyn Clock>,
     pub operator: OperatorId,
+    /// The batch's other calls to the operator, as they are answered.
+    pub answers: Answers,
 }
 
 /// A running train. Dropping it stops it: pings not yet sent are not sent.
@@ -86,6 +114,7 @@ async fn run(watched: Watched, check: HangCheck, budget: std::time::Duration) ->
         breakers,
         clock,
         operator,
+        mut answers,
     } = watched;
     let start = Instant::now();
     let train = PingTrain::new(&check, budget);
@@ -93,6 +122,9 @@ async fn run(watched: Watched, check: HangCheck, budget: std::time::Duration) ->
     let mut out = FuturesUnordered::new();
     let mut due = train.pings.iter().copied().peekable();
     let verdict_at = start + train.verdict_at;
+    let first_ping = start + train.pings.first().copied().unwrap_or_default();
+    // Until the batch's sender is gone.
+    let mut listening = true;
     loop {
         let next = due.peek().copied().filter(|_| watch.keeps_asking());
         tokio::select! {
@@ -100,6 +132,18 @@ async fn run(watched: Watched, check: HangCheck, budget: std::time::Duration) ->
             Some(class) = out.next(), if !out.is_empty() => {
                 let class: CallClass = class;
                 watch.ended(start.elapsed(), &class);
+            }
+            changed = answers.changed(), if listening && watch.keeps_asking() => {
+                match changed {
+                    Err(_) => listening = false,
+                    Ok(()) => {
+                        let answered = *answers.borrow_and_update();
+                        if let Some(at) = answered.filter(|at| *at >= first_ping && watch.pings() > 0) {
+                            tracing::debug!(operator = %operator, "hang check: another call of the batch answered while the watched one was late");
+                            watch.answered_elsewhere(at.duration_since(start));
+                        }
+                    }
+                }
             }
             () = sleep_until(start + next.unwrap_or_default()), if next.is_some() => {
                 let offset = due.next().unwrap_or_default();
