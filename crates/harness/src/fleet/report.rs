@@ -22,6 +22,14 @@ use super::{FleetScript, Incident};
 /// and bystander figures.
 const AFTERMATH: Duration = Duration::from_secs(120);
 
+/// An incident the breaker is not meant to open for is handled when its
+/// customers fare as bystanders must (docs/fleet.md's targets): at least
+/// this share of the answerable answered live or fresh...
+const HANDLED_LIVE_OR_FRESH_PCT: f64 = 99.0;
+/// ...and their live answers' p95 at most this many times the healthy
+/// day's.
+const HANDLED_P95_OVER_BASELINE: f64 = 1.1;
+
 /// The `--json` object.
 #[derive(Debug, Clone, Serialize)]
 pub struct FleetReport {
@@ -165,6 +173,45 @@ pub struct IncidentReport {
     pub probe_calls: u64,
     /// Writes to the off-sale switch for the operator during the incident.
     pub sale_writes: usize,
+    /// What the operator's own customers saw, from the incident's start to
+    /// two minutes after its end: how an incident the breaker is not meant
+    /// to open for (a brownout) is judged.
+    pub customers: IncidentCustomers,
+    /// For an incident the breaker is not meant to open for (a brownout):
+    /// whether it was handled without it, the breaker never opening and
+    /// the customers answered as bystanders must be (at least 99 % of the
+    /// answerable live or fresh, live p95 within 10 % of the healthy
+    /// day's). Null for the incidents the breaker is meant to open for.
+    pub handled: Option<bool>,
+    /// The operator's breaker from the incident's start to two minutes
+    /// after its recovery (or the run's end): each move, with its reason.
+    pub breaker: Vec<BreakerMove>,
+}
+
+/// One move of a breaker, seconds into the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BreakerMove {
+    pub at_s: f64,
+    pub from: BreakerState,
+    pub to: BreakerState,
+    pub reason: String,
+}
+
+/// The searches of an incident's own operator while it is on, counted as
+/// [`Bystanders`] are.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IncidentCustomers {
+    pub searches: usize,
+    pub live_or_fresh: usize,
+    /// Searches answered live or fresh, or whose question the operator
+    /// answered within its budget.
+    pub answerable: usize,
+    /// `live_or_fresh` as a percentage of all `searches`.
+    pub live_or_fresh_pct: f64,
+    /// `live_or_fresh` as a percentage of the `answerable`.
+    pub live_or_fresh_of_answerable_pct: f64,
+    /// p95 of the answers the operator gave live.
+    pub p95_ms: Option<u64>,
 }
 
 /// Searches of operators without an incident while some other operator has
@@ -349,11 +396,12 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
     let incidents: Vec<IncidentReport> = inputs
         .incidents
         .iter()
-        .filter_map(|incident| {
+        .enumerate()
+        .filter_map(|(index, incident)| {
             let operator = inputs.operators.get(incident.rank)?;
             Some(incident_report(
                 &inputs,
-                incident,
+                (index, incident),
                 operator,
                 &timeline(operator),
                 at,
@@ -418,7 +466,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
 
 fn incident_report(
     inputs: &Inputs<'_>,
-    incident: &Incident,
+    (index, incident): (usize, &Incident),
     operator: &OperatorId,
     timeline: &Timeline<'_>,
     at: impl Fn(Duration) -> DateTime<Utc>,
@@ -469,6 +517,7 @@ fn incident_report(
         .iter()
         .filter(|w| &w.operator == operator && start <= w.at && w.at <= sale_until)
         .count();
+    let customers = inputs.searches.incident(index).unwrap_or_default();
     let budget = inputs
         .settings
         .for_operator(operator)
@@ -489,7 +538,35 @@ fn incident_report(
         pings_while_open,
         probe_calls,
         sale_writes,
+        handled: (!incident.kind.should_trip())
+            .then(|| opened.is_none() && handled(&customers, inputs.searches.healthy_p95_ms())),
+        customers,
+        breaker: timeline
+            .transitions
+            .iter()
+            .filter(|t| start <= t.at && t.at <= sale_until)
+            .map(|t| BreakerMove {
+                at_s: secs(inputs.script.start, t.at),
+                from: t.from,
+                to: t.to,
+                reason: t.reason.clone(),
+            })
+            .collect(),
     }
+}
+
+/// Whether an incident's customers fared as bystanders must, against the
+/// healthy day's live p95.
+fn handled(customers: &IncidentCustomers, baseline_p95_ms: Option<u64>) -> bool {
+    let p95_holds = match (customers.p95_ms, baseline_p95_ms) {
+        (Some(p95), Some(baseline)) => p95 as f64 <= baseline as f64 * HANDLED_P95_OVER_BASELINE,
+        // No live answer to judge, or no day to judge it against.
+        (None, _) => true,
+        (Some(_), None) => false,
+    };
+    customers.searches > 0
+        && customers.live_or_fresh_of_answerable_pct >= HANDLED_LIVE_OR_FRESH_PCT
+        && p95_holds
 }
 
 impl FleetReport {
@@ -540,6 +617,23 @@ impl FleetReport {
             );
         }
         let ms = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
+        for i in &self.incidents {
+            let Some(handled) = i.handled else { continue };
+            let _ = writeln!(
+                out,
+                "  {} {}: {}; its customers {:.2} % live or fresh ({:.2} % of the answerable), live p95 {}",
+                i.operator.as_str(),
+                i.kind,
+                if handled {
+                    "handled without the breaker"
+                } else {
+                    "NOT handled"
+                },
+                i.customers.live_or_fresh_pct,
+                i.customers.live_or_fresh_of_answerable_pct,
+                ms(i.customers.p95_ms)
+            );
+        }
         let _ = writeln!(out, "\n  false trips: {}", self.false_trips);
         let _ = writeln!(
             out,
@@ -653,6 +747,30 @@ mod tests {
             trip(&opening(&quiet, 1200, BreakerState::Closed)),
             "no incident"
         );
+    }
+
+    /// A brownout is handled when its customers fare as bystanders must;
+    /// each condition, broken alone, makes it not handled.
+    #[test]
+    fn an_incident_is_handled_only_when_its_customers_fare_as_bystanders_must() {
+        let fared = IncidentCustomers {
+            searches: 1000,
+            live_or_fresh: 990,
+            answerable: 1000,
+            live_or_fresh_pct: 99.0,
+            live_or_fresh_of_answerable_pct: 99.0,
+            p95_ms: Some(3300),
+        };
+        assert!(handled(&fared, Some(3000)));
+        let worse = |f: fn(&mut IncidentCustomers)| {
+            let mut c = fared.clone();
+            f(&mut c);
+            handled(&c, Some(3000))
+        };
+        assert!(!worse(|c| c.live_or_fresh_of_answerable_pct = 98.9));
+        assert!(!worse(|c| c.p95_ms = Some(3301)));
+        assert!(!worse(|c| c.searches = 0));
+        assert!(!handled(&fared, None), "no healthy day to judge by");
     }
 
     #[test]

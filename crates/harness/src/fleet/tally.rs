@@ -12,7 +12,7 @@ use lifeboat_core::settings::Settings;
 use lifeboat_core::{Operation, OperatorId};
 
 use super::day::SearchSeen;
-use super::report::{Bystanders, Healthy, is_on, pct, secs};
+use super::report::{Bystanders, Healthy, IncidentCustomers, is_on, pct, secs};
 use super::{FleetScript, Incident};
 
 /// Which figure a search counts in.
@@ -22,6 +22,9 @@ enum Group {
     Healthy,
     /// Another operator's incident on, none of its own.
     Bystander,
+    /// Its own incident on (by index in the day's incidents): what the
+    /// incident's customers saw.
+    Own(usize),
 }
 
 /// One group's searches, counted as they are answered.
@@ -81,15 +84,19 @@ pub(crate) struct SearchTally {
     settings: Settings,
     healthy: GroupTally,
     bystanders: GroupTally,
+    /// Per incident of the day, in order.
+    own: Vec<GroupTally>,
     unanswered: HashMap<(OperatorId, [String; 4]), Vec<Unanswered>>,
 }
 
 impl SearchTally {
     pub(crate) fn new(script: &FleetScript, operators: &[OperatorId]) -> Self {
+        let incidents = script.incidents();
         Self {
             start: script.start,
             operators: operators.to_vec(),
-            incidents: script.incidents(),
+            own: incidents.iter().map(|_| GroupTally::default()).collect(),
+            incidents,
             settings: script.settings.clone(),
             healthy: GroupTally::default(),
             bystanders: GroupTally::default(),
@@ -101,19 +108,21 @@ impl SearchTally {
     pub(crate) fn search(&mut self, seen: SearchSeen) {
         let start = self.start;
         let at = |d: Duration| start + chrono::TimeDelta::from_std(d).unwrap_or_default();
-        let mut on = self.incidents.iter().filter(|i| is_on(i, seen.at, at));
-        let group = match on.next() {
+        let mut on = self
+            .incidents
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| is_on(i, seen.at, at))
+            .peekable();
+        let group = match on.peek() {
             None => Group::Healthy,
-            Some(first) => {
-                if first.rank == seen.rank || on.any(|i| i.rank == seen.rank) {
-                    return;
-                }
-                Group::Bystander
-            }
+            Some(_) => match on.find(|(_, i)| i.rank == seen.rank) {
+                Some((index, _)) => Group::Own(index),
+                None => Group::Bystander,
+            },
         };
-        let tally = match group {
-            Group::Healthy => &mut self.healthy,
-            Group::Bystander => &mut self.bystanders,
+        let Some(tally) = self.tally(group) else {
+            return;
         };
         tally.searches += 1;
         if seen.status == 200 && seen.source.as_deref() == Some("live") {
@@ -176,17 +185,42 @@ impl SearchTally {
         let Some(searches) = self.unanswered.get_mut(&key) else {
             return;
         };
+        let mut groups = Vec::new();
         for search in searches
             .iter_mut()
             .filter(|s| !s.answerable && (-1.0..=3.0).contains(&secs(request.created_at, s.at)))
         {
             search.answerable = true;
-            let tally = match search.group {
-                Group::Healthy => &mut self.healthy,
-                Group::Bystander => &mut self.bystanders,
-            };
-            tally.answerable_otherwise += 1;
+            groups.push(search.group);
         }
+        for group in groups {
+            if let Some(tally) = self.tally(group) {
+                tally.answerable_otherwise += 1;
+            }
+        }
+    }
+
+    fn tally(&mut self, group: Group) -> Option<&mut GroupTally> {
+        match group {
+            Group::Healthy => Some(&mut self.healthy),
+            Group::Bystander => Some(&mut self.bystanders),
+            Group::Own(index) => self.own.get_mut(index),
+        }
+    }
+
+    /// What the customers of the day's incident `index` saw: the
+    /// operator's own searches from the incident's start to two minutes
+    /// after its end.
+    pub(super) fn incident(&self, index: usize) -> Option<IncidentCustomers> {
+        let t = self.own.get(index)?;
+        Some(IncidentCustomers {
+            searches: t.searches,
+            live_or_fresh: t.live_or_fresh,
+            answerable: t.answerable(),
+            live_or_fresh_pct: pct(t.live_or_fresh, t.searches),
+            live_or_fresh_of_answerable_pct: pct(t.live_or_fresh, t.answerable()),
+            p95_ms: t.live_p95_ms(),
+        })
     }
 
     pub(super) fn healthy(&self) -> Healthy {
@@ -206,6 +240,11 @@ impl SearchTally {
         }
     }
 
+    /// The live answers' p95 while no incident is on.
+    pub(super) fn healthy_p95_ms(&self) -> Option<u64> {
+        self.healthy.live_p95_ms()
+    }
+
     pub(super) fn bystanders(&self) -> Bystanders {
         let t = &self.bystanders;
         Bystanders {
@@ -215,7 +254,7 @@ impl SearchTally {
             live_or_fresh_pct: pct(t.live_or_fresh, t.searches),
             live_or_fresh_of_answerable_pct: pct(t.live_or_fresh, t.answerable()),
             p95_ms: t.live_p95_ms(),
-            baseline_p95_ms: self.healthy.live_p95_ms(),
+            baseline_p95_ms: self.healthy_p95_ms(),
         }
     }
 }
@@ -270,8 +309,8 @@ mod tests {
         }
         tally.search(search(3, 20.0, "stale", 3000, "d1"));
         tally.search(search(3, 20.0, "stale", 3000, "d2"));
-        // In the hang: the hanging operator's own search counts nowhere,
-        // another's is a bystander's.
+        // In the hang: the hanging operator's own search counts as its
+        // incident's customers', another's as a bystander's.
         let during = hang.start.as_secs_f64() + 1.0;
         tally.search(search(hang.rank, during, "stale", 3000, "d1"));
         tally.search(search(3, during, "live", 900, "d1"));
@@ -314,6 +353,12 @@ mod tests {
         assert_eq!(tally.healthy().answerable, 5);
         let bystanders = tally.bystanders();
         assert_eq!((bystanders.searches, bystanders.live_or_fresh), (1, 1));
+        // The hang's own customer was answered stale, and the operator did
+        // not answer that question in its budget: not answerable.
+        let own = tally.incident(0).unwrap();
+        assert_eq!((own.searches, own.live_or_fresh, own.answerable), (1, 0, 0));
+        assert_eq!(tally.healthy().searches, 6);
+        assert!(tally.incident(1).is_some_and(|i| i.searches == 0));
         assert_eq!(
             (bystanders.p95_ms, bystanders.baseline_p95_ms),
             (Some(900), Some(400))
