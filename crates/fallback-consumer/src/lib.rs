@@ -3,6 +3,10 @@
 //! (so the caller stops waiting and answers from the last good data) and an
 //! `Operator Request Failed` event; the events of a batch are published
 //! together, ten to a `PutEvents` call.
+//!
+//! * this file: [`FallbackConsumer`], the handler, and its tests on the
+//!   in-memory stores;
+//! * `main.rs`: the Lambda function, built once from its environment.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

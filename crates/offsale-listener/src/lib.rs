@@ -2,9 +2,21 @@
 //! and puts it back on sale when the breaker goes half-open or closes, so the
 //! cart stops selling what the operator cannot confirm.
 //!
-//! It reads `Breaker State Changed` events from an SQS batch (`read`),
-//! settles each operator's newest change on its sale record and writes the
-//! sale switch (`settle`), one batch at a time (`batch`); `startup` builds it.
+//! * this file: [`OffsaleListener`], its errors, and what it reports;
+//! * `read`: one SQS record, a `Breaker State Changed` or poison
+//!   ([`read_message`]);
+//! * `batch`: the handler, one SQS batch: its changes grouped per operator,
+//!   checked and settled newest first;
+//! * `settle`: one change written on its sale record and the sale switch;
+//! * [`sweep`]: the schedule's sweep, the sale status brought to the breakers;
+//! * [`trust`]: which state changes the listener believes;
+//! * [`selffault`]: changes held back when every operator fails at once;
+//! * [`http`]: the legacy booking system's off-sale switch over HTTP;
+//! * [`config`] and `startup`: the settings, and the listener built from
+//!   them once per Lambda instance;
+//! * `main.rs`: the Lambda function; `tests.rs`: the listener end to end on
+//!   the in-memory adapters.
+//!
 //! Why it works this way: docs/offsale.md.
 
 pub mod config;

@@ -2,6 +2,19 @@
 //! operator within the operation's budget, and writes exactly one outcome per
 //! request.
 //!
+//! * this file: [`RealConsumer`], the handler: reads the batch, the
+//!   operators' breakers once each, and reports what the batch did;
+//! * `process`: one request, from its breaker to its outcome;
+//! * `train`: the hang check's pings while a call is late;
+//! * [`limit`]: the adaptive limit on each operator's calls in flight;
+//! * `health`: the batch's calls turned into the window's and the trials'
+//!   verdicts;
+//! * `answered`: the question each operator last answered, kept for the
+//!   switch's probes;
+//! * `metrics`: what the batch did, counted;
+//! * `main.rs`: the Lambda function; `tests.rs`: batches on the in-memory
+//!   stores against the simulated operator.
+//!
 //! Per batch it reads each operator's breaker once. Closed: every request is
 //! called (concurrently, up to `concurrency` at a time). Open (a batch that was
 //! already on its way when the stream was re-pointed): nobody is called, every
@@ -18,10 +31,17 @@
 //! A record whose outcome cannot be written is reported as a batch item
 //! failure and comes back; when it does, the request is not called again if an
 //! outcome was written meanwhile.
-//!
-//! This file (the crate root) reads the batch; `process` handles one request, `health` turns
-//! the batch's calls into the window's and the trials' verdicts, `metrics`
-//! counts what the batch did.
+
+mod answered;
+mod health;
+pub mod limit;
+mod metrics;
+mod process;
+#[cfg(test)]
+mod tests;
+mod train;
+
+pub use answered::{REMEMBER_EVERY, Remembered};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -45,16 +65,6 @@ use lifeboat_core::{BreakerRecord, Operation, OperatorId};
 use lifeboat_stream::{batch_response, publish_all, read_batch};
 use serde_json::Value;
 
-mod answered;
-mod health;
-pub mod limit;
-mod metrics;
-mod process;
-#[cfg(test)]
-mod tests;
-mod train;
-
-pub use answered::{REMEMBER_EVERY, Remembered};
 use metrics::BatchMetrics;
 
 /// The name this function writes into the outcomes it produces.

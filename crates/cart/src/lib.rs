@@ -1,6 +1,13 @@
 //! The cart function: a chosen sailing through accommodation, extras, price
 //! and confirm, kept moving while its operator is off sale.
 //!
+//! * this file: [`CartService`], the handler: its routes, each step a
+//!   customer takes on a cart, and the cart's step history;
+//! * [`body`]: the JSON bodies customers send, read and checked;
+//! * `pricing`: the price of a cart's choices, at each step and at payment;
+//! * `main.rs`: the Lambda function, built once from its environment;
+//! * `tests.rs`: the handler on the in-memory gateway and sale status.
+//!
 //! ```text
 //! POST /carts                          {"operator","sailing_id","from","to","date","passengers"}
 //! GET  /carts/{cart_id}
@@ -52,6 +59,13 @@
 //! variants find the same price. Accommodation and extra codes are kept as
 //! sent and passed to the operator's price call (`accommodation`, `extras`).
 
+pub mod body;
+mod pricing;
+#[cfg(test)]
+mod tests;
+
+pub use body::MAX_BODY_BYTES;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -64,8 +78,6 @@ use lifeboat_lookup::http::{Caller, HttpRequest, Problem, Reply};
 use lifeboat_lookup::{Lookup, Mode};
 use serde_json::{Value, json};
 
-pub mod body;
-mod pricing;
 #[cfg(test)]
 use pricing::{fare_of, quote_in};
 use pricing::{no_price, shown_change};
@@ -460,8 +472,6 @@ fn log_ref(cart_id: &str) -> String {
     format!("{:012x}", hasher.finish() >> 16)
 }
 
-pub use body::MAX_BODY_BYTES;
-
 fn title_of(member: &str) -> &'static str {
     match member {
         "price_changed" => "price changed",
@@ -500,6 +510,3 @@ fn store_problem(e: &StoreError) -> Problem {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,5 +1,10 @@
 //! The search function: `GET /sailings` and `GET /price` for customers.
 //!
+//! * this file: [`Search`], the handler: each request's parameters checked
+//!   into a [`Question`], and its answer from the lookup as the reply;
+//! * `main.rs`: the Lambda function, built once from its environment;
+//! * `tests.rs`: the handler on the in-memory gateway.
+//!
 //! ```text
 //! GET /sailings?operator=nordic&from=HEL&to=TLL&date=2026-12-24&passengers=2
 //! GET /price?operator=nordic&sailing_id=HEL-TLL-20261224-0615&passengers=2
@@ -17,6 +22,9 @@
 //! `last_good`), when the operator gave it (`as_of`) and how old it is
 //! (`age_s`). With nothing to show the reply is 503 "unavailable right now"
 //! with `Retry-After`, never an empty list that would read as "no sailings".
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -250,6 +258,3 @@ fn log(question: &Question, looked: &Looked, started: Instant) {
         ),
     }
 }
-
-#[cfg(test)]
-mod tests;
