@@ -2,7 +2,7 @@
 //! memory stream router.
 
 use super::*;
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta};
 use lifeboat_core::ManualClock;
 use lifeboat_core::Operation;
 use lifeboat_core::events::LifeboatEvent;
@@ -12,7 +12,8 @@ use lifeboat_core::memory::{
 use lifeboat_core::ports::{BreakerStore, Repoint, StreamRouter};
 use lifeboat_core::probe::BreakerTimer;
 use lifeboat_core::request::Health;
-use serde_json::json;
+use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 struct World {
