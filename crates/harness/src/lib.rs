@@ -9,6 +9,8 @@
 //! * [`fleet`]: a marketplace day of many operators, on virtual time;
 //! * [`on_moto`]: `lifeboat local`, the wired suite on this machine
 //!   (moto_server and cargo lambda watch);
+//! * `marketplace`: what they share, the routes customers search and the
+//!   sale desk of the in-memory suite;
 //! * [`args`] and [`commands`]: the simulations' flags and their `run`;
 //!   `lifeboat local`'s are [`on_moto::cli`];
 //! * [`progress`]: what a long command is doing, on a terminal or not.
@@ -18,6 +20,7 @@ pub mod chaos;
 pub mod commands;
 pub mod demo;
 pub mod fleet;
+mod marketplace;
 pub mod on_moto;
 pub mod progress;
 

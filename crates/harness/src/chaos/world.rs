@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 
 use super::report::{self, Samples};
 use super::{ChaosReport, ChaosScript};
-use crate::demo::customer::ROUTES;
+use crate::marketplace::ROUTES;
 
 /// How often the loop looks again when nothing was delivered.
 const IDLE: Duration = Duration::from_millis(50);

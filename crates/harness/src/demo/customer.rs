@@ -15,20 +15,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{Phase, Script};
+use crate::marketplace::ROUTES;
 
 pub(crate) const OPERATOR: &str = "nordic";
 
-/// The routes customers search (also `lifeboat local`'s customers).
-pub(crate) const ROUTES: [(&str, &str); 8] = [
-    ("HEL", "TLL"),
-    ("TLL", "HEL"),
-    ("HEL", "STO"),
-    ("STO", "HEL"),
-    ("TKU", "STO"),
-    ("STO", "RIX"),
-    ("RIX", "STO"),
-    ("HEL", "MHQ"),
-];
 /// How many days ahead customers travel, from the day after the demo's day.
 const DAYS_AHEAD: u32 = 14;
 

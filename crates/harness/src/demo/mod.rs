@@ -11,9 +11,9 @@
 //! to payment. Every figure of the report is counted from what the handlers
 //! answered and what the stores hold, never taken from the script.
 
-pub(crate) mod customer;
+mod customer;
 pub mod report;
-pub(crate) mod suite;
+mod suite;
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
-//! The six functions wired in memory, and the loop that plays AWS between
-//! them: the stream mapping, the rules, the schedule and the SQS mapping.
+//! The six functions wired in memory for the demo's day, its customers and
+//! its operator; the marketplace's sale desk plays AWS between them (the
+//! stream mapping, the rules, the schedule and the SQS mapping).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -9,19 +10,13 @@ use cart::CartService;
 use chrono::TimeDelta;
 use lifeboat_core::OperatorId;
 use lifeboat_core::cart::{CartPolicy, CartSettings};
-use lifeboat_core::events::{LifeboatEvent, SaleStatus};
-use lifeboat_core::memory::{
-    MemoryCartStore, MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch, SwitchOutcome,
-};
+use lifeboat_core::events::SaleStatus;
+use lifeboat_core::memory::{MemoryCartStore, SwitchOutcome};
 use lifeboat_core::ports::Clock;
 use lifeboat_core::request::OutcomeKind;
-use lifeboat_core::retry::RetrySchedule;
-use lifeboat_core::sale::{OnSaleAt, WritePolicy};
 use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
-use lifeboat_sim::offsale::{InTransit, deliver, rule_message};
 use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
-use offsale_listener::OffsaleListener;
 use search::Search;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -29,110 +24,7 @@ use tokio::time::Instant;
 use super::customer::{OPERATOR, Observed, Shop, customer};
 use super::report::{self, Report};
 use super::{Phase, Script};
-
-/// How often the loop looks again when nothing was delivered.
-const IDLE: Duration = Duration::from_millis(50);
-/// How long the stream and queue keep running after the last customer.
-const DRAIN: Duration = Duration::from_secs(20);
-
-/// The off-sale side: the listener, its queue, the status table and the
-/// legacy switch, in memory.
-pub(crate) struct SaleDesk {
-    pub listener: OffsaleListener,
-    pub queue: Arc<MemoryQueue>,
-    pub switch: Arc<MemorySaleSwitch>,
-    pub store: Arc<MemorySaleStatusStore>,
-    /// Rule messages on their way to the queue.
-    in_transit: InTransit,
-    clock: Arc<TokioClock>,
-}
-
-impl SaleDesk {
-    pub fn new(gateway: &MemorySuite, clock: Arc<TokioClock>) -> Self {
-        let store = Arc::new(MemorySaleStatusStore::new());
-        let switch = Arc::new(MemorySaleSwitch::new(clock.clone()));
-        let queue = Arc::new(MemoryQueue::new(clock.clone(), Duration::from_secs(90)));
-        let listener = OffsaleListener {
-            store: gateway.charged(store.clone()),
-            switch: switch.clone(),
-            redelivery: queue.clone(),
-            events: gateway.charged(gateway.bus.clone()),
-            clock: clock.clone(),
-            policy: WritePolicy::new(RetrySchedule::default(), Duration::from_secs(2)),
-            on_sale_at: OnSaleAt::default(),
-            metrics: gateway.metrics.clone(),
-            // As deployed: the served operators, confirmed by the breakers.
-            trust: offsale_listener::trust::Trust {
-                operators: Some(gateway.switch.operators().iter().cloned().collect()),
-                breakers: Some(gateway.breakers_port()),
-            },
-            self_fault: offsale_listener::selffault::SelfFaultRule::default(),
-        };
-        Self {
-            listener,
-            queue,
-            switch,
-            store,
-            in_transit: InTransit::new(gateway.aws()),
-            clock,
-        }
-    }
-
-    /// The `Breaker State Changed` rule: every state change on the bus from
-    /// `cursor` on to the queue; returns the next cursor.
-    pub fn forward_state_changes(&self, gateway: &MemorySuite, cursor: usize) -> usize {
-        let (events, next) = gateway.bus.read_from(cursor);
-        let now = self.clock.now();
-        for event in events {
-            if let LifeboatEvent::BreakerStateChanged(change) = event {
-                self.in_transit
-                    .send(&self.queue, rule_message(&change), now);
-            }
-        }
-        self.in_transit.arrive(&self.queue, now);
-        next
-    }
-
-    /// The SQS mapping: one batch of visible messages to the listener.
-    pub async fn deliver(&self) {
-        if let Err(e) = deliver(&self.listener, &self.queue, 10).await {
-            tracing::error!(error = %e, "off-sale listener failed the batch");
-        }
-    }
-
-    /// Play AWS around the functions until the customers of `traffic` are
-    /// done and the streams and queue have run [`DRAIN`] longer: the
-    /// gateway's stream, rules, schedule and timers, the state-change rule
-    /// and the listener's queue. `after_delivery` runs after every round.
-    pub async fn play(
-        &self,
-        gateway: &mut MemorySuite,
-        traffic: tokio::task::JoinHandle<()>,
-        mut after_delivery: impl FnMut(&SaleDesk),
-    ) {
-        let mut cursor = 0;
-        let mut drained_at: Option<Instant> = None;
-        loop {
-            let delivered = gateway.step().await;
-            cursor = self.forward_state_changes(gateway, cursor);
-            self.deliver().await;
-            after_delivery(self);
-            if traffic.is_finished() {
-                let since = *drained_at.get_or_insert_with(Instant::now);
-                if since.elapsed() >= DRAIN {
-                    break;
-                }
-            }
-            if !delivered {
-                tokio::time::sleep(IDLE).await;
-            }
-        }
-        if let Err(e) = traffic.await {
-            tracing::error!(error = %e, "customers' task failed");
-        }
-        gateway.drain().await;
-    }
-}
+use crate::marketplace::SaleDesk;
 
 pub(crate) struct Suite {
     script: Script,

@@ -21,8 +21,7 @@ use tokio::time::Instant;
 
 use super::report::{self, FleetReport, SearchTally};
 use super::{FLAP, FleetScript, Incident, IncidentKind};
-use crate::demo::customer::ROUTES;
-use crate::demo::suite::SaleDesk;
+use crate::marketplace::{ROUTES, SaleDesk};
 
 /// Days ahead customers travel: with 8 routes and 1–4 passengers, 1,920
 /// questions per operator, so busy operators answer many from the cache and

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::demo::customer::ROUTES;
+use crate::marketplace::ROUTES;
 
 /// Travel dates: from tomorrow, this many days. With 8 routes and 1 or 2
 /// passengers that is 48 questions, so most are asked again while their
