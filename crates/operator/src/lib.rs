@@ -2,7 +2,8 @@
 //!
 //! - [`HttpOperatorApi`] calls a real operator over HTTP (reqwest, rustls),
 //!   bounding every call by its budget and classifying what happened as a
-//!   [`CallClass`](lifeboat_core::request::CallClass).
+//!   [`CallClass`](lifeboat_core::request::CallClass); [`OperatorUrls`]
+//!   says where each operator's API lives (`OPERATOR_ENDPOINTS`).
 //! - [`SimulatedOperator`] plays an operator in-process, on (possibly paused)
 //!   tokio time, with answer times calibrated on the real incident
 //!   ([`LatencyModel`]) and outages scripted or switched at run time
@@ -23,14 +24,12 @@ mod latency;
 mod payload;
 mod server;
 mod sim;
+mod urls;
 
 pub use answers::PriceDrift;
 pub use book::{BookOrder, IDEMPOTENCY_KEY_HEADER};
 pub use bookings::{BookingDesk, BookingRequest, DeskAnswer, SeatModel};
-pub use client::{
-    HttpApiError, HttpOperatorApi, OPERATOR_ENDPOINTS, OperatorUrls, OperatorUrlsError,
-    REQUEST_ID_HEADER,
-};
+pub use client::{HttpApiError, HttpOperatorApi, REQUEST_ID_HEADER};
 pub use credentials::{Credential, CredentialError, Credentials, DEFAULT_REFRESH};
 pub use hesitation::Hesitation;
 pub use latency::{LatencyModel, SimRng};
@@ -40,3 +39,4 @@ pub use sim::{
     ModeCounts, OperationCounts, Outage, OutageMode, SimConfig, SimStats, SimulatedOperator,
     SimulatedOperators,
 };
+pub use urls::{OPERATOR_ENDPOINTS, OperatorUrls, OperatorUrlsError};
