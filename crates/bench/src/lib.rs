@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::breaker::{Decision, Input, TrialVerdict, TripReason, decide};
+use lifeboat_core::ports::Trial;
 use lifeboat_core::request::Health;
 use lifeboat_core::window::{RollingWindow, WindowConfig};
 use lifeboat_core::{BreakerConfig, BreakerRecord, BreakerState, OperatorId};
@@ -271,16 +272,16 @@ impl InProcessBreaker {
         if self.record.state != BreakerState::HalfOpen {
             return;
         }
-        match health {
-            Health::Success | Health::SlowSuccess => self.record.trial_successes += 1,
-            Health::Failure => self.record.trial_failures += 1,
-            Health::Timeout => {
+        match health.trial(self.record.opened_slow) {
+            Some(Trial::Passed) => self.record.trial_successes += 1,
+            Some(Trial::Failed) => self.record.trial_failures += 1,
+            Some(Trial::TimedOut) => {
                 self.record.trial_failures += 1;
                 self.record.trial_timeouts += 1;
             }
-            Health::Neutral => return,
+            None => return,
         }
-        let verdict = self.breaker.trial_verdict(
+        let verdict = self.breaker.round(self.record.opened_slow).trial_verdict(
             self.record.trial_successes,
             self.record.trial_failures,
             self.record.trial_timeouts,

@@ -110,11 +110,15 @@ impl CircuitSwitch {
         version: u64,
         report: &mut SwitchReport,
     ) -> Result<(), SwitchError> {
-        let cfg = self.settings.for_operator(operator).breaker;
         let opened_slow = match self.breakers.load(operator).await? {
             Some(record) if record.version == version => record.opened_slow,
             _ => return Ok(()),
         };
+        let cfg = self
+            .settings
+            .for_operator(operator)
+            .breaker
+            .round(opened_slow);
         for _ in 0..cfg.trial_calls {
             match self
                 .breakers
@@ -129,17 +133,11 @@ impl CircuitSwitch {
                 }
             }
             let (health, detail) = self.probe(operator, report).await;
-            let trial = match (health, health.trial(opened_slow)) {
-                (_, Some(trial)) => trial,
-                // Up but slow after a slow-call trip: not a pass, not a
-                // failure; the round's next slot asks again.
-                (Health::SlowSuccess, None) => {
-                    tracing::info!(operator = %operator, version, detail, "trial answered slowly: neither passed nor failed");
-                    continue;
-                }
+            let trial = match health.trial(opened_slow) {
+                Some(trial) => trial,
                 // Says nothing, and another try would say the same: leave
                 // the round's other slots to customers' calls.
-                _ => {
+                None => {
                     tracing::warn!(operator = %operator, version, detail, "probe answered neither yes nor no: check the probe in OPERATOR_SETTINGS");
                     break;
                 }

@@ -190,7 +190,8 @@ impl BreakerRecord {
     /// Whether one more half-open trial may be claimed, judging by this copy.
     /// The store makes the claim itself atomically with the same rule.
     pub fn may_claim_trial(&self, cfg: &BreakerConfig) -> bool {
-        self.state == BreakerState::HalfOpen && self.trials_claimed < cfg.trial_calls
+        self.state == BreakerState::HalfOpen
+            && self.trials_claimed < cfg.round(self.opened_slow).trial_calls
     }
 }
 
@@ -211,6 +212,14 @@ pub struct BreakerConfig {
     pub trial_calls: u32,
     /// Trial successes that close the breaker.
     pub successes_to_close: u32,
+    /// Trial successes that close a breaker the slow-call rule opened, in
+    /// a row: there a slow answer fails the round ([`Self::round`]). A
+    /// brownout answers some calls quickly (the demo's, three in ten), so
+    /// two quick answers in a row say little (one round in eleven) and
+    /// probes every 10 s make many rounds; five say much (one in four
+    /// hundred), while an operator that is well again answers them in a
+    /// round or two.
+    pub slow_successes_to_close: u32,
     /// Timed-out trials a half-open round bears: it fails at the next one,
     /// or at any error. A healthy operator in a slow moment times out one
     /// call in twenty; a round that failed on one such timeout kept a
@@ -241,6 +250,7 @@ impl Default for BreakerConfig {
             jitter: 0.2,
             trial_calls: 3,
             successes_to_close: 2,
+            slow_successes_to_close: 5,
             trial_timeouts_allowed: 1,
             half_open_timeout: Duration::from_secs(60),
             probe_every: Duration::from_secs(10),
@@ -263,6 +273,24 @@ pub enum TrialVerdict {
 }
 
 impl BreakerConfig {
+    /// The bounds of a half-open round of a breaker the slow-call rule
+    /// opened (`opened_slow`) or not: after a slow-call trip the round asks
+    /// `slow_successes_to_close` successes, with slots for them and the
+    /// timeouts it bears; otherwise these bounds as they are.
+    pub fn round(&self, opened_slow: bool) -> BreakerConfig {
+        if !opened_slow {
+            return *self;
+        }
+        let successes = self.successes_to_close.max(self.slow_successes_to_close);
+        BreakerConfig {
+            successes_to_close: successes,
+            trial_calls: self
+                .trial_calls
+                .max(successes.saturating_add(self.trial_timeouts_allowed)),
+            ..*self
+        }
+    }
+
     /// The verdict of a round with `successes` and `failures` counted,
     /// `timeouts` of the failures timed out.
     pub fn trial_verdict(&self, successes: u32, failures: u32, timeouts: u32) -> TrialVerdict {
@@ -461,7 +489,7 @@ pub fn decide(
             if *observed_version != current.version {
                 Decision::Unchanged("trial result for an older half-open round")
             } else {
-                match cfg.trial_verdict(
+                match cfg.round(current.opened_slow).trial_verdict(
                     current.trial_successes,
                     current.trial_failures,
                     current.trial_timeouts,
@@ -697,7 +725,8 @@ mod tests {
         );
         assert!(again.opened_slow, "and the next open period");
         let mut counted = apply(&again, &Input::Tick, t(200));
-        counted.trial_successes = 2;
+        // Its round closes on five quick answers, not two.
+        counted.trial_successes = 5;
         let closed = apply(
             &counted,
             &Input::TrialsPassed {
@@ -885,6 +914,47 @@ mod tests {
         assert!(matches!(
             decide(&half, &passed, t(101), &strict),
             Decision::Unchanged(_)
+        ));
+    }
+
+    /// After a slow-call trip a slow answer fails the round, and the round
+    /// closes only on `slow_successes_to_close` quick answers, with slots
+    /// for them: a brownout's few quick answers do not close it.
+    #[test]
+    fn a_breaker_opened_for_slowness_closes_only_on_quick_answers_in_a_row() {
+        use crate::ports::Trial;
+        use crate::request::Health;
+        let cfg = BreakerConfig::default();
+        assert_eq!(cfg.round(false), cfg);
+        let slow = cfg.round(true);
+        assert_eq!((slow.successes_to_close, slow.trial_calls), (5, 6));
+        assert_eq!(Health::SlowSuccess.trial(false), Some(Trial::Passed));
+        assert_eq!(Health::SlowSuccess.trial(true), Some(Trial::Failed));
+        assert_eq!(Health::Success.trial(true), Some(Trial::Passed));
+        // Two quick answers close an ordinary round, not a slow one.
+        assert_eq!(cfg.trial_verdict(2, 0, 0), TrialVerdict::Passed);
+        assert_eq!(slow.trial_verdict(2, 0, 0), TrialVerdict::Undecided);
+        assert_eq!(slow.trial_verdict(4, 1, 0), TrialVerdict::Failed);
+        assert_eq!(slow.trial_verdict(5, 1, 1), TrialVerdict::Passed);
+        // decide judges the round by the record's own shape.
+        let mut half = BreakerRecord::initial(OperatorId::new("nordic").unwrap(), t(0));
+        half.state = BreakerState::HalfOpen;
+        half.version = 3;
+        half.trial_successes = 2;
+        half.opened_slow = true;
+        let passed = Input::TrialsPassed {
+            observed_version: 3,
+        };
+        assert!(matches!(
+            decide(&half, &passed, t(1), &cfg),
+            Decision::Unchanged(_)
+        ));
+        half.trials_claimed = 3;
+        assert!(half.may_claim_trial(&cfg), "a slow round has six slots");
+        half.trial_successes = 5;
+        assert!(matches!(
+            decide(&half, &passed, t(1), &cfg),
+            Decision::Transition(_)
         ));
     }
 

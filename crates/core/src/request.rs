@@ -201,16 +201,20 @@ impl Health {
     /// or timed out, or `None`, nothing either way (a refusal of the
     /// question). A slow answer passes, unless the
     /// breaker opened for slowness (`opened_slow`): then it says the
-    /// operator is up but not well, and passing it would close the breaker
-    /// in a brownout for the slow-call rule to open it again seconds later.
+    /// operator is still slow, and fails the round (whose quick successes
+    /// are counted in a row, [`crate::breaker::BreakerConfig::round`]);
+    /// passing it, or letting the round wait for quick ones among slow,
+    /// closed the breaker in a brownout for the slow-call rule to open it
+    /// again seconds later.
     pub fn trial(self, opened_slow: bool) -> Option<crate::ports::Trial> {
         use crate::ports::Trial;
         match self {
             Health::Success => Some(Trial::Passed),
             Health::SlowSuccess if !opened_slow => Some(Trial::Passed),
+            Health::SlowSuccess => Some(Trial::Failed),
             Health::Timeout => Some(Trial::TimedOut),
             Health::Failure => Some(Trial::Failed),
-            Health::SlowSuccess | Health::Neutral => None,
+            Health::Neutral => None,
         }
     }
 }

@@ -122,7 +122,11 @@ impl RealConsumer {
         let Some(record) = view else {
             return Vec::new();
         };
-        let breaker = self.settings.for_operator(operator).breaker;
+        let breaker = self
+            .settings
+            .for_operator(operator)
+            .breaker
+            .round(record.opened_slow);
         let now = self.clock.now();
         let mut events = Vec::new();
         let mut best: Option<TrialTally> = None;

@@ -237,6 +237,7 @@ impl RealConsumer {
                     .settings
                     .for_operator(&request.operator)
                     .breaker
+                    .round(view.is_some_and(|r| r.opened_slow))
                     .trial_calls;
                 match self
                     .breakers
