@@ -47,6 +47,9 @@ pub(crate) struct CallSeen {
     pub probe: bool,
     /// A consumer's hang-check ping, not a customer's question.
     pub ping: bool,
+    /// A probe's answer, as its class and how long it took (other calls
+    /// are counted, not followed).
+    pub probed: Option<(&'static str, Duration)>,
 }
 
 /// One search, as its customer saw it.
@@ -92,15 +95,24 @@ impl OperatorApi for Operators {
                 detail: format!("unknown operator {}", call.operator),
             };
         };
-        if self.noted.contains(rank) {
-            lock(&self.calls).push(CallSeen {
-                at: self.clock.now(),
-                rank: *rank,
-                probe: self.probe,
-                ping: call.operation == lifeboat_core::Operation::Ping,
-            });
+        if !self.noted.contains(rank) {
+            return sim.call(call).await;
         }
-        sim.call(call).await
+        let at = self.clock.now();
+        let seen = |probed| CallSeen {
+            at,
+            rank: *rank,
+            probe: self.probe,
+            ping: call.operation == lifeboat_core::Operation::Ping,
+            probed,
+        };
+        if !self.probe {
+            lock(&self.calls).push(seen(None));
+            return sim.call(call).await;
+        }
+        let result = sim.call(call).await;
+        lock(&self.calls).push(seen(Some((result.class.name(), result.elapsed))));
+        result
     }
 }
 

@@ -186,6 +186,18 @@ pub struct IncidentReport {
     /// The operator's breaker from the incident's start to two minutes
     /// after its recovery (or the run's end): each move, with its reason.
     pub breaker: Vec<BreakerMove>,
+    /// The switch's probes of the operator from 30 s before the incident's
+    /// end to its recovery (or the run's end): what each got back.
+    pub last_probes: Vec<ProbeSeen>,
+}
+
+/// One probe, seconds into the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeSeen {
+    pub at_s: f64,
+    /// The answer's class (`ok`, `timeout`, `refused`, …).
+    pub class: &'static str,
+    pub ms: u64,
 }
 
 /// One move of a breaker, seconds into the run.
@@ -541,6 +553,20 @@ fn incident_report(
         handled: (!incident.kind.should_trip())
             .then(|| opened.is_none() && handled(&customers, inputs.searches.healthy_p95_ms())),
         customers,
+        last_probes: inputs
+            .calls
+            .iter()
+            .filter(|c| c.rank == incident.rank && c.probe)
+            .filter(|c| end - chrono::TimeDelta::seconds(30) <= c.at && c.at <= until)
+            .filter_map(|c| {
+                let (class, took) = c.probed?;
+                Some(ProbeSeen {
+                    at_s: secs(inputs.script.start, c.at),
+                    class,
+                    ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                })
+            })
+            .collect(),
         breaker: timeline
             .transitions
             .iter()
