@@ -26,7 +26,7 @@ use lifeboat_core::ports::{SecretStore, SecretsAt};
 use lifeboat_core::watched::FailureCounter;
 
 use crate::{
-    DynamoBreakerStore, DynamoCacheStore, DynamoCartStore, DynamoRequestStore,
+    DynamoBreakerStore, DynamoCacheStore, DynamoCartStore, DynamoOrderStore, DynamoRequestStore,
     DynamoSaleStatusStore, DynamoWindowStore, EventBridgePublisher, LambdaStreamRouter,
     RequestTables, SqsRedelivery,
 };
@@ -44,6 +44,9 @@ pub const OPERATOR_CREDENTIALS_PATH: &str = "OPERATOR_CREDENTIALS_PATH";
 pub const CACHE_TABLE: &str = "CACHE_TABLE";
 /// The Carts table's name.
 pub const CARTS_TABLE: &str = "CARTS_TABLE";
+/// The Orders table's name (held orders and the passengers held on each
+/// sailing, docs/orders.md).
+pub const ORDERS_TABLE: &str = "ORDERS_TABLE";
 /// The SaleStatus table's name (one sale record per operator).
 pub const SALE_STATUS_TABLE: &str = "SALE_STATUS_TABLE";
 /// The off-sale listener's SQS queue URL, for `ChangeMessageVisibility`.
@@ -152,6 +155,10 @@ impl Env {
 
     pub fn carts_table(&self) -> Result<&str, ConfigError> {
         self.required(CARTS_TABLE)
+    }
+
+    pub fn orders_table(&self) -> Result<&str, ConfigError> {
+        self.required(ORDERS_TABLE)
     }
 
     pub fn sale_status_table(&self) -> Result<&str, ConfigError> {
@@ -352,6 +359,14 @@ impl Clients {
         Ok(DynamoCartStore::new(
             self.dynamodb().clone(),
             env.carts_table()?,
+        ))
+    }
+
+    /// The held orders in the table named by `ORDERS_TABLE`.
+    pub fn order_store(&self, env: &Env) -> Result<DynamoOrderStore, ConfigError> {
+        Ok(DynamoOrderStore::new(
+            self.dynamodb().clone(),
+            env.orders_table()?,
         ))
     }
 

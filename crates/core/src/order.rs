@@ -242,6 +242,13 @@ pub struct HeldOrder {
     /// The most the operator may charge without asking the customer.
     pub max_price_cents: i64,
     pub held_at: DateTime<Utc>,
+    /// Taken past the sailing's seat cap, or with no count of the seats
+    /// left: booked if the operator still has the seats, refunded
+    /// otherwise, and the customer was told it is not guaranteed
+    /// ([`seats::PastTheCap::OnRequest`]). Orders written before it was
+    /// kept read as `false`.
+    #[serde(default)]
+    pub on_request: bool,
     pub state: OrderState,
     /// Booking calls made so far.
     pub attempts: u32,
@@ -307,6 +314,7 @@ impl HeldOrder {
             price_as_of: confirmation.price_as_of,
             max_price_cents: max_price(confirmation.amount_cents, absorb_rise_percent),
             held_at: now,
+            on_request: false,
             state: OrderState::Held { reason },
             attempts: 0,
             revision: 0,

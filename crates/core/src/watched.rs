@@ -18,10 +18,12 @@ use crate::cart::Cart;
 use crate::events::LifeboatEvent;
 use crate::metrics::MetricSet;
 use crate::operator::OperatorId;
+use crate::order::HeldOrder;
 use crate::ports::{
-    BreakerStore, BreakerTimers, CacheStore, CacheWrite, CartStore, Clock, EventPublisher,
-    MetricsSink, OutcomeWrite, PublishError, Repoint, RequestStore, RouterError, SaleStatusStore,
-    StoreError, StoredRequest, StreamRouter, TimerError, Trial, TrialTally, WindowStore,
+    BreakerStore, BreakerTimers, CacheStore, CacheWrite, CartStore, Clock, EventPublisher, Held,
+    MetricsSink, OrderStore, OutcomeWrite, PublishError, Repoint, RequestStore, RouterError,
+    SaleStatusStore, StoreError, StoredRequest, StreamRouter, TimerError, Trial, TrialTally,
+    WindowStore,
 };
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::request::{Outcome, RequestRecord};
@@ -304,6 +306,41 @@ impl<T: CartStore + ?Sized> CartStore for Watched<T> {
     async fn save(&self, cart: &Cart, expected_revision: Option<u64>) -> Result<(), StoreError> {
         let saved = self.inner.save(cart, expected_revision).await;
         self.store("carts.write", saved)
+    }
+}
+
+#[async_trait]
+impl<T: OrderStore + ?Sized> OrderStore for Watched<T> {
+    async fn get(&self, order_id: &str) -> Result<Option<HeldOrder>, StoreError> {
+        self.store("orders.read", self.inner.get(order_id).await)
+    }
+
+    async fn hold(&self, order: &HeldOrder, cap: Option<u32>) -> Result<Held, StoreError> {
+        let held = self.inner.hold(order, cap).await;
+        self.store("orders.write", held)
+    }
+
+    async fn save(&self, order: &HeldOrder, expected_revision: u64) -> Result<(), StoreError> {
+        let saved = self.inner.save(order, expected_revision).await;
+        self.store("orders.write", saved)
+    }
+
+    async fn open_orders(
+        &self,
+        operator: &OperatorId,
+        limit: usize,
+    ) -> Result<Vec<HeldOrder>, StoreError> {
+        let open = self.inner.open_orders(operator, limit).await;
+        self.store("orders.read", open)
+    }
+
+    async fn held_passengers(
+        &self,
+        operator: &OperatorId,
+        sailing_id: &str,
+    ) -> Result<u32, StoreError> {
+        let held = self.inner.held_passengers(operator, sailing_id).await;
+        self.store("orders.read", held)
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::operator::OperatorId;
+use crate::order::seats::SeatGuard;
 
 /// Per-operator cart settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,6 +23,10 @@ pub struct CartPolicy {
     /// customer keeps the price shown and pays it. 0 (the default) absorbs
     /// nothing; at most [`MAX_ABSORB_RISE_PERCENT`].
     pub absorb_rise_percent: u32,
+    /// The seats held orders may take on a sailing while the operator
+    /// cannot book, and what happens past that cap (docs/orders.md, "No
+    /// overselling"), for example `{"past_the_cap": "not_offered"}`.
+    pub seats: SeatGuard,
 }
 
 /// The largest tolerance `absorb_rise_percent` may be set to.
@@ -34,6 +39,7 @@ impl Default for CartPolicy {
             confirm_on_cached_price: true,
             max_price_age_s: 7 * 24 * 3600,
             absorb_rise_percent: 0,
+            seats: SeatGuard::default(),
         }
     }
 }
