@@ -130,6 +130,7 @@ fn world() -> World {
         carts: CartService {
             carts: Arc::new(MemoryCartStore::new()),
             sale: sale.clone(),
+            orders: Arc::new(lifeboat_core::memory::MemoryOrderStore::new()),
             lookup: lookup(),
             operators: BTreeSet::from([nordic()]),
             settings: CartSettings::default(),
@@ -396,6 +397,22 @@ async fn every_answer_along_a_customers_way_is_as_documented() {
     assert_eq!(
         (refused.status, refused.body["reason"].as_str()),
         (409, Some("off_sale"))
+    );
+    // Confirmed off sale: the order is held, and the answer says so.
+    let mut held = w
+        .send("POST", &cart_path(&degraded, "confirm"), json!({}))
+        .await;
+    if held.status == 409 {
+        // The cached price, to accept first.
+        held = w
+            .send("POST", &cart_path(&degraded, "confirm"), json!({}))
+            .await;
+    }
+    assert_eq!(held.status, 200, "{}", held.body);
+    assert!(
+        held.body["booking"]["order_id"].is_string(),
+        "{}",
+        held.body
     );
     w.set_sale(SaleStatus::OnSale).await;
 

@@ -293,6 +293,7 @@ async fn a_fault_campaign_on_moto_keeps_every_promise() {
             Some(table) if table == names.cache_table => &["cache."],
             Some(table) if table == names.sale_status_table => &["sale."],
             Some(table) if table == names.carts_table => &["carts."],
+            Some(table) if table == names.orders_table => &["orders."],
             Some(other) => panic!("a fault on a table the campaign does not know: {other}"),
             None => match class.as_str() {
                 // The publisher sends a refused entry again (three attempts):

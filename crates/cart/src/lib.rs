@@ -5,6 +5,8 @@
 //!   customer takes on a cart, and the cart's step history;
 //! * [`body`]: the JSON bodies customers send, read and checked;
 //! * `pricing`: the price of a cart's choices, at each step and at payment;
+//! * `hold`: the order held when a cart is confirmed while its operator
+//!   cannot book (docs/orders.md);
 //! * `main.rs`: the Lambda function, built once from its environment;
 //! * `tests.rs`: the handler on the in-memory gateway and sale status.
 //!
@@ -39,6 +41,14 @@
 //! sale, a cart is confirmed on its cached price (with its age) when the
 //! operator's cart policy allows it. See docs/carts.md.
 //!
+//! A cart confirmed on a cached price (off sale, or the operator not
+//! answering) holds an order through the [`OrderStore`] port before the
+//! cart is stored as confirmed, within the sailing's seat cap, and its
+//! answer says so in `booking` (`status` `held` or `on_request`, the
+//! `order_id`). If the order cannot be held (the store fails, or the
+//! operator's `seats.past_the_cap` is `not_offered` and the sailing is past
+//! it) the confirm is answered with a problem and the cart stays open.
+//!
 //! Every step a customer takes on a stored cart (opening it included, and
 //! refused or failed steps too) is added to the cart's step history with its
 //! time and status, and logged as one `cart step` line at INFO;
@@ -60,6 +70,7 @@
 //! sent and passed to the operator's price call (`accommodation`, `extras`).
 
 pub mod body;
+mod hold;
 mod pricing;
 #[cfg(test)]
 mod tests;
@@ -72,7 +83,7 @@ use std::sync::Arc;
 use lifeboat_core::OperatorId;
 use lifeboat_core::cart::{Cart, CartPolicy, CartRefusal, CartSettings, StepKind, StepRecord};
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::ports::{CartStore, SaleStatusStore, StoreError};
+use lifeboat_core::ports::{CartStore, OrderStore, SaleStatusStore, StoreError};
 use lifeboat_core::watched::watch;
 use lifeboat_lookup::http::{Caller, HttpRequest, Problem, Reply};
 use lifeboat_lookup::{Lookup, Mode};
@@ -99,6 +110,9 @@ pub enum StartupError {
 pub struct CartService {
     pub carts: Arc<dyn CartStore>,
     pub sale: Arc<dyn SaleStatusStore>,
+    /// Where the orders of carts confirmed while their operator cannot
+    /// book are held (`ORDERS_TABLE`).
+    pub orders: Arc<dyn OrderStore>,
     pub lookup: Lookup,
     pub operators: BTreeSet<OperatorId>,
     pub settings: CartSettings,
@@ -132,6 +146,7 @@ impl CartService {
         Ok(Self {
             carts: watch(Arc::new(clients.cart_store(env)?), &metrics, &clock),
             sale: watch(Arc::new(clients.sale_status_store(env)?), &metrics, &clock),
+            orders: watch(Arc::new(clients.order_store(env)?), &metrics, &clock),
             lookup,
             operators: lifeboat_lookup::config::operators(env)?,
             settings: CartSettings::from_json(env.optional(CART_SETTINGS)?.unwrap_or(""))?,
@@ -242,10 +257,10 @@ impl CartService {
             step: step_kind(step),
             at: now,
             status: match &outcome {
-                Ok((status, _)) => *status,
+                Ok((status, ..)) => *status,
                 Err(problem) => problem.status,
             },
-            price_change_shown: matches!(&outcome, Ok((_, Some(("price_changed", _, _))))),
+            price_change_shown: matches!(&outcome, Ok((_, Some(("price_changed", _, _)), _))),
         };
         cart.record_step(record.clone());
         // The off-sale choices are stored even when the step itself is
@@ -274,13 +289,15 @@ impl CartService {
             }
         }
         log_step(&cart, &record, on_sale);
-        let (status, extra) = outcome?;
-        let view = self.view(&cart, on_sale);
+        let (status, extra, booking) = outcome?;
+        let mut view = self.view(&cart, on_sale);
+        if let Some(booking) = booking {
+            view["booking"] = booking;
+        }
         Ok(match extra {
             // A step that went through and found the price changed: the
             // cart, with the change beside it.
             Some((name, value, _)) if status == 200 => {
-                let mut view = view;
                 view[name] = value;
                 Reply::json(status, view)
             }
@@ -331,7 +348,7 @@ impl CartService {
                 match self.price(cart, policy, mode).await? {
                     Some(price) => {
                         let change = cart.set_price(price, policy, now).map_err(refusal)?;
-                        Ok((200, change.map(shown_change)))
+                        Ok((200, change.map(shown_change), None))
                     }
                     None => Err(no_price(cart)),
                 }
@@ -479,9 +496,14 @@ fn title_of(member: &str) -> &'static str {
     }
 }
 
-/// A step's answer: the status and, for a 409 that shows a price, the
-/// member carrying it and what to tell the customer.
-type StepReply = (u16, Option<(&'static str, Value, &'static str)>);
+/// A step's answer: the status; for a 409 that shows a price, the member
+/// carrying it and what to tell the customer; and for a confirm that held
+/// an order, the answer's `booking` member.
+type StepReply = (
+    u16,
+    Option<(&'static str, Value, &'static str)>,
+    Option<Value>,
+);
 
 fn refusal(r: CartRefusal) -> Problem {
     let code = match r {

@@ -30,7 +30,7 @@ impl CartService {
         match self.price(cart, policy, Mode::AskOperator).await {
             Ok(Some(price)) => {
                 let change = cart.set_price(price, policy, now).map_err(refusal)?;
-                Ok((200, change.map(shown_change)))
+                Ok((200, change.map(shown_change), None))
             }
             Err(problem) if problem.status == 422 => {
                 *cart = before;
@@ -38,7 +38,7 @@ impl CartService {
             }
             Ok(None) | Err(_) => {
                 cart.drop_price_unless_covering(&cart.choices(policy));
-                Ok((200, None))
+                Ok((200, None, None))
             }
         }
     }
@@ -61,11 +61,14 @@ impl CartService {
         } else {
             Mode::CachedOnly
         };
+        let mut booking = None;
         let step = match self.price(cart, policy, mode).await? {
             Some(price) if price.source == Source::Live => {
                 cart.confirm_live(price, policy, now).map_err(refusal)?
             }
             cached => {
+                // The cart as it was, should its order not be held.
+                let unconfirmed = cart.clone();
                 // Not a live price: the operator is off sale or did not
                 // answer; what the cache holds is all there is.
                 let step = match cart.confirm_cached(cached, policy, now) {
@@ -88,6 +91,15 @@ impl CartService {
                 })?;
                 if step == ConfirmStep::Confirmed {
                     tracing::info!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, age_s = cart.price_age_s(now), "confirmed on a cached price");
+                    // The operator cannot book it now: its order is held,
+                    // or the cart is not confirmed.
+                    match self.hold_order(cart, on_sale, policy).await {
+                        Ok(held) => booking = Some(held),
+                        Err(problem) => {
+                            *cart = unconfirmed;
+                            return Err(problem);
+                        }
+                    }
                 }
                 step
             }
@@ -101,6 +113,7 @@ impl CartService {
                     .clone()
                     .filter(|change| change.at == now)
                     .map(shown_change),
+                booking,
             ),
             ConfirmStep::PriceChanged(change) => (
                 409,
@@ -109,6 +122,7 @@ impl CartService {
                     json!(change),
                     "the price changed: confirm again to accept the new price",
                 )),
+                None,
             ),
             ConfirmStep::PriceToConfirm(price) => (
                 409,
@@ -117,6 +131,7 @@ impl CartService {
                     json!({"amount_cents": price.amount_cents, "currency": price.currency}),
                     "this is the price: confirm again to accept it",
                 )),
+                None,
             ),
         })
     }

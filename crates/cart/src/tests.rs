@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::Operation;
-use lifeboat_core::memory::{MemoryCartStore, MemorySaleStatusStore};
+use lifeboat_core::memory::{MemoryCartStore, MemoryOrderStore, MemorySaleStatusStore};
 use lifeboat_core::ports::Clock;
 use lifeboat_core::sale::SaleRecord;
 use lifeboat_core::settings::{IdCase, Settings};
@@ -28,6 +28,7 @@ struct World {
     gateway: MemorySuite,
     carts: CartService,
     sale: Arc<MemorySaleStatusStore>,
+    orders: Arc<MemoryOrderStore>,
     clock: Arc<TokioClock>,
 }
 
@@ -115,9 +116,11 @@ fn world_on(
         },
     );
     let sale = Arc::new(MemorySaleStatusStore::new());
+    let orders = Arc::new(MemoryOrderStore::new());
     let carts = CartService {
         carts: Arc::new(MemoryCartStore::new()),
         sale: sale.clone(),
+        orders: orders.clone(),
         lookup: Lookup::new(
             gateway.requests.clone(),
             gateway.cache.clone(),
@@ -133,6 +136,7 @@ fn world_on(
         gateway,
         carts,
         sale,
+        orders,
         clock,
     }
 }
@@ -617,9 +621,18 @@ async fn choices_never_priced_give_way_to_the_defaults_off_sale() {
     let paid = post(&mut w, &cart, "confirm").await;
     assert_eq!(paid.status, 200, "{}", paid.body);
     assert_eq!(paid.body["confirmation"]["on_cached_price"], true);
-    // Read again, the cart says the same.
+    // Read again, the cart says the same (the held order is the confirm's
+    // answer, not the cart's).
     let again = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
-    assert_eq!(state(&again.body), state(&paid.body));
+    let mut paid_cart = paid.body.clone();
+    assert!(
+        paid_cart
+            .as_object_mut()
+            .unwrap()
+            .remove("booking")
+            .is_some()
+    );
+    assert_eq!(state(&again.body), state(&paid_cart));
 }
 
 #[tokio::test(start_paused = true)]
@@ -1162,4 +1175,298 @@ async fn carts_opened_without_a_token_are_reached_by_their_id_as_before() {
         assert_eq!(read.status, 200, "{caller:?}: {}", read.body);
         assert_eq!(state(&read.body), state(&cart.body));
     }
+}
+
+// Held orders: a cart confirmed while its operator cannot book
+// (docs/orders.md).
+
+/// The simulated operator with `seats` seats on every sailing, none sold
+/// through other channels.
+fn seats(seats: u32) -> SimConfig {
+    SimConfig {
+        seats: lifeboat_operator::SeatModel {
+            capacity_min: seats,
+            capacity_max: seats,
+            other_channels_per_hour: 0.0,
+        },
+        ..SimConfig::default()
+    }
+}
+
+/// The operator's search for `new_cart()`'s route, asked so its answer
+/// (each sailing with its `seats_left`) is cached: its first sailing.
+async fn searched(w: &mut World) -> Value {
+    let search = lifeboat_lookup::params::search_params("HEL", "TLL", "2026-12-24", 2);
+    let operator = nordic();
+    let (looked, ()) = tokio::join!(
+        w.carts
+            .lookup
+            .answer(&operator, Operation::Search, &search, Mode::AskOperator),
+        w.gateway.run_until(w.clock.now() + TimeDelta::seconds(4))
+    );
+    let body: Value = serde_json::from_str(&looked.result.unwrap().body).unwrap();
+    body["sailings"][0].clone()
+}
+
+/// A cart on `sailing`, priced by the operator while on sale.
+async fn priced_cart(w: &mut World, sailing: &Value) -> Reply {
+    let mut new = new_cart();
+    new["sailing_id"] = sailing["sailing_id"].clone();
+    let cart = call(w, HttpRequest::with_json("POST", "/carts", &new)).await;
+    assert_eq!(cart.status, 201, "{}", cart.body);
+    let priced = post(w, &cart, "price").await;
+    assert_eq!(priced.body["price"]["source"], "live", "{}", priced.body);
+    cart
+}
+
+fn order_id_of(cart: &Reply) -> String {
+    format!("lb-{}", cart.body["cart_id"].as_str().unwrap())
+}
+
+async fn held_on(w: &World, sailing: &Value) -> u32 {
+    w.orders
+        .held_passengers(&nordic(), sailing["sailing_id"].as_str().unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_off_sale_confirm_holds_the_order_with_everything_a_booking_needs() {
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    assert_eq!(sailing["seats_left"], 40, "{sailing}");
+    let cart = priced_cart(&mut w, &sailing).await;
+    tokio::time::advance(Duration::from_secs(600)).await;
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+
+    let confirmed = post(&mut w, &cart, "confirm").await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    // The confirmation as before, and the booking beside it.
+    assert_eq!(confirmed.body["status"], "confirmed");
+    assert_eq!(confirmed.body["confirmation"]["on_cached_price"], true);
+    let booking = &confirmed.body["booking"];
+    assert_eq!(booking["status"], "held", "{booking}");
+    assert_eq!(booking["order_id"], order_id_of(&cart));
+    assert_eq!(booking["guaranteed"], true);
+    assert!(booking["message"].as_str().unwrap().contains("held"));
+
+    let order = w.orders.get(&order_id_of(&cart)).await.unwrap().unwrap();
+    let confirmation = &confirmed.body["confirmation"];
+    assert_eq!(order.cart_id, cart.body["cart_id"].as_str().unwrap());
+    assert_eq!(order.operator, nordic());
+    assert_eq!(
+        order.sailing.sailing_id,
+        sailing["sailing_id"].as_str().unwrap()
+    );
+    assert_eq!(order.sailing.passengers, 2);
+    assert_eq!(order.accommodation.as_deref(), Some("seat"));
+    assert!(order.extras.is_empty());
+    assert_eq!(
+        Some(order.paid_cents),
+        confirmation["amount_cents"].as_i64()
+    );
+    assert_eq!(order.max_price_cents, order.paid_cents, "nothing absorbed");
+    assert_eq!(
+        Some(order.currency.as_str()),
+        confirmation["currency"].as_str()
+    );
+    assert_eq!(json!(order.price_as_of), confirmation["price_as_of"]);
+    assert_eq!(json!(order.held_at), confirmation["at"]);
+    assert_eq!(booking["held_at"], confirmation["at"]);
+    assert!(!order.on_request);
+    assert_eq!(
+        order.state,
+        lifeboat_core::order::OrderState::Held {
+            reason: lifeboat_core::order::HoldReason::OffSale
+        }
+    );
+    assert_eq!(held_on(&w, &sailing).await, 2);
+    // A read shows the confirmed cart, as before.
+    let read = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(read.body["status"], "confirmed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_confirm_holds_the_order_once() {
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    let cart = priced_cart(&mut w, &sailing).await;
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let id = cart.body["cart_id"].as_str().unwrap().to_owned();
+    let unconfirmed = w.carts.carts.get(&id).await.unwrap().unwrap();
+
+    let first = post(&mut w, &cart, "confirm").await;
+    assert_eq!(first.body["booking"]["status"], "held", "{}", first.body);
+    // The order was held but the customer never heard: the cart's write is
+    // lost (put back as it was), and the customer confirms again.
+    let stored = w.carts.carts.get(&id).await.unwrap().unwrap();
+    let lost = Cart {
+        revision: stored.revision + 1,
+        ..unconfirmed
+    };
+    w.carts
+        .carts
+        .save(&lost, Some(stored.revision))
+        .await
+        .unwrap();
+    let again = post(&mut w, &cart, "confirm").await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.body["booking"], first.body["booking"]);
+    assert_eq!(held_on(&w, &sailing).await, 2, "counted once");
+    let open = w.orders.open_orders(&nordic(), 10).await.unwrap();
+    assert_eq!(open.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_the_seats_left_an_order_is_taken_on_request() {
+    // Three seats: the first cart's two passengers fit, the second's do not.
+    let mut w = world(seats(3), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    let first = priced_cart(&mut w, &sailing).await;
+    let second = priced_cart(&mut w, &sailing).await;
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+
+    let held = post(&mut w, &first, "confirm").await;
+    assert_eq!(held.body["booking"]["status"], "held", "{}", held.body);
+    let on_request = post(&mut w, &second, "confirm").await;
+    assert_eq!(on_request.status, 200, "{}", on_request.body);
+    let booking = &on_request.body["booking"];
+    assert_eq!(booking["status"], "on_request", "{booking}");
+    assert_eq!(booking["guaranteed"], false);
+    assert!(
+        booking["message"]
+            .as_str()
+            .unwrap()
+            .contains("not guaranteed")
+    );
+    let order = w.orders.get(&order_id_of(&second)).await.unwrap().unwrap();
+    assert!(order.on_request);
+    assert!(
+        !w.orders
+            .get(&order_id_of(&first))
+            .await
+            .unwrap()
+            .unwrap()
+            .on_request
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_old_count_of_seats_is_not_trusted() {
+    // Forty seats, but counted seven hours ago: past `gone_s` nothing of
+    // that count is trusted, and the order is taken on request.
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    let cart = priced_cart(&mut w, &sailing).await;
+    tokio::time::advance(Duration::from_secs(7 * 3600)).await;
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let confirmed = post(&mut w, &cart, "confirm").await;
+    assert_eq!(
+        confirmed.body["booking"]["status"], "on_request",
+        "{}",
+        confirmed.body
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_the_cap_a_confirm_is_refused_when_the_policy_says_so() {
+    let settings =
+        CartSettings::from_json(r#"{"default": {"seats": {"past_the_cap": "not_offered"}}}"#)
+            .unwrap();
+    let mut w = world(seats(3), settings);
+    let sailing = searched(&mut w).await;
+    let first = priced_cart(&mut w, &sailing).await;
+    let second = priced_cart(&mut w, &sailing).await;
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+
+    let held = post(&mut w, &first, "confirm").await;
+    assert_eq!(held.body["booking"]["status"], "held", "{}", held.body);
+    let refused = post(&mut w, &second, "confirm").await;
+    assert_eq!(
+        (refused.status, refused.body["reason"].as_str()),
+        (409, Some("past_the_cap")),
+        "{}",
+        refused.body
+    );
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(refused.body.get("booking").is_none());
+    assert!(w.orders.get(&order_id_of(&second)).await.unwrap().is_none());
+    assert_eq!(held_on(&w, &sailing).await, 2);
+    let read = call(&mut w, HttpRequest::get(&path(&second, ""), &[])).await;
+    assert_eq!(read.body["status"], "open", "{}", read.body);
+    assert!(read.body["confirmation"].is_null());
+}
+
+/// An Orders table that cannot be reached.
+struct Unreachable;
+
+#[async_trait::async_trait]
+impl OrderStore for Unreachable {
+    async fn get(&self, _: &str) -> Result<Option<lifeboat_core::order::HeldOrder>, StoreError> {
+        Err(StoreError::Unavailable("no route to the table".into()))
+    }
+    async fn hold(
+        &self,
+        _: &lifeboat_core::order::HeldOrder,
+        _: Option<u32>,
+    ) -> Result<lifeboat_core::ports::Held, StoreError> {
+        Err(StoreError::Unavailable("no route to the table".into()))
+    }
+    async fn save(&self, _: &lifeboat_core::order::HeldOrder, _: u64) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("no route to the table".into()))
+    }
+    async fn open_orders(
+        &self,
+        _: &OperatorId,
+        _: usize,
+    ) -> Result<Vec<lifeboat_core::order::HeldOrder>, StoreError> {
+        Err(StoreError::Unavailable("no route to the table".into()))
+    }
+    async fn held_passengers(&self, _: &OperatorId, _: &str) -> Result<u32, StoreError> {
+        Err(StoreError::Unavailable("no route to the table".into()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_order_that_cannot_be_held_is_a_503_and_the_cart_stays_open() {
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    let cart = priced_cart(&mut w, &sailing).await;
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    w.carts.orders = Arc::new(Unreachable);
+
+    let failed = post(&mut w, &cart, "confirm").await;
+    assert_eq!(failed.status, 503, "{}", failed.body);
+    assert!(failed.header("retry-after").is_some());
+    assert!(failed.body.get("booking").is_none());
+    assert!(failed.body.get("confirmation").is_none());
+    let read = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(read.body["status"], "open", "{}", read.body);
+    assert!(read.body["confirmation"].is_null());
+
+    // The table back: the same confirm holds it.
+    w.carts.orders = w.orders.clone();
+    let confirmed = post(&mut w, &cart, "confirm").await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.body["booking"]["status"], "held");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_on_sale_confirm_on_a_live_price_holds_nothing() {
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    let cart = priced_cart(&mut w, &sailing).await;
+    let confirmed = post(&mut w, &cart, "confirm").await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.body["confirmation"]["on_cached_price"], false);
+    assert!(
+        confirmed.body.get("booking").is_none(),
+        "{}",
+        confirmed.body
+    );
+    assert!(w.orders.get(&order_id_of(&cart)).await.unwrap().is_none());
+    assert_eq!(held_on(&w, &sailing).await, 0);
 }

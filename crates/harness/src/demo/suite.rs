@@ -95,6 +95,7 @@ impl Suite {
             carts: Arc::new(CartService {
                 carts: gateway.charged(carts.clone()),
                 sale: gateway.charged(desk.store.clone()),
+                orders: Arc::new(lifeboat_core::memory::MemoryOrderStore::new()),
                 lookup: lookup(),
                 operators,
                 settings: CartSettings {

@@ -16,8 +16,9 @@
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    StreamSpecification, StreamViewType, TableDescription, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType, TableDescription,
+    TimeToLiveSpecification,
 };
 use aws_sdk_eventbridge::types::Target;
 use aws_sdk_lambda::primitives::Blob;
@@ -252,6 +253,44 @@ pub async fn create_carts_table(
     name: &str,
 ) -> Result<String, ResourceError> {
     create_keyed_table(client, name, "cart_id", true).await
+}
+
+/// The Orders table (docs/orders.md): `pk` (S) key, the sparse index
+/// `open-by-operator` (`open_operator` S, `open_at` N, all attributes), TTL
+/// on `expires_at`, on demand. Returns its ARN.
+pub async fn create_orders_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+) -> Result<String, ResourceError> {
+    let index = GlobalSecondaryIndex::builder()
+        .index_name(lifeboat_aws::orders::OPEN_BY_OPERATOR)
+        .key_schema(key("open_operator", KeyType::Hash)?)
+        .key_schema(key("open_at", KeyType::Range)?)
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::All)
+                .build(),
+        )
+        .build()
+        .map_err(|e| ResourceError::from_sdk("index open-by-operator", e))?;
+    let open_at = AttributeDefinition::builder()
+        .attribute_name("open_at")
+        .attribute_type(ScalarAttributeType::N)
+        .build()
+        .map_err(|e| ResourceError::from_sdk("attribute open_at", e))?;
+    let request = client
+        .create_table()
+        .table_name(name)
+        .attribute_definitions(string_attribute("pk")?)
+        .attribute_definitions(string_attribute("open_operator")?)
+        .attribute_definitions(open_at)
+        .key_schema(key("pk", KeyType::Hash)?)
+        .global_secondary_indexes(index)
+        .billing_mode(BillingMode::PayPerRequest);
+    Ok(create_or_describe(client, name, request, true)
+        .await?
+        .table_arn
+        .unwrap_or_default())
 }
 
 /// The SaleStatus table: `operator` (S) key, no TTL, on demand. Returns its

@@ -94,6 +94,7 @@ fn function_variables() -> BTreeMap<&'static str, Vec<&'static str>> {
             CART,
             [
                 clients::CARTS_TABLE,
+                clients::ORDERS_TABLE,
                 clients::SALE_STATUS_TABLE,
                 clients::CACHE_TABLE,
                 settings::OPERATORS,
@@ -144,10 +145,11 @@ const LEFT_TO_CODE_DEFAULTS: [&str; 8] = [
 ];
 
 /// Variables whose value names one of the stack's resources, and which.
-const RESOURCE_VARIABLES: [(&str, &str); 8] = [
+const RESOURCE_VARIABLES: [(&str, &str); 9] = [
     (clients::BREAKER_TABLE, "BreakerTable"),
     (clients::CACHE_TABLE, "CacheTable"),
     (clients::CARTS_TABLE, "CartsTable"),
+    (clients::ORDERS_TABLE, "OrdersTable"),
     (clients::SALE_STATUS_TABLE, "SaleStatusTable"),
     (
         operator_config::OPERATOR_CONFIG_TABLE,

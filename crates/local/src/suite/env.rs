@@ -103,6 +103,7 @@ pub fn function_env(
         env.extend(
             [
                 (clients::CARTS_TABLE, names.carts_table.clone()),
+                (clients::ORDERS_TABLE, names.orders_table.clone()),
                 (clients::SALE_STATUS_TABLE, names.sale_status_table.clone()),
                 ("SALE_STATUS_STORE", "dynamodb".to_owned()),
                 (

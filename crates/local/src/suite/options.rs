@@ -116,6 +116,8 @@ pub struct SuiteNames {
     /// The customer half's resources (created with
     /// [`SuiteOptions::customer`]).
     pub carts_table: String,
+    /// `OrdersTable`: the cart's held orders.
+    pub orders_table: String,
     pub sale_status_table: String,
     pub offsale_queue: String,
     pub offsale_dead_letter_queue: String,
@@ -139,6 +141,7 @@ impl SuiteNames {
             timer_queue: format!("{prefix}BreakerTimerQueue"),
             role: format!("{prefix}lifeboat-functions"),
             carts_table: format!("{prefix}Carts"),
+            orders_table: format!("{prefix}Orders"),
             sale_status_table: format!("{prefix}SaleStatus"),
             offsale_queue: format!("{prefix}OffsaleQueue"),
             offsale_dead_letter_queue: format!("{prefix}OffsaleDeadLetterQueue"),

@@ -14,7 +14,7 @@ use crate::template::{self, CIRCUIT_SWITCH, FALLBACK_CONSUMER, REAL_CONSUMER};
 use super::{CustomerResources, OperatorCredential, SuiteError, SuiteNames, SuiteResources};
 
 /// The customer half's resources in moto, as the template has them: the
-/// Carts and SaleStatus tables, `OffsaleDeadLetterQueue`, `OffsaleQueue`
+/// Carts, Orders and SaleStatus tables, `OffsaleDeadLetterQueue`, `OffsaleQueue`
 /// with its visibility timeout and redrive policy, and
 /// `BreakerStateChangedRule` on the bus (which must exist) targeting it.
 pub async fn create_customer_resources(
@@ -25,6 +25,7 @@ pub async fn create_customer_resources(
     let eventbridge = aws_sdk_eventbridge::Client::new(sdk);
     let sqs = aws_sdk_sqs::Client::new(sdk);
     resources::create_carts_table(&dynamodb, &names.carts_table).await?;
+    resources::create_orders_table(&dynamodb, &names.orders_table).await?;
     resources::create_sale_status_table(&dynamodb, &names.sale_status_table).await?;
     let offsale_dead_letter_queue =
         resources::create_queue(&sqs, &names.offsale_dead_letter_queue, None).await?;

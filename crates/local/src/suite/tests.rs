@@ -214,6 +214,36 @@ fn the_customer_tables_have_the_templates_keys() {
 }
 
 #[test]
+fn the_orders_table_has_the_templates_key_index_and_ttl() {
+    // As resources::create_orders_table makes it (docs/orders.md).
+    let text = resource("OrdersTable");
+    for (attribute, kind) in [("pk", "S"), ("open_operator", "S"), ("open_at", "N")] {
+        assert!(
+            text.contains(&format!(
+                "- AttributeName: {attribute}\n          AttributeType: {kind}"
+            )),
+            "OrdersTable has no {kind} attribute {attribute}"
+        );
+    }
+    assert!(text.contains("- AttributeName: pk\n          KeyType: HASH"));
+    assert!(text.contains(&format!(
+        "- IndexName: {}",
+        lifeboat_aws::orders::OPEN_BY_OPERATOR
+    )));
+    assert!(text.contains("- AttributeName: open_operator\n              KeyType: HASH"));
+    assert!(text.contains("- AttributeName: open_at\n              KeyType: RANGE"));
+    assert!(text.contains("ProjectionType: ALL"));
+    assert!(text.contains(&format!("AttributeName: {}", resources::TTL_ATTRIBUTE)));
+    assert!(text.contains("BillingMode: PAY_PER_REQUEST"));
+    // The cart reaches it, and nothing more of it than it needs.
+    let cart = entry("CartFunction");
+    assert!(cart.contains("ORDERS_TABLE: !Ref OrdersTable"));
+    assert!(cart.contains("- !GetAtt OrdersTable.Arn"));
+    assert!(cart.contains("${OrdersTable.Arn}/index/open-by-operator"));
+    assert!(!cart.contains("dynamodb:Scan"), "the cart scans nothing");
+}
+
+#[test]
 fn every_table_is_encrypted_and_no_delivery_is_lost_silently() {
     assert_eq!(
         TEMPLATE.matches("Type: AWS::DynamoDB::Table").count(),
