@@ -606,6 +606,19 @@ async fn scenario(gateway: &LocalSuite) {
     let confirmation = &confirmed.body["confirmation"];
     assert_eq!(confirmation["on_cached_price"], true, "{confirmation}");
     assert_eq!(confirmation["amount_cents"], price["amount_cents"]);
+    // Its order held in the Orders table (DynamoOrderStore on moto).
+    assert_eq!(
+        confirmed.body["booking"]["order_id"],
+        format!("lb-{cart_id}"),
+        "{}",
+        confirmed.body
+    );
+    assert!(
+        ["held", "on_request"]
+            .contains(&confirmed.body["booking"]["status"].as_str().unwrap_or("")),
+        "{}",
+        confirmed.body
+    );
     assert_eq!(
         count_requests(gateway).await,
         requests_after,
