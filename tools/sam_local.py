@@ -10,7 +10,7 @@ listens on the podman bridge's gateway address:
 
 It provisions in moto what the template declares for the functions (the
 Requests tables of nordic and baltic with their streams and mappings, the
-Breaker, Cache, Carts and SaleStatus tables, the bus with
+Breaker, Cache, Carts, Orders and SaleStatus tables, the bus with
 BreakerStateChangedRule, the queues), serves a stub operator API beside moto,
 and invokes every function with `sam local invoke` on the payloads of
 tests/events/, checking each answer and what the function wrote to moto.
@@ -53,6 +53,7 @@ NAMES = {
     "breaker": "lifeboat-breaker",
     "cache": "lifeboat-cache",
     "carts": "lifeboat-carts",
+    "orders": "lifeboat-orders",
     "sale_status": "lifeboat-sale-status",
     "bus": "lifeboat-events",
 }
@@ -198,6 +199,27 @@ def provision(moto):
     table(NAMES["breaker"], ["operator", "item"])
     table(NAMES["cache"], ["cache_key"])
     table(NAMES["carts"], ["cart_id"])
+    # OrdersTable: pk, and the sparse index of open orders (docs/orders.md).
+    ddb.create_table(
+        TableName=NAMES["orders"],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "open_operator", "AttributeType": "S"},
+            {"AttributeName": "open_at", "AttributeType": "N"},
+        ],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "open-by-operator",
+                "KeySchema": [
+                    {"AttributeName": "open_operator", "KeyType": "HASH"},
+                    {"AttributeName": "open_at", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
     table(NAMES["sale_status"], ["operator"])
     events.create_event_bus(Name=NAMES["bus"])
 
@@ -290,6 +312,7 @@ def function_env(moto, operator_base, res):
             "BREAKER_TABLE": NAMES["breaker"],
             "CACHE_TABLE": NAMES["cache"],
             "CARTS_TABLE": NAMES["carts"],
+            "ORDERS_TABLE": NAMES["orders"],
             "SALE_STATUS_TABLE": NAMES["sale_status"],
             "EVENT_BUS_NAME": NAMES["bus"],
             "OPERATOR_SETTINGS": "",
