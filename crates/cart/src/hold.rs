@@ -17,14 +17,11 @@
 //! A retried confirm holds nothing twice: the order's id is `lb-<cart id>`,
 //! and the store writes an order only if it is new.
 
-use lifeboat_core::Operation;
 use lifeboat_core::cart::{Cart, CartPolicy};
 use lifeboat_core::order::seats::{PastTheCap, SeatsLeft};
 use lifeboat_core::order::{HeldOrder, HoldReason};
 use lifeboat_core::ports::{Held, StoreError};
-use lifeboat_lookup::Mode;
 use lifeboat_lookup::http::Problem;
-use lifeboat_lookup::params::search_params;
 use serde_json::{Value, json};
 
 use crate::{CartService, log_ref};
@@ -116,31 +113,8 @@ impl CartService {
     /// had left, and when it said so; `None` when no cached answer carries
     /// a count for it.
     async fn seats_left(&self, cart: &Cart) -> Option<SeatsLeft> {
-        let s = &cart.sailing;
-        let ids = self.lookup.settings.for_operator(&cart.operator).ids;
-        let sailing_id = ids.normalise(&s.sailing_id);
-        let searched = self
-            .lookup
-            .answer(
-                &cart.operator,
-                Operation::Search,
-                &search_params(&s.from, &s.to, &s.date, s.passengers),
-                Mode::CachedOnly,
-            )
-            .await;
-        let answer = searched.result.ok()?;
-        let body: Value = serde_json::from_str(&answer.body).ok()?;
-        let seats = body
-            .get("sailings")?
-            .as_array()?
-            .iter()
-            .find(|x| {
-                x.get("sailing_id")
-                    .and_then(Value::as_str)
-                    .is_some_and(|id| ids.same(id, &sailing_id))
-            })?
-            .get("seats_left")?
-            .as_u64()?;
+        let (answer, sailing) = self.cached_sailing(cart).await?;
+        let seats = sailing.get("seats_left")?.as_u64()?;
         Some(SeatsLeft {
             seats: u32::try_from(seats).unwrap_or(u32::MAX),
             as_of: answer.as_of,

@@ -205,7 +205,20 @@ impl CartService {
             // A search's fare is the base fare: it covers no other choices.
             return Ok(None);
         }
-        let searched = self
+        let Some((answer, sailing)) = self.cached_sailing(cart).await else {
+            return Ok(None);
+        };
+        Ok(fare_of(&sailing).map(|fare| cart_price(fare, &answer, choices)))
+    }
+
+    /// The cart's sailing as the operator's cached search answer for its
+    /// route, date and passengers lists it (its fare, its seats left), with
+    /// that answer; `None` when nothing cached names it.
+    pub(crate) async fn cached_sailing(&self, cart: &Cart) -> Option<(Answer, Value)> {
+        let s = &cart.sailing;
+        let ids = self.lookup.settings.for_operator(&cart.operator).ids;
+        let sailing_id = ids.normalise(&s.sailing_id);
+        let answer = self
             .lookup
             .answer(
                 &cart.operator,
@@ -213,24 +226,21 @@ impl CartService {
                 &search_params(&s.from, &s.to, &s.date, s.passengers),
                 Mode::CachedOnly,
             )
-            .await;
-        let Ok(answer) = searched.result else {
-            return Ok(None);
-        };
-        let fare = serde_json::from_str::<Value>(&answer.body)
-            .ok()
-            .and_then(|v| {
-                v.get("sailings")?
-                    .as_array()?
-                    .iter()
-                    .find(|x| {
-                        x.get("sailing_id")
-                            .and_then(Value::as_str)
-                            .is_some_and(|id| ids.same(id, &sailing_id))
-                    })
-                    .and_then(fare_of)
-            });
-        Ok(fare.map(|fare| cart_price(fare, &answer, choices)))
+            .await
+            .result
+            .ok()?;
+        let body: Value = serde_json::from_str(&answer.body).ok()?;
+        let sailing = body
+            .get("sailings")?
+            .as_array()?
+            .iter()
+            .find(|x| {
+                x.get("sailing_id")
+                    .and_then(Value::as_str)
+                    .is_some_and(|id| ids.same(id, &sailing_id))
+            })?
+            .clone();
+        Some((answer, sailing))
     }
 }
 
