@@ -57,6 +57,7 @@ const VOCABULARY: Vocabulary = Vocabulary {
         "jitter",
         "trial_calls",
         "successes_to_close",
+        "slow_successes_to_close",
         "half_open_timeout",
         "probe_every",
         "cache",
