@@ -8,6 +8,7 @@
 //! each incident did to its own operator and to everyone else's answers.
 
 mod day;
+mod incident;
 pub mod report;
 mod tally;
 
