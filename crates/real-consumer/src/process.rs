@@ -100,7 +100,7 @@ impl RealConsumer {
             }
         };
         // The hang check watches calls to a closed operator only (only those
-        // can ask for a trip), one call per operator and batch.
+        // can ask for a trip), one call per operator and batch at a time.
         let watched = view
             .as_ref()
             .filter(|r| r.state == BreakerState::Closed)
@@ -111,9 +111,13 @@ impl RealConsumer {
                     .is_some()
             })
             .and_then(|_| slots.claim(&request.operator));
+        let was_watched = watched.is_some();
         let (mut result, mut health, train) = self.call_operator(&request, watched).await;
         if lifeboat_core::hang::answered(&result.class) {
             slots.answered(&request.operator);
+        }
+        if was_watched && train.is_none() {
+            slots.release(&request.operator);
         }
         done.hang_train = train;
         if let Some(permit) = permit {

@@ -695,6 +695,32 @@ async fn another_call_answered_while_the_watched_one_is_late_is_not_a_hang() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_hang_that_begins_inside_a_batch_is_watched_from_its_first_call() {
+    // One call at a time: the first is answered (and was the watched one),
+    // the second hangs and its pings go unanswered. The second is watched
+    // once the first ended, so the batch asks for the trip; watching only
+    // the batch's first call left it to the next batch.
+    let (mut w, api) = hesitant_world(&[5_000]);
+    w.consumer.concurrency = 1;
+    api.searches.lock().unwrap().extend([
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_millis(5_000),
+    ]);
+    put_breaker(&w, BreakerState::Closed, 2).await;
+    let report = w
+        .consumer
+        .handle(&batch(&w, "nordic", 2, 10).await)
+        .await
+        .unwrap();
+    assert_eq!(report.calls, 2);
+    assert_eq!(report.trips_requested, 1);
+    assert!(
+        !api.sent.lock().unwrap().is_empty(),
+        "the hanging call was pinged"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_slow_operator_that_answers_the_hang_check_is_left_to_the_window() {
     let mut w = world();
     with_hang_check(&mut w);

@@ -1,7 +1,12 @@
 //! The hang check's pings, sent while a call to a closed operator is late
 //! (lifeboat_core::hang): a task started with the call, ended by the call's
 //! answer, and awaited after the batch when the call timed out. One call
-//! per operator and batch is watched ([`Slots`]). When the first ping has
+//! per operator and batch is watched at a time ([`Slots`]): when the
+//! watched call ends before its budget, the next of the batch's calls to
+//! the operator to start is watched. A batch's calls start in waves (the
+//! consumer's concurrency and the operator's limit), so a hang that begins
+//! while a batch runs is watched from its first call, not from the next
+//! batch's. When the first ping has
 //! not answered by the time the second is due, the train reads the breaker
 //! once and stops if it is no longer closed: a trip asked for by the batch
 //! before has opened it, and pings to an open operator are calls it need
@@ -29,8 +34,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
-/// The operators of a batch whose calls are watched already, each with
-/// when one of the batch's calls to it last got an answer.
+/// The operators of a batch with a call watched now, each with when one
+/// of the batch's calls to it last got an answer.
 #[derive(Default)]
 pub(crate) struct Slots(Mutex<HashMap<OperatorId, watch::Sender<Option<Instant>>>>);
 
@@ -48,6 +53,13 @@ impl Slots {
         let (tx, rx) = watch::channel(None);
         taken.insert(operator.clone(), tx);
         Some(rx)
+    }
+
+    /// The watched call to `operator` ended before its budget: the train
+    /// is gone, and the next call to start is watched.
+    pub fn release(&self, operator: &OperatorId) {
+        let mut taken = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        taken.remove(operator);
     }
 
     /// One of the batch's calls to `operator` got an answer now (anything
