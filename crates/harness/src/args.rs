@@ -107,6 +107,11 @@ pub struct FleetArgs {
     /// (operators x LaneParallelization).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub(crate) real_consumer_concurrency: Option<u64>,
+    /// Batches of one lane that run at once (the template's
+    /// LaneParallelization, each lane mapping's ParallelizationFactor).
+    /// By default the template's 4.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10))]
+    pub(crate) lane_parallelization: Option<u64>,
     #[command(flatten)]
     pub(crate) world: WorldArgs,
 }

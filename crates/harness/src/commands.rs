@@ -97,6 +97,7 @@ impl FleetArgs {
             lanes,
             seed,
             real_consumer_concurrency,
+            lane_parallelization,
             world,
         } = self;
         let defaults = FleetScript::default();
@@ -110,6 +111,9 @@ impl FleetArgs {
             lanes,
             real_consumer_concurrency: real_consumer_concurrency
                 .and_then(|n| usize::try_from(n).ok()),
+            lane_parallelization: lane_parallelization
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(defaults.lane_parallelization),
             ..defaults
         };
         print_report(

@@ -181,6 +181,7 @@ impl Day {
                 lanes: script.lanes,
                 retain_requests: Some(REQUESTS_KEPT),
                 real_consumer_concurrency: script.real_consumer_concurrency(),
+                parallelization: script.lane_parallelization,
                 ..MemorySuiteConfig::in_world(script.world, script.seed)
             },
         );

@@ -52,6 +52,9 @@ pub struct FleetScript {
     /// `None`: the template's default, raised to what the stack's capacity
     /// check asks of this many lanes ([`FleetScript::real_consumer_concurrency`]).
     pub real_consumer_concurrency: Option<usize>,
+    /// Batches of one lane that run at once (`LaneParallelization`), the
+    /// template's by default.
+    pub lane_parallelization: usize,
 }
 
 impl Default for FleetScript {
@@ -69,6 +72,7 @@ impl Default for FleetScript {
             world: World::default(),
             settings: template_settings(),
             real_consumer_concurrency: None,
+            lane_parallelization: TEMPLATE.parallelization,
         }
     }
 }
@@ -143,15 +147,15 @@ impl FleetScript {
 
     /// The real consumer's reservation the day runs with: the one given, or
     /// the template's default raised to what the capacity check
-    /// (`lifeboat_core::capacity`) accepts for the day's lanes at the
-    /// template's parallelization.
+    /// (`lifeboat_core::capacity`) accepts for the day's lanes at their
+    /// parallelization.
     pub fn real_consumer_concurrency(&self) -> usize {
         let lanes = Lanes {
             operators: match self.lanes {
                 LaneLayout::PerOperator => self.operators,
                 LaneLayout::Shared => 1,
             },
-            parallelization: TEMPLATE.parallelization,
+            parallelization: self.lane_parallelization,
         };
         self.real_consumer_concurrency.unwrap_or_else(|| {
             lanes

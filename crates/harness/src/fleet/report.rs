@@ -42,6 +42,8 @@ pub struct FleetReport {
     /// template's `RealConsumerConcurrency`, as the capacity check asks for
     /// this many lanes unless given).
     pub real_consumer_concurrency: usize,
+    /// Batches of one lane that ran at once (`LaneParallelization`).
+    pub lane_parallelization: usize,
     pub incidents: Vec<IncidentReport>,
     /// Openings (from closed) outside the operator's own incidents and
     /// their aftermath: of any operator, the busiest ones with an incident
@@ -357,6 +359,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         searches_per_s: inputs.script.searches_per_s,
         peak_resident_mb: peak_resident_mb(),
         real_consumer_concurrency: inputs.script.real_consumer_concurrency(),
+        lane_parallelization: inputs.script.lane_parallelization,
         incidents,
         false_trips,
         false_trips_by_operator,
