@@ -93,6 +93,12 @@ fn check(report: FleetReport, shares: Shares) {
             .detection_s
             .unwrap_or_else(|| panic!("not detected: {incident:?}"));
         assert!(detection <= 60.0, "{incident:?}");
+        // A breaker opens on calls that failed: the first call the
+        // incident could answer came between its start and the opening.
+        let first_call = incident
+            .first_call_s
+            .unwrap_or_else(|| panic!("detected with no call: {incident:?}"));
+        assert!((0.0..=detection).contains(&first_call), "{incident:?}");
         let recovery = incident
             .recovery_s
             .unwrap_or_else(|| panic!("not recovered: {incident:?}"));

@@ -34,6 +34,13 @@ pub struct IncidentReport {
     pub budget_ms: u64,
     /// Start → breaker open; null if it did not open.
     pub detection_s: Option<f64>,
+    /// Start → the first customer's call (a consumer's, not a probe or a
+    /// hang-check ping) the operator received in the incident: the first
+    /// call that could see it. A busy operator's customers are answered
+    /// from the recent cache for minutes without a call, so its first call
+    /// can come long after the start; detection is judged from it. Null if
+    /// none came before the incident's end.
+    pub first_call_s: Option<f64>,
     /// End → breaker closed; null if it did not open (0 if it was closed
     /// again when the operator came back).
     pub recovery_s: Option<f64>,
@@ -154,6 +161,13 @@ pub(super) fn incident_report(
             .filter(|c| timeline.state_at(c.at) == BreakerState::Open)
             .count() as u64
     };
+    let first_call = inputs
+        .calls
+        .iter()
+        .filter(|c| c.rank == incident.rank && !c.probe && !c.ping)
+        .filter(|c| start <= c.at && c.at <= end)
+        .map(|c| c.at)
+        .min();
     let calls_while_open = while_open(false);
     let pings_while_open = while_open(true);
     let probe_calls = inputs
@@ -183,6 +197,7 @@ pub(super) fn incident_report(
         searches_per_s: inputs.script.rate_of(incident.rank),
         budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
         detection_s: opened.map(|o| secs(start, o)),
+        first_call_s: first_call.map(|c| secs(start, c)),
         recovery_s: recovered.map(|r| secs(end, r)),
         calls_while_open,
         pings_while_open,
