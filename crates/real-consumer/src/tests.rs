@@ -384,11 +384,7 @@ async fn unknown_operators_and_expired_requests_are_not_called() {
 async fn an_open_breaker_means_no_calls() {
     let w = world();
     put_breaker(&w, BreakerState::Open, 3).await;
-    let report = w
-        .consumer
-        .handle(&batch(&w, "nordic", 10, 10).await)
-        .await
-        .unwrap();
+    let report = handled(&w, 10).await;
     assert_eq!((report.calls, report.outcomes_written), (0, 10));
     assert_eq!(w.sim.stats().total, 0);
     assert_eq!(events_of(&w.bus, "Operator Request Failed"), 10);
@@ -398,11 +394,7 @@ async fn an_open_breaker_means_no_calls() {
 async fn an_answer_too_big_to_keep_is_a_failed_outcome_not_a_retry() {
     let w = world();
     w.sim.set_mode(Some(OutageMode::Oversized));
-    let report = w
-        .consumer
-        .handle(&batch(&w, "nordic", 3, 10).await)
-        .await
-        .unwrap();
+    let report = handled(&w, 3).await;
     // Called once each, answered failed, and nothing comes back.
     assert_eq!((report.calls, report.outcomes_written), (3, 3));
     assert!(report.response.batch_item_failures.is_empty());
@@ -424,11 +416,7 @@ async fn a_hanging_operator_asks_for_a_trip() {
     let w = world();
     put_breaker(&w, BreakerState::Closed, 2).await;
     w.sim.set_mode(Some(OutageMode::Hang));
-    let report = w
-        .consumer
-        .handle(&batch(&w, "nordic", 12, 10).await)
-        .await
-        .unwrap();
+    let report = handled(&w, 12).await;
     assert_eq!(report.calls, 12);
     assert_eq!(report.trips_requested, 1);
     let trip = w.bus.events().into_iter().find_map(|e| match e {
@@ -458,11 +446,7 @@ async fn one_timeout_confirmed_by_the_hang_check_trips_at_once() {
     put_breaker(&w, BreakerState::Closed, 2).await;
     w.sim.set_mode(Some(OutageMode::Hang));
     let started = w.clock.now();
-    let report = w
-        .consumer
-        .handle(&batch(&w, "nordic", 1, 10).await)
-        .await
-        .unwrap();
+    let report = handled(&w, 1).await;
     assert_eq!(report.trips_requested, 1);
     let trip = w.bus.events().into_iter().find_map(|e| match e {
         LifeboatEvent::TripRequested(t) => Some(t),
@@ -633,11 +617,7 @@ async fn one_slow_ping_after_a_timeout_is_not_a_hang() {
     let (w, api) = hesitant_world(&[1_500, 1_200]);
     put_breaker(&w, BreakerState::Closed, 2).await;
     let started = w.clock.now();
-    let report = w
-        .consumer
-        .handle(&batch(&w, "nordic", 1, 10).await)
-        .await
-        .unwrap();
+    let report = handled(&w, 1).await;
     assert_eq!(report.calls, 1);
     assert_eq!(report.trips_requested, 0);
     let sent: Vec<i64> = api
@@ -681,11 +661,7 @@ async fn another_call_answered_while_the_watched_one_is_late_is_not_a_hang() {
             std::time::Duration::from_millis(second_ms),
         ]);
         put_breaker(&w, BreakerState::Closed, 2).await;
-        let report = w
-            .consumer
-            .handle(&batch(&w, "nordic", 2, 10).await)
-            .await
-            .unwrap();
+        let report = handled(&w, 2).await;
         assert_eq!(report.calls, 2);
         assert_eq!(
             report.trips_requested, trips_asked,
@@ -707,11 +683,7 @@ async fn a_hang_that_begins_inside_a_batch_is_watched_from_its_first_call() {
         std::time::Duration::from_millis(5_000),
     ]);
     put_breaker(&w, BreakerState::Closed, 2).await;
-    let report = w
-        .consumer
-        .handle(&batch(&w, "nordic", 2, 10).await)
-        .await
-        .unwrap();
+    let report = handled(&w, 2).await;
     assert_eq!(report.calls, 2);
     assert_eq!(report.trips_requested, 1);
     assert!(
@@ -746,10 +718,15 @@ async fn without_a_hang_check_one_timeout_does_not_trip() {
     assert_eq!(w.sim.stats().by_operation.ping, 0);
 }
 
+/// What the consumer reports of one batch of `n` requests for nordic.
+async fn handled(w: &World, n: usize) -> crate::BatchReport {
+    let payload = batch(w, "nordic", n, 10).await;
+    w.consumer.handle(&payload).await.unwrap()
+}
+
 /// The trips one batch of `n` requests for nordic asks for.
 async fn trips(w: &World, n: usize) -> usize {
-    let payload = batch(w, "nordic", n, 10).await;
-    w.consumer.handle(&payload).await.unwrap().trips_requested
+    handled(w, n).await.trips_requested
 }
 
 #[tokio::test(start_paused = true)]
@@ -785,11 +762,7 @@ async fn failures_from_before_the_breaker_closed_do_not_count() {
 async fn half_open_calls_at_most_k_and_reports_the_round() {
     let w = world();
     put_breaker(&w, BreakerState::HalfOpen, 5).await;
-    let report = w
-        .consumer
-        .handle(&batch(&w, "nordic", 30, 10).await)
-        .await
-        .unwrap();
+    let report = handled(&w, 30).await;
     let k = Settings::default().default.breaker.trial_calls as usize;
     assert_eq!(report.calls, k);
     assert_eq!(w.sim.stats().questions() as usize, k);
@@ -805,11 +778,7 @@ async fn half_open_calls_at_most_k_and_reports_the_round() {
     // background error, fails) and says so.
     assert_eq!(report.trials_passed + report.trips_requested, 1);
     // A second batch in the same round gets no slot.
-    let second = w
-        .consumer
-        .handle(&batch(&w, "nordic", 5, 10).await)
-        .await
-        .unwrap();
+    let second = handled(&w, 5).await;
     assert_eq!(second.calls, 0);
 }
 
@@ -933,11 +902,7 @@ async fn a_refusal_is_cached_beside_the_good_answer_not_instead_of_it() {
     // The operator now refuses the same question.
     tokio::time::advance(std::time::Duration::from_secs(30)).await;
     w.consumer.operator = Arc::new(Refusing { status: 404 });
-    let report = w
-        .consumer
-        .handle(&batch(&w, "nordic", 1, 10).await)
-        .await
-        .unwrap();
+    let report = handled(&w, 1).await;
     assert_eq!((report.calls, report.trips_requested), (1, 0));
     let entry = w.cache.get(&batch_key()).await.unwrap().unwrap();
     // The good answer is still there, unchanged: had the refusal replaced
