@@ -140,14 +140,14 @@ fn check(report: FleetReport, shares: Shares) {
     assert!(json["requests"]["closes_replaced"].is_u64(), "{json}");
 
     // Isolation: bystanders keep their answers and their speed.
-    let b = &report.bystanders;
+    let b = &report.bystanders.answers;
     assert!(
         b.live_or_fresh as f64 >= shares.bystanders_at_least * b.answerable as f64,
         "{b:?}"
     );
     let (p95, baseline) = (
         b.p95_ms.unwrap_or(u64::MAX) as f64,
-        b.baseline_p95_ms.unwrap_or(0) as f64,
+        report.bystanders.baseline_p95_ms.unwrap_or(0) as f64,
     );
     assert!(p95 <= 1.1 * baseline, "{b:?}");
     // Store calls: a cache hit is one read; no invocation reads more than

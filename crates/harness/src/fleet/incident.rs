@@ -56,7 +56,7 @@ pub struct IncidentReport {
     /// What the operator's own customers saw, from the incident's start to
     /// two minutes after its end: how an incident the breaker is not meant
     /// to open for (a brownout) is judged.
-    pub customers: IncidentCustomers,
+    pub customers: SearchShares,
     /// For an incident the breaker is not meant to open for (a brownout):
     /// whether it was handled without it, the breaker never opening and
     /// the customers answered as bystanders must be (at least 99 % of the
@@ -89,20 +89,23 @@ pub struct BreakerMove {
     pub reason: String,
 }
 
-/// The searches of an incident's own operator while it is on, counted as
-/// [`Bystanders`] are.
+/// A group of searches and how they were answered: an incident's own
+/// customers ([`IncidentReport::customers`]) and the bystanders
+/// ([`super::report::Bystanders`]) are counted alike.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct IncidentCustomers {
+pub struct SearchShares {
     pub searches: usize,
     pub live_or_fresh: usize,
     /// Searches answered live or fresh, or whose question the operator
-    /// answered within its budget.
+    /// answered within its budget (as [`super::report::Healthy::answerable`]).
     pub answerable: usize,
-    /// `live_or_fresh` as a percentage of all `searches`.
+    /// `live_or_fresh` as a percentage of all `searches` (the raw share).
     pub live_or_fresh_pct: f64,
-    /// `live_or_fresh` as a percentage of the `answerable`.
+    /// `live_or_fresh` as a percentage of the `answerable` (the isolation
+    /// figure).
     pub live_or_fresh_of_answerable_pct: f64,
-    /// p95 of the answers the operator gave live.
+    /// p95 of the answers the operator gave live (cache hits answer in no
+    /// time and would hide the stream's delay).
     pub p95_ms: Option<u64>,
 }
 
@@ -236,7 +239,7 @@ pub(super) fn incident_report(
 
 /// Whether an incident's customers fared as bystanders must, against the
 /// healthy day's live p95.
-fn handled(customers: &IncidentCustomers, baseline_p95_ms: Option<u64>) -> bool {
+fn handled(customers: &SearchShares, baseline_p95_ms: Option<u64>) -> bool {
     let p95_holds = match (customers.p95_ms, baseline_p95_ms) {
         (Some(p95), Some(baseline)) => p95 as f64 <= baseline as f64 * HANDLED_P95_OVER_BASELINE,
         // No live answer to judge, or no day to judge it against.
@@ -256,7 +259,7 @@ mod tests {
     /// each condition, broken alone, makes it not handled.
     #[test]
     fn an_incident_is_handled_only_when_its_customers_fare_as_bystanders_must() {
-        let fared = IncidentCustomers {
+        let fared = SearchShares {
             searches: 1000,
             live_or_fresh: 990,
             answerable: 1000,
@@ -265,7 +268,7 @@ mod tests {
             p95_ms: Some(3300),
         };
         assert!(handled(&fared, Some(3000)));
-        let worse = |f: fn(&mut IncidentCustomers)| {
+        let worse = |f: fn(&mut SearchShares)| {
             let mut c = fared.clone();
             f(&mut c);
             handled(&c, Some(3000))

@@ -14,7 +14,7 @@ use lifeboat_sim::{LaneLayout, Transition};
 use serde::Serialize;
 
 use super::day::CallSeen;
-pub use super::incident::{BreakerMove, IncidentCustomers, IncidentReport, ProbeSeen};
+pub use super::incident::{BreakerMove, IncidentReport, ProbeSeen, SearchShares};
 use super::incident::{Timeline, incident_report};
 pub(crate) use super::tally::SearchTally;
 use super::{FleetScript, Incident};
@@ -147,19 +147,10 @@ fn store_calls(ledger: &Ledger) -> StoreCallsReport {
 /// one.
 #[derive(Debug, Clone, Serialize)]
 pub struct Bystanders {
-    pub searches: usize,
-    pub live_or_fresh: usize,
-    /// As [`Healthy::answerable`]: the share of these answered live or
-    /// fresh is the isolation figure.
-    pub answerable: usize,
-    /// `live_or_fresh` as a percentage of all `searches` (the raw share).
-    pub live_or_fresh_pct: f64,
-    /// `live_or_fresh` as a percentage of the `answerable` (the isolation
-    /// figure).
-    pub live_or_fresh_of_answerable_pct: f64,
-    /// p95 of the answers the operator gave live (cache hits answer in no
-    /// time and would hide the stream's delay).
-    pub p95_ms: Option<u64>,
+    /// Their searches, counted as an incident's customers are (the JSON
+    /// keeps the fields at the top of `bystanders`).
+    #[serde(flatten)]
+    pub answers: SearchShares,
     /// The same p95 while no incident is on.
     pub baseline_p95_ms: Option<u64>,
 }
@@ -448,10 +439,10 @@ impl FleetReport {
         let _ = writeln!(
             out,
             "  bystanders: {} searches, {:.2} % live or fresh (of all searches), {:.2} % of the answerable; live p95 {} (without incidents {})",
-            self.bystanders.searches,
-            self.bystanders.live_or_fresh_pct,
-            self.bystanders.live_or_fresh_of_answerable_pct,
-            ms(self.bystanders.p95_ms),
+            self.bystanders.answers.searches,
+            self.bystanders.answers.live_or_fresh_pct,
+            self.bystanders.answers.live_or_fresh_of_answerable_pct,
+            ms(self.bystanders.answers.p95_ms),
             ms(self.bystanders.baseline_p95_ms)
         );
         let _ = writeln!(

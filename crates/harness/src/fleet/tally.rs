@@ -12,7 +12,7 @@ use lifeboat_core::settings::Settings;
 use lifeboat_core::{Operation, OperatorId};
 
 use super::day::SearchSeen;
-use super::report::{Bystanders, Healthy, IncidentCustomers, is_on, pct, secs};
+use super::report::{Bystanders, Healthy, SearchShares, is_on, pct, secs};
 use super::{FleetScript, Incident};
 
 /// Which figure a search counts in.
@@ -44,6 +44,18 @@ struct GroupTally {
 impl GroupTally {
     fn answerable(&self) -> usize {
         self.live_or_fresh + self.answerable_otherwise
+    }
+
+    /// The group's searches and how they were answered.
+    fn shares(&self) -> SearchShares {
+        SearchShares {
+            searches: self.searches,
+            live_or_fresh: self.live_or_fresh,
+            answerable: self.answerable(),
+            live_or_fresh_pct: pct(self.live_or_fresh, self.searches),
+            live_or_fresh_of_answerable_pct: pct(self.live_or_fresh, self.answerable()),
+            p95_ms: self.live_p95_ms(),
+        }
     }
 
     /// The 95th percentile of the live answers' latencies (the value at
@@ -211,16 +223,8 @@ impl SearchTally {
     /// What the customers of the day's incident `index` saw: the
     /// operator's own searches from the incident's start to two minutes
     /// after its end.
-    pub(super) fn incident(&self, index: usize) -> Option<IncidentCustomers> {
-        let t = self.own.get(index)?;
-        Some(IncidentCustomers {
-            searches: t.searches,
-            live_or_fresh: t.live_or_fresh,
-            answerable: t.answerable(),
-            live_or_fresh_pct: pct(t.live_or_fresh, t.searches),
-            live_or_fresh_of_answerable_pct: pct(t.live_or_fresh, t.answerable()),
-            p95_ms: t.live_p95_ms(),
-        })
+    pub(super) fn incident(&self, index: usize) -> Option<SearchShares> {
+        self.own.get(index).map(GroupTally::shares)
     }
 
     pub(super) fn healthy(&self) -> Healthy {
@@ -246,14 +250,8 @@ impl SearchTally {
     }
 
     pub(super) fn bystanders(&self) -> Bystanders {
-        let t = &self.bystanders;
         Bystanders {
-            searches: t.searches,
-            live_or_fresh: t.live_or_fresh,
-            answerable: t.answerable(),
-            live_or_fresh_pct: pct(t.live_or_fresh, t.searches),
-            live_or_fresh_of_answerable_pct: pct(t.live_or_fresh, t.answerable()),
-            p95_ms: t.live_p95_ms(),
+            answers: self.bystanders.shares(),
             baseline_p95_ms: self.healthy_p95_ms(),
         }
     }
@@ -352,7 +350,13 @@ mod tests {
         tally.request(&answered("d1", 18.0, 1500));
         assert_eq!(tally.healthy().answerable, 5);
         let bystanders = tally.bystanders();
-        assert_eq!((bystanders.searches, bystanders.live_or_fresh), (1, 1));
+        assert_eq!(
+            (
+                bystanders.answers.searches,
+                bystanders.answers.live_or_fresh
+            ),
+            (1, 1)
+        );
         // The hang's own customer was answered stale, and the operator did
         // not answer that question in its budget: not answerable.
         let own = tally.incident(0).unwrap();
@@ -360,7 +364,7 @@ mod tests {
         assert_eq!(tally.healthy().searches, 6);
         assert!(tally.incident(1).is_some_and(|i| i.searches == 0));
         assert_eq!(
-            (bystanders.p95_ms, bystanders.baseline_p95_ms),
+            (bystanders.answers.p95_ms, bystanders.baseline_p95_ms),
             (Some(900), Some(400))
         );
     }
