@@ -35,6 +35,7 @@ fn event_time(event: &LifeboatEvent) -> DateTime<Utc> {
         LifeboatEvent::TrialsPassed(e) => e.at,
         LifeboatEvent::SaleSwitchWriteFailed(e) => e.at,
         LifeboatEvent::SelfFaultSuspected(e) => e.at,
+        LifeboatEvent::OrderMoved(e) => e.at,
     }
 }
 

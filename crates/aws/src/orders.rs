@@ -6,10 +6,12 @@
 //! - an order, `pk` = its `order_id` (`lb-<cart id>`): every [`HeldOrder`]
 //!   field as an attribute with its serde form (`state` a map tagged by
 //!   its `state`, `history` a list of maps), plus, while the order is not
-//!   final, `open_operator` (S, the operator) and `open_at` (N, `held_at`
-//!   in epoch milliseconds), which put it in the sparse index
-//!   `open-by-operator` (partition `open_operator`, sort `open_at`): an
-//!   operator's open orders, oldest first, without a scan. `expires_at`
+//!   final, `open_operator` (S, the operator) and `open_at` (N,
+//!   [`HeldOrder::open_at`] in epoch milliseconds: `held_at`, or the
+//!   customer's deadline while the customer is asked), which put it in the
+//!   sparse index `open-by-operator` (partition `open_operator`, sort
+//!   `open_at`): an operator's open orders, oldest held first, without a
+//!   scan. `expires_at`
 //!   (N, the table's TTL) is `held_at` + [`ORDER_TTL`];
 //! - a sailing, `pk` = `sailing#<operator>#<sailing id>`, with `held` (N),
 //!   the passengers of the sailing's open orders.
@@ -71,7 +73,7 @@ pub fn order_to_item(order: &HeldOrder) -> Result<HashMap<String, AttributeValue
         pk: order.order_id.clone(),
         order: order.clone(),
         open_operator: (!order.state.is_final()).then(|| order.operator.as_str().to_owned()),
-        open_at: (!order.state.is_final()).then(|| order.held_at.timestamp_millis()),
+        open_at: (!order.state.is_final()).then(|| order.open_at().timestamp_millis()),
         expires_at,
     })?)
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::{BreakerState, TripReason};
 use crate::operator::{Operation, OperatorId};
+use crate::order::{HeldOrder, StateName};
 use crate::request::FailureReason;
 
 /// The EventBridge `source` of every lifeboat event.
@@ -134,6 +135,50 @@ pub struct SelfFaultSuspected {
     pub at: DateTime<Utc>,
 }
 
+/// A held order moved (docs/orders.md): its detail-type names the state it
+/// moved to (`Order Booked`, `Order Parked`, …, [`StateName::detail_type`]).
+/// `Order Parked` is a fault: a person decides what becomes of the order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OrderMoved {
+    #[serde(default = "schema_version")]
+    pub schema_version: u32,
+    /// The order's id, its idempotency key (`lb-<cart id>`).
+    pub order_id: String,
+    pub operator: OperatorId,
+    pub sailing_id: String,
+    pub passengers: u8,
+    /// The state the order moved to.
+    pub to: StateName,
+    /// Booking calls made so far.
+    pub attempts: u32,
+    /// What the customer paid, and in what.
+    pub paid_cents: i64,
+    pub currency: String,
+    /// The move's line in the order's history, for people.
+    pub detail: String,
+    pub at: DateTime<Utc>,
+}
+
+impl OrderMoved {
+    /// The event of `order`'s newest move, if it has one.
+    pub fn of(order: &HeldOrder) -> Option<Self> {
+        let last = order.last_event()?;
+        Some(Self {
+            schema_version: SCHEMA_VERSION,
+            order_id: order.order_id.clone(),
+            operator: order.operator.clone(),
+            sailing_id: order.sailing.sailing_id.clone(),
+            passengers: order.sailing.passengers,
+            to: last.to,
+            attempts: order.attempts,
+            paid_cents: order.paid_cents,
+            currency: order.currency.clone(),
+            detail: last.detail.clone(),
+            at: last.at,
+        })
+    }
+}
+
 /// Any lifeboat event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LifeboatEvent {
@@ -143,6 +188,8 @@ pub enum LifeboatEvent {
     TrialsPassed(TrialsPassed),
     SaleSwitchWriteFailed(SaleSwitchWriteFailed),
     SelfFaultSuspected(SelfFaultSuspected),
+    /// Boxed: its strings would make every event twice the size.
+    OrderMoved(Box<OrderMoved>),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +216,7 @@ impl LifeboatEvent {
             LifeboatEvent::TrialsPassed(_) => TRIALS_PASSED,
             LifeboatEvent::SaleSwitchWriteFailed(_) => SALE_SWITCH_WRITE_FAILED,
             LifeboatEvent::SelfFaultSuspected(_) => SELF_FAULT_SUSPECTED,
+            LifeboatEvent::OrderMoved(e) => e.to.detail_type(),
         }
     }
 
@@ -181,6 +229,7 @@ impl LifeboatEvent {
             LifeboatEvent::TrialsPassed(e) => serde_json::to_string(e),
             LifeboatEvent::SaleSwitchWriteFailed(e) => serde_json::to_string(e),
             LifeboatEvent::SelfFaultSuspected(e) => serde_json::to_string(e),
+            LifeboatEvent::OrderMoved(e) => serde_json::to_string(e),
         };
         // These types hold only strings, numbers and enums: serializing cannot fail.
         value.unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
@@ -195,6 +244,7 @@ impl LifeboatEvent {
             LifeboatEvent::TrialsPassed(e) => Some(e.operator.as_str()),
             LifeboatEvent::SaleSwitchWriteFailed(e) => Some(e.operator.as_str()),
             LifeboatEvent::SelfFaultSuspected(e) => Some(e.operator.as_str()),
+            LifeboatEvent::OrderMoved(e) => Some(e.operator.as_str()),
         }
     }
 
@@ -234,7 +284,18 @@ impl LifeboatEvent {
             SELF_FAULT_SUSPECTED => {
                 LifeboatEvent::SelfFaultSuspected(serde_json::from_value(detail).map_err(bad)?)
             }
-            other => return Err(EventError::UnknownType(other.to_owned())),
+            other => match StateName::ALL.iter().find(|s| s.detail_type() == other) {
+                Some(state) => {
+                    let moved: OrderMoved = serde_json::from_value(detail).map_err(bad)?;
+                    if moved.to != *state {
+                        return Err(bad(<serde_json::Error as serde::de::Error>::custom(
+                            format!("its state {:?} is not the one {other:?} names", moved.to),
+                        )));
+                    }
+                    LifeboatEvent::OrderMoved(Box::new(moved))
+                }
+                None => return Err(EventError::UnknownType(other.to_owned())),
+            },
         })
     }
 }
@@ -309,7 +370,37 @@ mod tests {
                 of: 50,
                 at: at(),
             }),
+            LifeboatEvent::OrderMoved(Box::new(order_moved(StateName::Booked))),
+            LifeboatEvent::OrderMoved(Box::new(order_moved(StateName::Parked))),
         ]
+    }
+
+    fn order_moved(to: StateName) -> OrderMoved {
+        OrderMoved {
+            schema_version: SCHEMA_VERSION,
+            order_id: "lb-c1".into(),
+            operator: op(),
+            sailing_id: "hel-tll-20261224-0730".into(),
+            passengers: 2,
+            to,
+            attempts: 1,
+            paid_cents: 11_600,
+            currency: "EUR".into(),
+            detail: "BK000001 at 11600 (paid 11600)".into(),
+            at: at(),
+        }
+    }
+
+    #[test]
+    fn an_order_event_is_named_by_its_state_and_must_agree_with_it() {
+        let booked = LifeboatEvent::OrderMoved(Box::new(order_moved(StateName::Booked)));
+        assert_eq!(booked.detail_type(), "Order Booked");
+        let detail: serde_json::Value = serde_json::from_str(&booked.detail_json()).unwrap();
+        assert_eq!(detail["to"], "booked");
+        assert!(matches!(
+            LifeboatEvent::parse("Order Parked", &detail),
+            Err(EventError::BadDetail { .. })
+        ));
     }
 
     #[test]

@@ -56,8 +56,12 @@ pub mod names {
     pub const ANSWERS: &str = "Answers";
     /// Sale status changes written, per operator and status.
     pub const SALE_CHANGES: &str = "SaleStatusChanges";
-    /// Fault events published (Sale Switch Write Failed, poison messages).
+    /// Fault events published (Sale Switch Write Failed, poison messages,
+    /// orders parked for a person).
     pub const FAULTS: &str = "FaultEvents";
+    /// Held orders moved by the booking worker, per operator and the
+    /// state moved to (`booked`, `parked`, …).
+    pub const ORDERS_MOVED: &str = "OrdersMoved";
     /// Off-sale writes held back because most operators were open at once
     /// (lifeboat's own fault suspected), without dimensions.
     pub const SELF_FAULT: &str = "SelfFaultSuspected";

@@ -37,6 +37,7 @@ use crate::cart::{Cart, Sailing};
 use crate::operator::OperatorId;
 
 pub mod answer;
+pub mod booking;
 pub mod seats;
 
 /// Why an order was held instead of booked at once.
@@ -130,14 +131,7 @@ impl OrderState {
 
     /// Its name, as `lifeboat orders` and the metrics use it.
     pub fn as_str(&self) -> &'static str {
-        match self.name() {
-            StateName::Held => "held",
-            StateName::Booking => "booking",
-            StateName::Booked => "booked",
-            StateName::AskCustomer => "ask_customer",
-            StateName::Refunded => "refunded",
-            StateName::Parked => "parked",
-        }
+        self.name().as_str()
     }
 
     /// Whether nothing more happens to the order by itself.
@@ -173,7 +167,8 @@ pub enum BookingAnswer {
     Unavailable { detail: String },
 }
 
-/// The settings of held orders.
+/// The settings of held orders, per operator in `ORDER_SETTINGS`
+/// ([`booking::OrderSettings`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OrderPolicy {
@@ -185,6 +180,15 @@ pub struct OrderPolicy {
     /// A booking call with no answer after this long is taken as lost: the
     /// order is held again, and the next call (same key) is safe.
     pub booking_lost_after_s: u64,
+    /// The most booking calls of one operator out at once: a recovering
+    /// operator gets its backlog a few orders at a time, never all at once.
+    pub in_flight: u32,
+    /// After a booking that got no answer, the order waits this long before
+    /// it is asked again, doubling with each attempt up to
+    /// `retry_max_s`: never asked again in a tight loop.
+    pub retry_first_s: u64,
+    /// The longest wait between two attempts of one order.
+    pub retry_max_s: u64,
 }
 
 impl Default for OrderPolicy {
@@ -193,7 +197,33 @@ impl Default for OrderPolicy {
             customer_deadline_s: 24 * 3600,
             max_attempts: 10,
             booking_lost_after_s: 120,
+            in_flight: 4,
+            retry_first_s: 10,
+            retry_max_s: 120,
         }
+    }
+}
+
+impl OrderPolicy {
+    /// The wait after failed attempt number `attempt` (1-based) before the
+    /// order is asked again: `retry_first_s`, doubling, at most
+    /// `retry_max_s`.
+    pub fn retry_gap(&self, attempt: u32) -> Duration {
+        let factor = 1u64
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u64::MAX);
+        Duration::from_secs(
+            self.retry_first_s
+                .saturating_mul(factor)
+                .min(self.retry_max_s),
+        )
+    }
+
+    fn retry_at(&self, attempt: u32, now: DateTime<Utc>) -> DateTime<Utc> {
+        chrono::Duration::from_std(self.retry_gap(attempt))
+            .ok()
+            .and_then(|gap| now.checked_add_signed(gap))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
     }
 }
 
@@ -206,10 +236,23 @@ pub struct OrderEvent {
     pub detail: String,
 }
 
-impl OrderEvent {
-    /// The event bus's `detail-type` for a move to `to`.
-    pub fn detail_type(&self) -> &'static str {
-        match self.to {
+impl StateName {
+    /// The name, as the order's JSON, `lifeboat orders` and the metrics
+    /// write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateName::Held => "held",
+            StateName::Booking => "booking",
+            StateName::Booked => "booked",
+            StateName::AskCustomer => "ask_customer",
+            StateName::Refunded => "refunded",
+            StateName::Parked => "parked",
+        }
+    }
+
+    /// The event bus's `detail-type` for a move to this state.
+    pub fn detail_type(self) -> &'static str {
+        match self {
             StateName::Held => "Order Held",
             StateName::Booking => "Order Booking",
             StateName::Booked => "Order Booked",
@@ -217,6 +260,22 @@ impl OrderEvent {
             StateName::Refunded => "Order Refunded",
             StateName::Parked => "Order Parked",
         }
+    }
+
+    pub const ALL: [StateName; 6] = [
+        StateName::Held,
+        StateName::Booking,
+        StateName::Booked,
+        StateName::AskCustomer,
+        StateName::Refunded,
+        StateName::Parked,
+    ];
+}
+
+impl OrderEvent {
+    /// The event bus's `detail-type` for a move to `to`.
+    pub fn detail_type(&self) -> &'static str {
+        self.to.detail_type()
     }
 }
 
@@ -252,6 +311,10 @@ pub struct HeldOrder {
     pub state: OrderState,
     /// Booking calls made so far.
     pub attempts: u32,
+    /// A held order whose last booking call got no answer is not asked
+    /// again before this ([`OrderPolicy::retry_gap`]); `None`: at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<DateTime<Utc>>,
     /// Bumped by every save; saves are conditional on the revision read.
     pub revision: u64,
     pub history: Vec<OrderEvent>,
@@ -317,6 +380,7 @@ impl HeldOrder {
             on_request: false,
             state: OrderState::Held { reason },
             attempts: 0,
+            retry_at: None,
             revision: 0,
             history: Vec::new(),
         };
@@ -355,6 +419,7 @@ impl HeldOrder {
             return Err(self.not_now("start_booking"));
         }
         self.attempts += 1;
+        self.retry_at = None;
         self.state = OrderState::Booking {
             since: now,
             attempt: self.attempts,
@@ -450,6 +515,7 @@ impl HeldOrder {
                 self.state = OrderState::Held {
                     reason: HoldReason::BookingFailed,
                 };
+                self.retry_at = Some(policy.retry_at(self.attempts, now));
                 detail
             }
         };
@@ -514,6 +580,7 @@ impl HeldOrder {
                 self.state = OrderState::Held {
                     reason: HoldReason::BookingFailed,
                 };
+                self.retry_at = Some(policy.retry_at(self.attempts, now));
                 "the booking call went unanswered".to_owned()
             }
             _ => return None,
@@ -528,6 +595,25 @@ impl HeldOrder {
             .into_iter()
             .filter(|o| matches!(o.state, OrderState::Held { .. }))
             .min_by_key(|o| (o.held_at, o.order_id.as_str()))
+    }
+
+    /// Where the order stands among its operator's open orders: when it
+    /// was held, or, while its customer is asked, the reply's deadline, the
+    /// moment it next needs the booking worker. Open orders are read in
+    /// this order ([`crate::ports::OrderStore::open_orders`]), so orders
+    /// waiting on their customers for a day never stand before the held
+    /// ones.
+    pub fn open_at(&self) -> DateTime<Utc> {
+        match self.state {
+            OrderState::AskCustomer { deadline, .. } => deadline,
+            _ => self.held_at,
+        }
+    }
+
+    /// Whether the order may be booked at `now`: held, and not waiting
+    /// after a booking call that got no answer.
+    pub fn is_due(&self, now: DateTime<Utc>) -> bool {
+        matches!(self.state, OrderState::Held { .. }) && self.retry_at.is_none_or(|at| at <= now)
     }
 }
 

@@ -98,12 +98,15 @@ impl OrderStore for MemoryOrderStore {
         operator: &OperatorId,
         limit: usize,
     ) -> Result<Vec<HeldOrder>, StoreError> {
-        Ok(self
-            .all()
-            .into_iter()
+        let mut open: Vec<HeldOrder> = lock(&self.tables)
+            .orders
+            .values()
             .filter(|o| &o.operator == operator && !o.state.is_final())
-            .take(limit)
-            .collect())
+            .cloned()
+            .collect();
+        open.sort_by(|a, b| (a.open_at(), &a.order_id).cmp(&(b.open_at(), &b.order_id)));
+        open.truncate(limit);
+        Ok(open)
     }
 
     async fn held_passengers(
@@ -231,5 +234,30 @@ mod tests {
         );
         let baltic = ok(OperatorId::new("baltic"));
         assert!(ok(store.open_orders(&baltic, 10).await).is_empty());
+    }
+
+    #[tokio::test]
+    async fn orders_waiting_on_their_customer_come_after_the_held_ones() {
+        let store = MemoryOrderStore::new();
+        let mut asked = order("a", 1, 10);
+        ok(store.hold(&asked, None).await);
+        ok(store.hold(&order("b", 1, 20), None).await);
+        ok(asked.start_booking(at(30)));
+        ok(asked.answer(
+            BookingAnswer::PriceChanged { price_cents: 9_999 },
+            &OrderPolicy::default(),
+            at(31),
+        ));
+        asked.revision = 1;
+        ok(store.save(&asked, 0).await);
+        let open = ok(store.open_orders(&nordic(), 10).await);
+        assert_eq!(
+            open.iter().map(|o| o.order_id.as_str()).collect::<Vec<_>>(),
+            ["lb-b", "lb-a"]
+        );
+        assert_eq!(
+            ok(store.open_orders(&nordic(), 1).await)[0].order_id,
+            "lb-b"
+        );
     }
 }

@@ -48,6 +48,7 @@ fn policy() -> OrderPolicy {
         customer_deadline_s: 3600,
         max_attempts: 3,
         booking_lost_after_s: 120,
+        ..OrderPolicy::default()
     }
 }
 

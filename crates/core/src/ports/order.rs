@@ -35,7 +35,9 @@ pub trait OrderStore: Send + Sync {
     /// passengers back to its sailing in the same write.
     async fn save(&self, order: &HeldOrder, expected_revision: u64) -> Result<(), StoreError>;
 
-    /// `operator`'s orders not yet final, oldest first, at most `limit`.
+    /// `operator`'s orders not yet final, by [`HeldOrder::open_at`]
+    /// (oldest held first, those waiting on their customer by deadline),
+    /// at most `limit`.
     async fn open_orders(
         &self,
         operator: &OperatorId,
