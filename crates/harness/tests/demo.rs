@@ -58,6 +58,29 @@ fn check(report: &Report) {
         on >= report.script.outage.as_secs_f64(),
         "back on sale after recovery"
     );
+
+    // Every order held in the outage ends booked, refunded, parked or with
+    // its customer asked about a new price: none is still held.
+    let orders = &report.orders;
+    assert!(orders.held > 10, "{orders:?}");
+    let ended = orders.booked_at_held_price
+        + orders.booked_at_other_price
+        + orders.asked_customer
+        + orders.refunded.sold_out
+        + orders.refunded.refused
+        + orders.refunded.price
+        + orders.parked;
+    assert_eq!(ended, orders.held, "{orders:?}");
+    assert_eq!(orders.duplicate_bookings, 0, "{orders:?}");
+    assert_eq!(orders.oversold_sailings, 0, "{orders:?}");
+    assert!(orders.minutes_to_book.p99.unwrap() <= 5.0, "{orders:?}");
+    // The backlog does not re-open the breaker: one opening, one closing.
+    let closes = report
+        .breaker
+        .iter()
+        .filter(|t| t.to == lifeboat_core::BreakerState::Closed)
+        .count();
+    assert_eq!(closes, 1, "{:?}", report.breaker);
 }
 
 #[tokio::test(start_paused = true)]
@@ -77,6 +100,7 @@ async fn the_default_day_keeps_its_promises() {
         "search",
         "offsale",
         "carts",
+        "orders",
     ] {
         assert!(json.get(key).is_some(), "{key}");
     }

@@ -89,6 +89,9 @@ pub struct BookingDesk {
     /// Seats booked through the desk, by sailing.
     booked: HashMap<String, u32>,
     by_key: HashMap<String, Booking>,
+    /// Keys answered sold out, with their sailing: seats a seller promised
+    /// that the sailing no longer had.
+    sold_out: BTreeMap<String, String>,
     next_ref: u64,
 }
 
@@ -99,6 +102,7 @@ impl BookingDesk {
             start,
             booked: HashMap::new(),
             by_key: HashMap::new(),
+            sold_out: BTreeMap::new(),
             next_ref: 1,
         }
     }
@@ -155,6 +159,8 @@ impl BookingDesk {
         }
         let seats_left = self.seats_left(&request.sailing_id, now);
         if seats_left < request.passengers {
+            self.sold_out
+                .insert(request.idempotency_key.clone(), request.sailing_id.clone());
             return DeskAnswer::SoldOut { seats_left };
         }
         if price_cents > request.max_price_cents {
@@ -182,6 +188,17 @@ impl BookingDesk {
     /// Bookings made, repeated calls not counted.
     pub fn bookings(&self) -> usize {
         self.by_key.len()
+    }
+
+    /// Every idempotency key a booking was made under (each took its seats
+    /// once), in no particular order.
+    pub fn booked_keys(&self) -> impl Iterator<Item = &str> {
+        self.by_key.keys().map(String::as_str)
+    }
+
+    /// Every idempotency key answered sold out, with its sailing, by key.
+    pub fn sold_out(&self) -> &BTreeMap<String, String> {
+        &self.sold_out
     }
 }
 
@@ -352,6 +369,7 @@ mod tests {
         }
         assert_eq!(desk.seats_left("s1", at(0)), before - 2);
         assert_eq!(desk.bookings(), 1);
+        assert_eq!(desk.booked_keys().collect::<Vec<_>>(), ["k1"]);
         // The same key for another order is refused.
         assert_eq!(
             desk.book(&request("k1", "s2", 2, 10_000), 9_000, at(1)),
@@ -384,6 +402,11 @@ mod tests {
             DeskAnswer::SoldOut { seats_left: 0 }
         );
         assert_eq!(desk.bookings(), 1);
+        assert_eq!(
+            desk.sold_out().iter().collect::<Vec<_>>(),
+            [(&"k2".to_owned(), &"s1".to_owned())],
+            "the desk remembers whom it could not seat"
+        );
     }
 
     fn booking(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

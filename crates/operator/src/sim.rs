@@ -389,6 +389,19 @@ impl SimulatedOperator {
         }
     }
 
+    /// The idempotency keys its desk booked under, each once, sorted.
+    pub fn booked_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.lock().desk.booked_keys().map(str::to_owned).collect();
+        keys.sort();
+        keys
+    }
+
+    /// The idempotency keys its desk answered sold out, with their
+    /// sailings: seats a seller promised that a sailing no longer had.
+    pub fn sold_out(&self) -> std::collections::BTreeMap<String, String> {
+        self.lock().desk.sold_out().clone()
+    }
+
     /// Seats left on `sailing_id` now, as the simulator's searches say.
     pub fn seats_left(&self, sailing_id: &str) -> u32 {
         let now = self.inner.clock.now();

@@ -17,10 +17,11 @@ use lifeboat_core::cache::{CacheEntry, CacheKey, CachedAnswer, CachedRefusal};
 use lifeboat_core::cart::Cart;
 use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::memory::MemoryStreamRouter;
+use lifeboat_core::order::HeldOrder;
 use lifeboat_core::ports::{
-    BreakerStore, BreakerTimers, CacheStore, CacheWrite, CartStore, Clock, EventPublisher,
-    OutcomeWrite, PublishError, Repoint, RequestStore, RouterError, SaleStatusStore, StoreError,
-    StoredRequest, StreamRouter, TimerError, Trial, TrialTally, WindowStore,
+    BreakerStore, BreakerTimers, CacheStore, CacheWrite, CartStore, Clock, EventPublisher, Held,
+    OrderStore, OutcomeWrite, PublishError, Repoint, RequestStore, RouterError, SaleStatusStore,
+    StoreError, StoredRequest, StreamRouter, TimerError, Trial, TrialTally, WindowStore,
 };
 use lifeboat_core::probe::{BreakerTimer, ProbeSpec};
 use lifeboat_core::request::{Outcome, RequestRecord};
@@ -264,6 +265,44 @@ impl<T: CartStore + ?Sized> CartStore for Charged<T> {
     async fn save(&self, cart: &Cart, expected_revision: Option<u64>) -> Result<(), StoreError> {
         self.charge(write).await;
         self.inner.save(cart, expected_revision).await
+    }
+}
+
+/// The Orders table: its writes are transactions (an order with its
+/// sailing's held passengers), its open orders one query of the index.
+#[async_trait]
+impl<T: OrderStore + ?Sized> OrderStore for Charged<T> {
+    async fn get(&self, order_id: &str) -> Result<Option<HeldOrder>, StoreError> {
+        self.charge(read).await;
+        self.inner.get(order_id).await
+    }
+
+    async fn hold(&self, order: &HeldOrder, cap: Option<u32>) -> Result<Held, StoreError> {
+        self.charge(transaction).await;
+        self.inner.hold(order, cap).await
+    }
+
+    async fn save(&self, order: &HeldOrder, expected_revision: u64) -> Result<(), StoreError> {
+        self.charge(transaction).await;
+        self.inner.save(order, expected_revision).await
+    }
+
+    async fn open_orders(
+        &self,
+        operator: &OperatorId,
+        limit: usize,
+    ) -> Result<Vec<HeldOrder>, StoreError> {
+        self.charge(read).await;
+        self.inner.open_orders(operator, limit).await
+    }
+
+    async fn held_passengers(
+        &self,
+        operator: &OperatorId,
+        sailing_id: &str,
+    ) -> Result<u32, StoreError> {
+        self.charge(read).await;
+        self.inner.held_passengers(operator, sailing_id).await
     }
 }
 

@@ -8,13 +8,15 @@
 //! points at, a failed record re-delivered from its position), the EventBridge rules that carry `Trip Requested` and `Trials
 //! Passed` to the switch, and the schedule's tick. Under
 //! `tokio::time::pause()` a day passes in well under a second. [`offsale`]
-//! plays the rule and the SQS mapping around the off-sale listener.
+//! plays the rule and the SQS mapping around the off-sale listener,
+//! [`booking`] the schedule around the booking worker.
 //!
 //! In the AWS world ([`aws`], the default of the simulations) every store
 //! call, stream read, invocation, control-plane call, event and timer waits
 //! what AWS charges ([`charged`], [`lambda`]); the ideal world charges none.
 
 pub mod aws;
+pub mod booking;
 pub mod charged;
 pub mod clock;
 mod config;

@@ -315,6 +315,11 @@ impl MemorySuite {
         }
     }
 
+    /// What the suite was built with (its operators and settings).
+    pub fn config(&self) -> &MemorySuiteConfig {
+        &self.config
+    }
+
     /// The world this suite runs in.
     pub fn world(&self) -> World {
         self.config.world()

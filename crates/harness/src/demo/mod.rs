@@ -1,17 +1,21 @@
 //! `lifeboat demo`: the whole suite in one process, through a scripted day.
 //!
-//! The real handler code of all six functions (search, cart, real consumer,
-//! fallback consumer, circuit switch, off-sale listener) runs on the
+//! The real handler code of all seven functions (search, cart, real
+//! consumer, fallback consumer, circuit switch, off-sale listener, booking
+//! worker) runs on the
 //! in-memory adapters of lifeboat-core and the simulated operator, on tokio's
 //! paused clock: time jumps ahead whenever every task is waiting, so half an
 //! hour of traffic takes seconds and needs no network, AWS or moto.
 //!
 //! The script: healthy traffic; an outage at twice the normal rate; recovery.
 //! Customers search, and some open a cart on a sailing they found and take it
-//! to payment. Every figure of the report is counted from what the handlers
-//! answered and what the stores hold, never taken from the script.
+//! to payment; a cart confirmed while the operator cannot book holds an
+//! order, which the booking worker books once the operator is back. Every
+//! figure of the report is counted from what the handlers answered and what
+//! the stores hold, never taken from the script.
 
 mod customer;
+mod keys;
 pub mod report;
 mod suite;
 
@@ -19,12 +23,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use lifeboat_core::memory::OutcomeCondition;
+use lifeboat_core::order::booking::OrderSettings;
+use lifeboat_core::order::seats::SeatGuard;
 use lifeboat_core::settings::Settings;
-use lifeboat_operator::OutageMode;
+use lifeboat_operator::{OutageMode, SeatModel};
 use lifeboat_sim::World;
 use lifeboat_sim::aws::template_settings;
 use serde::Serialize;
 
+pub use keys::BookingKey;
 pub use report::Report;
 
 /// The scripted day.
@@ -64,6 +71,20 @@ pub struct Script {
     /// probe, no hang check).
     #[serde(skip)]
     pub settings: Settings,
+    /// The held orders' `ORDER_SETTINGS` the booking worker runs with.
+    #[serde(skip)]
+    pub order_settings: OrderSettings,
+    /// The cart's seat guard (`seats` of its `CART_SETTINGS`).
+    #[serde(skip)]
+    pub seat_guard: SeatGuard,
+    /// The simulated operator's seats and their sale through other
+    /// channels.
+    #[serde(skip)]
+    pub seat_model: SeatModel,
+    /// The key booking calls carry: the product's, unless a test breaks it
+    /// on purpose to see `orders.duplicate_bookings` move.
+    #[serde(skip)]
+    pub booking_key: BookingKey,
 }
 
 impl Default for Script {
@@ -83,6 +104,10 @@ impl Default for Script {
             outcome_condition: OutcomeCondition::default(),
             world: World::default(),
             settings: template_settings(),
+            order_settings: OrderSettings::default(),
+            seat_guard: SeatGuard::default(),
+            seat_model: SeatModel::default(),
+            booking_key: BookingKey::default(),
         }
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! This module builds the [`Report`] from what the day recorded: detection
 //! and recovery, requests, searches and the sale switch. The carts' figures
-//! are counted in `carts`; the timeline and the summary for people are
-//! written in `render`.
+//! are counted in `carts`, the held orders' in `orders`; the timeline and
+//! the summary for people are written in `render`.
 
 mod carts;
+mod orders;
 mod render;
 
 use std::collections::BTreeMap;
@@ -21,8 +22,11 @@ use serde::Serialize;
 use super::customer::{Observed, SearchSeen};
 use super::{Phase, Script};
 use lifeboat_core::cart::Cart;
+use lifeboat_core::order::HeldOrder;
 
 pub use carts::{Carts, CartsMinutesSeen, CustomerModel};
+pub(crate) use orders::DeskSeen;
+pub use orders::{MinutesToBook, Orders, Refunded};
 pub use render::clock;
 
 #[derive(Debug, Clone, Serialize)]
@@ -41,6 +45,9 @@ pub struct Report {
     pub search_while_open: SearchFigures,
     pub offsale: Offsale,
     pub carts: Carts,
+    /// The orders held while the operator could not book, and how each
+    /// ended.
+    pub orders: Orders,
     pub breaker: Vec<TransitionSeen>,
     /// Calls the simulated operator received.
     pub operator_calls: u64,
@@ -65,7 +72,7 @@ pub struct Report {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Requests {
-    /// Request records written by search and cart.
+    /// Request records written by search, cart and the booking worker.
     pub total: usize,
     pub with_outcome: usize,
     /// Outcome writes that landed on a request that already had an outcome,
@@ -154,6 +161,10 @@ pub(crate) struct Inputs<'a> {
     pub observed: &'a Observed,
     /// Every cart the cart function stored.
     pub carts: &'a [Cart],
+    /// Every order the cart held, as the Orders table holds it at the end.
+    pub orders: &'a [HeldOrder],
+    /// What the simulated operator's desk booked and could not.
+    pub desk: DeskSeen<'a>,
 }
 
 fn secs_since(start: DateTime<Utc>, at: DateTime<Utc>) -> f64 {
@@ -264,6 +275,11 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
                 .count(),
         },
         carts: Carts::of(carts, i.script),
+        orders: Orders::of(
+            i.orders,
+            &i.desk,
+            i.start + chrono::TimeDelta::from_std(i.script.outage_end()).unwrap_or_default(),
+        ),
         breaker,
         operator_calls: i.operator_calls,
         probe_calls: i.probe_calls,

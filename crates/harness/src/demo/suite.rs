@@ -1,6 +1,7 @@
-//! The six functions wired in memory for the demo's day, its customers and
+//! The seven functions wired in memory for the demo's day, its customers and
 //! its operator; the marketplace's sale desk plays AWS between them (the
-//! stream mapping, the rules, the schedule and the SQS mapping).
+//! stream mapping, the rules, the schedule and the SQS mapping), and the
+//! booking worker's schedule invokes it every minute.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -11,18 +12,21 @@ use chrono::TimeDelta;
 use lifeboat_core::OperatorId;
 use lifeboat_core::cart::{CartPolicy, CartSettings};
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::memory::{MemoryCartStore, SwitchOutcome};
-use lifeboat_core::ports::Clock;
+use lifeboat_core::memory::{MemoryCartStore, MemoryOrderStore, SwitchOutcome};
+use lifeboat_core::order::booking::parse_book_request_id;
+use lifeboat_core::ports::{Clock, RequestStore};
 use lifeboat_core::request::OutcomeKind;
 use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
+use lifeboat_sim::booking::BookingSchedule;
 use lifeboat_sim::{MemorySuite, MemorySuiteConfig, TokioClock};
 use search::Search;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::customer::{OPERATOR, Observed, Shop, customer};
-use super::report::{self, Report};
+use super::keys::{BookingKey, KeyPerAttempt};
+use super::report::{self, DeskSeen, Report};
 use super::{Phase, Script};
 use crate::marketplace::SaleDesk;
 
@@ -34,6 +38,10 @@ pub(crate) struct Suite {
     shop: Arc<Shop>,
     /// The Carts table the cart function writes.
     carts: Arc<MemoryCartStore>,
+    /// The Orders table the cart holds orders in and the booking worker
+    /// books them from.
+    orders: Arc<MemoryOrderStore>,
+    booking: Arc<booking_worker::BookingWorker>,
     desk: SaleDesk,
     /// The legacy switch refuses the first write after the first off-sale
     /// write (to show the retry schedule); set once.
@@ -60,6 +68,7 @@ impl Suite {
                     every: Duration::from_secs(240),
                     percent: 1.0,
                 }),
+                seats: script.seat_model,
                 ..SimConfig::default()
             },
             clock.clone(),
@@ -87,6 +96,15 @@ impl Suite {
         let operators = BTreeSet::from([operator]);
         let desk = SaleDesk::new(&gateway, clock.clone());
         let carts = Arc::new(MemoryCartStore::new());
+        let orders = Arc::new(MemoryOrderStore::new());
+        let mut booking = gateway.booking_worker(
+            gateway.charged(orders.clone()),
+            script.order_settings.clone(),
+        );
+        if script.booking_key == BookingKey::Attempt {
+            let inner: Arc<dyn RequestStore> = booking.requests.clone();
+            booking.requests = Arc::new(KeyPerAttempt { inner });
+        }
         let shop = Arc::new(Shop {
             search: Arc::new(Search {
                 lookup: lookup(),
@@ -95,12 +113,13 @@ impl Suite {
             carts: Arc::new(CartService {
                 carts: gateway.charged(carts.clone()),
                 sale: gateway.charged(desk.store.clone()),
-                orders: Arc::new(lifeboat_core::memory::MemoryOrderStore::new()),
+                orders: gateway.charged(orders.clone()),
                 lookup: lookup(),
                 operators,
                 settings: CartSettings {
                     default: CartPolicy {
                         absorb_rise_percent: script.absorb_rise_percent,
+                        seats: script.seat_guard,
                         ..CartPolicy::default()
                     },
                     ..CartSettings::default()
@@ -118,6 +137,8 @@ impl Suite {
             gateway,
             shop,
             carts,
+            orders,
+            booking: Arc::new(booking),
             desk,
             switch_failure_armed: false,
         }
@@ -125,6 +146,7 @@ impl Suite {
 
     pub async fn run(mut self) -> Report {
         let traffic = tokio::spawn(traffic(self.shop.clone(), self.script.clone()));
+        let booking = BookingSchedule::start(self.booking.clone());
         let mut armed = self.switch_failure_armed;
         self.desk
             .play(&mut self.gateway, traffic, |desk| {
@@ -142,6 +164,11 @@ impl Suite {
             })
             .await;
         self.switch_failure_armed = armed;
+        booking.stop();
+        let stats = self.sim.stats();
+        let sold_out = self.sim.sold_out();
+        let booked_keys = self.sim.booked_keys();
+        let key_orders = self.key_orders();
         let mut report = report::build(report::Inputs {
             script: &self.script,
             start: self.script.start,
@@ -150,15 +177,37 @@ impl Suite {
             switch_writes: &self.desk.switch.writes(),
             requests: self.gateway.requests.counts(),
             discarded: self.gateway.discarded.len(),
-            operator_calls: self.sim.stats().total,
+            operator_calls: stats.total,
             probe_calls: self.gateway.probe_calls(),
             answered_too_late: self.answered_too_late(),
             events: &self.gateway.bus.events(),
             observed: &self.shop.observed(),
             carts: &self.carts.all(),
+            orders: &self.orders.all(),
+            desk: DeskSeen {
+                booked_keys: &booked_keys,
+                sold_out: &sold_out,
+                key_orders: &key_orders,
+            },
         });
         report.aws = self.gateway.aws_counts();
         report
+    }
+
+    /// The order each idempotency key was sent for, from the booking
+    /// requests that carried it.
+    fn key_orders(&self) -> BTreeMap<String, String> {
+        let mut keys = BTreeMap::new();
+        self.gateway.requests.for_each(|stored| {
+            let request = &stored.request;
+            if let (Some(key), Some((order_id, _))) = (
+                request.params.get("idempotency_key"),
+                parse_book_request_id(&request.request_id),
+            ) {
+                keys.insert(key.clone(), order_id.to_owned());
+            }
+        });
+        keys
     }
 
     /// Requests per phase answered within the budget after their deadline.

@@ -1,0 +1,99 @@
+//! The demo's order counters can fail: each moves when what it counts is
+//! broken on purpose, and stays at 0 when it is not.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use lifeboat_core::order::OrderPolicy;
+use lifeboat_core::order::booking::OrderSettings;
+use lifeboat_core::order::seats::{PastTheCap, SeatGuard};
+use lifeboat_harness::demo::{self, BookingKey, Script};
+use lifeboat_operator::SeatModel;
+
+fn short_day() -> Script {
+    Script {
+        healthy: Duration::from_secs(300),
+        outage: Duration::from_secs(180),
+        recovery: Duration::from_secs(420),
+        seed: 2,
+        ..Script::default()
+    }
+}
+
+/// Booking calls taken as lost a second after they leave, so every order
+/// is asked at least twice: the second call meets the first's booking.
+fn impatient() -> OrderSettings {
+    OrderSettings {
+        default: OrderPolicy {
+            booking_lost_after_s: 1,
+            ..OrderPolicy::default()
+        },
+        ..OrderSettings::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_per_attempt_books_twice_and_the_order_key_never_does() {
+    let script = Script {
+        order_settings: impatient(),
+        ..short_day()
+    };
+    let honest = demo::run(&script).await.orders;
+    let booked = honest.booked_at_held_price + honest.booked_at_other_price;
+    assert!(booked > 10, "{honest:?}");
+    assert_eq!(honest.duplicate_bookings, 0, "{honest:?}");
+
+    let broken = demo::run(&Script {
+        booking_key: BookingKey::Attempt,
+        ..script
+    })
+    .await
+    .orders;
+    assert!(broken.duplicate_bookings > 0, "{broken:?}");
+}
+
+/// Small sailings that other channels sell fast: many sell out between the
+/// last search answer and the operator's return.
+fn selling_fast() -> SeatModel {
+    SeatModel {
+        capacity_min: 20,
+        capacity_max: 40,
+        other_channels_per_hour: 120.0,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn trusting_an_old_seat_count_oversells_and_trusting_none_does_not() {
+    let script = Script {
+        seat_model: selling_fast(),
+        ..short_day()
+    };
+    let trusting = demo::run(&Script {
+        seat_guard: SeatGuard {
+            trusted_s: 86_400,
+            gone_s: 2 * 86_400,
+            past_the_cap: PastTheCap::OnRequest,
+        },
+        ..script.clone()
+    })
+    .await
+    .orders;
+    assert!(trusting.refunded.sold_out > 0, "{trusting:?}");
+    assert!(trusting.oversold_sailings > 0, "{trusting:?}");
+
+    // No count trusted: every order is taken on request, and a sold-out
+    // sailing promised nothing it did not have.
+    let wary = demo::run(&Script {
+        seat_guard: SeatGuard {
+            trusted_s: 0,
+            gone_s: 1,
+            past_the_cap: PastTheCap::OnRequest,
+        },
+        ..script
+    })
+    .await
+    .orders;
+    assert!(wary.refunded.sold_out > 0, "{wary:?}");
+    assert_eq!(wary.oversold_sailings, 0, "{wary:?}");
+}
