@@ -17,6 +17,8 @@ pub const SEARCH: &str = "search";
 pub const CART: &str = "cart";
 /// The off-sale listener's binary name.
 pub const OFFSALE_LISTENER: &str = "offsale-listener";
+/// The booking worker's binary name (the local suite does not run it yet).
+pub const BOOKING_WORKER: &str = "booking-worker";
 
 /// The function `LifeboatHttpApi` routes `path` (with or without a query)
 /// to, as the template's `HttpApi` events do: `/sailings` and `/price` to

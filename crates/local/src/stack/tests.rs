@@ -20,7 +20,8 @@ use crate::suite::{
     create_resources, function_env, moto_launcher,
 };
 use crate::template::{
-    self, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER, SEARCH,
+    self, BOOKING_WORKER, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER,
+    SEARCH,
 };
 
 /// The lanes of the stacks here: the suite's operator and a neighbour.
@@ -126,6 +127,18 @@ fn function_variables() -> BTreeMap<&'static str, Vec<&'static str>> {
                 "SELF_FAULT_SHARE",
             ],
         ),
+        (
+            BOOKING_WORKER,
+            [
+                clients::ORDERS_TABLE,
+                settings::OPERATORS,
+                "ORDER_SETTINGS",
+                "BOOKING_RUN_MS",
+            ]
+            .into_iter()
+            .chain(config)
+            .collect(),
+        ),
     ])
 }
 
@@ -133,7 +146,7 @@ fn function_variables() -> BTreeMap<&'static str, Vec<&'static str>> {
 /// out, so the function runs on its code's default there (the same as the
 /// template's parameter default, or empty): the drift that reading the
 /// environment from the stack will end.
-const LEFT_TO_CODE_DEFAULTS: [&str; 8] = [
+const LEFT_TO_CODE_DEFAULTS: [&str; 10] = [
     "CALL_LOG_SHARE",
     "SALE_SWITCH_URL",
     "SALE_SWITCH_METHOD",
@@ -142,6 +155,9 @@ const LEFT_TO_CODE_DEFAULTS: [&str; 8] = [
     "SALE_SWITCH_AUTH_PARAMETER",
     "SALE_ON_SALE_AT",
     "SELF_FAULT_SHARE",
+    // the booking worker's: the local suite does not run it yet
+    "ORDER_SETTINGS",
+    "BOOKING_RUN_MS",
 ];
 
 /// Variables whose value names one of the stack's resources, and which.
@@ -515,7 +531,8 @@ async fn the_template_deploys_into_moto_as_the_local_suite_runs_it() {
             CIRCUIT_SWITCH,
             SEARCH,
             CART,
-            OFFSALE_LISTENER
+            OFFSALE_LISTENER,
+            BOOKING_WORKER
         ]
         .map(str::to_owned)
         .into()

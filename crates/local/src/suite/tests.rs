@@ -257,6 +257,7 @@ fn every_table_is_encrypted_and_no_delivery_is_lost_silently() {
         "TripRequestedRule",
         "HalfOpenScheduleRule",
         "SaleSweepRule",
+        "BookingScheduleRule",
     ] {
         assert!(
             entry(rule).contains("Arn: !GetAtt DeliveryDeadLetterQueue.Arn"),
@@ -298,6 +299,7 @@ fn the_public_api_is_authenticated_throttled_and_capped() {
         ("FallbackConsumerFunction", "10"),
         ("CircuitSwitchFunction", "20"),
         ("OffsaleListenerFunction", "5"),
+        ("BookingWorkerFunction", "1"),
         ("SearchFunction", "!Ref SearchConcurrencyCap"),
         ("CartFunction", "!Ref CartConcurrencyCap"),
     ] {
@@ -319,6 +321,7 @@ fn only_lifeboats_functions_put_events_and_the_listener_checks_changes() {
         "FallbackConsumerFunction",
         "CircuitSwitchFunction",
         "OffsaleListenerFunction",
+        "BookingWorkerFunction",
     ] {
         // Every function allowed to put events is one the policy lets through.
         assert!(entry(function).contains("events:PutEvents"), "{function}");
@@ -391,6 +394,13 @@ fn each_function_puts_only_the_detail_types_it_publishes() {
                 SELF_FAULT_SUSPECTED,
             ],
         ),
+        (
+            "BookingWorker",
+            lifeboat_core::order::StateName::ALL
+                .iter()
+                .map(|s| s.detail_type())
+                .collect(),
+        ),
     ];
     let mut covered = Vec::new();
     for (function, types) in &publishes {
@@ -421,7 +431,13 @@ fn each_function_puts_only_the_detail_types_it_publishes() {
         TRIALS_PASSED,
         SALE_SWITCH_WRITE_FAILED,
         SELF_FAULT_SUSPECTED,
-    ] {
+    ]
+    .into_iter()
+    .chain(
+        lifeboat_core::order::StateName::ALL
+            .iter()
+            .map(|s| s.detail_type()),
+    ) {
         assert!(covered.contains(&detail_type), "{detail_type}");
     }
 }
@@ -626,7 +642,7 @@ fn every_function_logs_to_a_group_with_retention_and_never_at_trace() {
         .filter(|pair| pair[1].trim() == "Type: AWS::Serverless::Function")
         .filter_map(|pair| pair[0].strip_prefix("  ")?.strip_suffix(':'))
         .collect();
-    assert_eq!(functions.len(), 6, "{functions:?}");
+    assert_eq!(functions.len(), 7, "{functions:?}");
     for function in functions {
         let name = function.strip_suffix("Function").unwrap();
         assert!(
