@@ -85,6 +85,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_default_run_is_the_templates() {
+        let template = include_str!("../../../template.yaml");
+        let block = template
+            .split("\n  BookingRunMs:\n")
+            .nth(1)
+            .unwrap_or_default();
+        let default = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Default: "))
+            .and_then(|d| d.parse::<u64>().ok());
+        assert_eq!(
+            default.map(Duration::from_millis),
+            Some(RunLimits::default().run_for)
+        );
+        let max = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("MaxValue: "))
+            .and_then(|d| d.parse::<u64>().ok());
+        assert_eq!(max.map(Duration::from_millis), Some(MAX_RUN));
+    }
+
+    #[test]
     fn the_run_is_a_minute_at_most_and_fifty_seconds_by_default() {
         let default = run_limits(None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(default.run_for, Duration::from_secs(50));

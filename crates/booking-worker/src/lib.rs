@@ -147,10 +147,7 @@ impl WorkerReport {
 
 /// Whether `payload` is EventBridge's scheduled event (the worker's
 /// trigger).
-pub fn is_schedule(payload: &Value) -> bool {
-    payload.get("source").and_then(Value::as_str) == Some("aws.events")
-        && payload.get("detail-type").and_then(Value::as_str) == Some("Scheduled Event")
-}
+pub use lifeboat_core::invocation::is_schedule;
 
 impl BookingWorker {
     /// One invocation: the schedule's tick runs [`Self::run`]; any other

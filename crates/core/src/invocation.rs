@@ -1,7 +1,19 @@
 //! Why a whole invocation fails: the one error the batch functions (both
 //! consumers and the off-sale listener) fail an invocation with; and, for
 //! whatever plays Lambda's part around a stream's batch (the simulator and
-//! the local pump), where Lambda delivers a batch again from.
+//! the local pump), where Lambda delivers a batch again from. And whether
+//! an invocation is a schedule's tick ([`is_schedule`]).
+
+/// Whether `payload` is EventBridge's scheduled event, as a rule with a
+/// `ScheduleExpression` delivers it (the off-sale listener's sweep, the
+/// booking worker's run).
+pub fn is_schedule(payload: &serde_json::Value) -> bool {
+    payload.get("source").and_then(serde_json::Value::as_str) == Some("aws.events")
+        && payload
+            .get("detail-type")
+            .and_then(serde_json::Value::as_str)
+            == Some("Scheduled Event")
+}
 
 /// The payload is not the batch the function takes (no `Records` array, or
 /// records that are not the function's). Records never fail the invocation;

@@ -62,10 +62,7 @@ impl SweepReport {
 }
 
 /// Whether `payload` is EventBridge's scheduled event (the sweep's trigger).
-pub fn is_schedule(payload: &Value) -> bool {
-    payload.get("source").and_then(Value::as_str) == Some("aws.events")
-        && payload.get("detail-type").and_then(Value::as_str) == Some("Scheduled Event")
-}
+pub use lifeboat_core::invocation::is_schedule;
 
 impl OffsaleListener {
     /// Bring every served operator's sale status in step with its breaker.
