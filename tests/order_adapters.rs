@@ -229,3 +229,42 @@ async fn open_orders_come_oldest_first_to_the_millisecond_up_to_the_limit() {
     assert!(store.open_orders(&baltic, 10).await.unwrap().is_empty());
     moto.stop().await;
 }
+
+#[tokio::test]
+async fn every_order_is_read_back_and_a_bad_item_is_named() {
+    let (moto, store) = orders().await;
+    // Thirty orders on one sailing: the sailing's own item (its held
+    // passengers) is in the same table and is passed over.
+    for i in 0..30 {
+        let held = order(&format!("c{i:02}"), 1, at(i));
+        assert_eq!(store.hold(&held, Some(100)).await.unwrap(), Held::Held);
+    }
+    let config: SdkConfig = moto.sdk_config().await;
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    client
+        .put_item()
+        .table_name(TABLE)
+        .item(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("lb-broken".into()),
+        )
+        .item(
+            "state",
+            aws_sdk_dynamodb::types::AttributeValue::S("held".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let (all, unreadable) = store.all().await.unwrap();
+    assert_eq!(all.len(), 30, "every order, and no sailing item");
+    let mut ids: Vec<&str> = all.iter().map(|o| o.order_id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids[0], "lb-c00");
+    assert_eq!(ids[29], "lb-c29");
+    assert_eq!(unreadable.len(), 1, "{unreadable:?}");
+    assert!(
+        unreadable[0].starts_with("order lb-broken in table lifeboat-orders:"),
+        "{unreadable:?}"
+    );
+    moto.stop().await;
+}

@@ -67,6 +67,11 @@ pub(crate) enum Command {
     /// reaching payment, carts stopped and price changes shown, from the
     /// Carts table and the breaker's recorded state changes.
     Carts(lifeboat_cli::ops::carts_cmd::CartsArgs),
+    /// Held orders (carts confirmed while their operator could not book):
+    /// where they stand per operator (held, booking, booked, needs the
+    /// customer, refunded, parked) and, per minute, the orders held and
+    /// their moves, from the Orders table.
+    Orders(lifeboat_cli::ops::orders_cmd::OrdersArgs),
     /// The operator config table's item, every operator's endpoints and
     /// settings for stacks too large for the environment: `put` checks
     /// them as the functions parse them and writes them; `show` prints them.
@@ -97,6 +102,7 @@ impl Command {
             Command::AdviseTimeouts(args) => args.run(),
             Command::Replay(args) => args.run(),
             Command::Carts(args) => args.run(),
+            Command::Orders(args) => args.run(),
             Command::Config { action } => action.run(),
             #[cfg(feature = "harness")]
             Command::Local(args) => args.run(),

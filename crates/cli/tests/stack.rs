@@ -20,17 +20,19 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use lifeboat_aws::{Clients, DynamoBreakerStore, Env};
+use lifeboat_aws::{Clients, DynamoBreakerStore, DynamoOrderStore, Env};
 use lifeboat_cli::ops::aws::{LaneConfig, StatusConfig, StatusFlags};
 use lifeboat_cli::ops::stack::{self, Stack};
 use lifeboat_cli::ops::status::{self, Lookup};
-use lifeboat_core::ports::BreakerStore;
+use lifeboat_core::cart::{Cart, CartPolicy, Confirmation, Sailing};
+use lifeboat_core::order::{HeldOrder, HoldReason};
+use lifeboat_core::ports::{BreakerStore, Held, OrderStore};
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, OperatorId};
 use lifeboat_local::moto::MotoServer;
 
 mod support;
 
-/// The resources `status`, `carts` and `config` read, with template.yaml's
+/// The resources `status`, `carts`, `orders` and `config` read, with template.yaml's
 /// logical ids (the lane of operator `nordic`: `RequestsTable&{Operator}`
 /// stamped as `RequestsTablenordic`), the `AlarmOperators` parameter and the
 /// `RequestsTablePrefix` output. The functions are stand-ins: nothing runs
@@ -79,6 +81,14 @@ Resources:
         - {AttributeName: operator, AttributeType: S}
       KeySchema:
         - {AttributeName: operator, KeyType: HASH}
+  OrdersTable:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      BillingMode: PAY_PER_REQUEST
+      AttributeDefinitions:
+        - {AttributeName: pk, AttributeType: S}
+      KeySchema:
+        - {AttributeName: pk, KeyType: HASH}
   OperatorConfigTable:
     Type: AWS::DynamoDB::Table
     Properties:
@@ -147,6 +157,34 @@ Resources:
 
 fn op(name: &str) -> OperatorId {
     OperatorId::new(name).unwrap()
+}
+
+/// A cart of nordic's confirmed off sale at `at`, held as its order.
+fn held_order(at: chrono::DateTime<chrono::Utc>) -> HeldOrder {
+    let sailing = Sailing {
+        sailing_id: "s1".into(),
+        from: "HEL".into(),
+        to: "TLL".into(),
+        date: "2026-12-24".into(),
+        passengers: 2,
+    };
+    let mut cart = Cart::open(
+        "c1".into(),
+        op("nordic"),
+        sailing,
+        true,
+        &CartPolicy::default(),
+        at,
+    );
+    cart.confirmation = Some(Confirmation {
+        at,
+        amount_cents: 7_800,
+        currency: "EUR".into(),
+        on_cached_price: true,
+        price_as_of: at,
+        absorbed_cents: 0,
+    });
+    HeldOrder::hold(&cart, None, Vec::new(), 0, HoldReason::OffSale, at).unwrap()
 }
 
 async fn create_stack(moto: &MotoServer, name: &str, template: &str) {
@@ -306,9 +344,37 @@ async fn the_binary_finds_the_stack_by_flag_or_samconfig_and_says_what_is_wrong(
     );
 
     // The other commands read the same stack: carts (both tables from it),
-    // config show (its operator config table).
+    // orders (an order held in its Orders table a minute ago), config show
+    // (its operator config table).
     let out = lifeboat(&moto, &dir, &["carts", "--minutes", "--since", "5m"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let sdk = moto.sdk_config().await;
+    let named = stack::name_stack(Some("lifeboat"), Path::new(".")).unwrap();
+    let description = stack::describe(&aws_sdk_cloudformation::Client::new(&sdk), &named)
+        .await
+        .unwrap();
+    let orders = DynamoOrderStore::new(
+        Clients::new(&sdk).dynamodb().clone(),
+        &description.resources["OrdersTable"],
+    );
+    let order = held_order(chrono::Utc::now() - chrono::TimeDelta::minutes(1));
+    assert_eq!(orders.hold(&order, None).await.unwrap(), Held::Held);
+    let out = lifeboat(&moto, &dir, &["orders", "--json", "--since", "5m"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["now"][0]["operator"], "nordic", "{json}");
+    assert_eq!(json["now"][0]["held"], 1, "{json}");
+    let held_minutes = json["minutes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["held"].as_u64().unwrap())
+        .sum::<u64>();
+    assert_eq!(held_minutes, 1, "{json}");
+    let out = lifeboat(&moto, &dir, &["orders", "--operator", "nordic"]).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("held orders from"), "{stdout}");
     let out = lifeboat(&moto, &dir, &["config", "show"]).await;
     let stderr = text(&out.stderr);
     assert!(

@@ -10,10 +10,13 @@
 //! * [`carts`]: carts minute by minute against the breaker, counted and
 //!   tabled the same for `lifeboat carts --minutes` and
 //!   `lifeboat demo --carts-minutes`;
+//! * [`orders`]: held orders, where they stand and how they moved per
+//!   minute, for `lifeboat orders`;
 //! * [`plot`]: the SVG charts of `--plot FILE`.
 
 pub mod carts;
 pub mod error;
+pub mod orders;
 pub mod plot;
 pub mod runtime;
 pub mod span;

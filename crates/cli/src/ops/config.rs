@@ -36,6 +36,12 @@ pub const CARTS_TABLE: Setting = Setting {
     var: lifeboat_aws::clients::CARTS_TABLE,
     stack: Some(FromStack::Resource("CartsTable")),
 };
+pub const ORDERS_TABLE: Setting = Setting {
+    what: "orders table",
+    flag: "orders-table",
+    var: lifeboat_aws::clients::ORDERS_TABLE,
+    stack: Some(FromStack::Resource("OrdersTable")),
+};
 pub const SALE_STATUS_TABLE: Setting = Setting {
     what: "sale status table",
     flag: "sale-status-table",
@@ -104,9 +110,10 @@ pub const OPERATOR_CONFIG_TABLE: Setting = Setting {
 };
 
 /// Every setting the stack can name, for the test against template.yaml.
-pub const FROM_STACK: [Setting; 10] = [
+pub const FROM_STACK: [Setting; 11] = [
     BREAKER_TABLE,
     CARTS_TABLE,
+    ORDERS_TABLE,
     SALE_STATUS_TABLE,
     REQUESTS_TABLE_PREFIX,
     REAL_CONSUMER_FUNCTION,

@@ -15,6 +15,8 @@
 //!   breaker, read from the Carts table and the breaker's state-change
 //!   history and counted by `lifeboat_command::carts` (as the demo counts
 //!   its own);
+//! * [`orders_cmd`]: `orders`, held orders per operator and minute, read
+//!   from the Orders table and counted by `lifeboat_command::orders`;
 //! * [`config`]: resource names from flags, else the functions' environment
 //!   variables, else the stack ([`stack`]: `--stack` or samconfig.toml's,
 //!   read with CloudFormation);
@@ -30,6 +32,7 @@ pub mod carts_cmd;
 pub mod config;
 pub mod detection;
 pub mod operator_config;
+pub mod orders_cmd;
 pub mod stack;
 pub mod status;
 pub mod table;
