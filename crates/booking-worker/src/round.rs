@@ -20,7 +20,7 @@
 use chrono::{DateTime, Utc};
 use lifeboat_core::budget::Budget;
 use lifeboat_core::events::{LifeboatEvent, OrderMoved};
-use lifeboat_core::metrics::{MetricSet, names};
+use lifeboat_core::metrics::{MetricSet, Unit, names};
 use lifeboat_core::order::booking::to_start;
 use lifeboat_core::order::{BookingAnswer, HeldOrder, OrderPolicy, OrderState, StateName};
 use lifeboat_core::ports::{StoreError, StoredRequest};
@@ -139,7 +139,9 @@ impl BookingWorker {
                 }
             }
         }
-        self.publish(operator, &moves, report).await;
+        let booked_after_s = booked_after_s(&moves, &orders);
+        self.publish(operator, &moves, &booked_after_s, report)
+            .await;
         report.open = orders.iter().filter(|o| !o.state.is_final()).count();
         let now = self.clock.now();
         let calls_out = orders
@@ -276,11 +278,13 @@ impl BookingWorker {
     }
 
     /// The round's moves on the bus, and counted per state; a parked order
-    /// is a fault for a person.
+    /// is a fault for a person; the orders booked, each with its time from
+    /// the hold to the booking.
     async fn publish(
         &self,
         operator: &OperatorId,
         moves: &[LifeboatEvent],
+        booked_after_s: &[f64],
         report: &mut OperatorReport,
     ) {
         if moves.is_empty() {
@@ -306,6 +310,12 @@ impl BookingWorker {
                 sets.push(MetricSet::new().count(names::FAULTS, count as u64));
             }
         }
+        sets.extend(MetricSet::series(
+            &[(names::OPERATOR, operator.as_str().to_owned())],
+            names::ORDER_TIME_TO_BOOK,
+            Unit::Seconds,
+            booked_after_s,
+        ));
         self.metrics.emit(&sets, now);
         if let Err(e) = self.events.publish(moves).await {
             let failed = e.failed_indexes(moves.len()).len();
@@ -313,6 +323,26 @@ impl BookingWorker {
             report.events_not_published += failed;
         }
     }
+}
+
+/// For each order this round booked (`moves` holds its move, `orders` the
+/// order as saved), the seconds from its hold to its booking.
+fn booked_after_s(moves: &[LifeboatEvent], orders: &[HeldOrder]) -> Vec<f64> {
+    moves
+        .iter()
+        .filter_map(|e| match e {
+            LifeboatEvent::OrderMoved(m) if m.to == StateName::Booked => {
+                orders.iter().find(|o| o.order_id == m.order_id)
+            }
+            _ => None,
+        })
+        .filter_map(|o| match o.state {
+            OrderState::Booked { at, .. } => {
+                Some((at - o.held_at).num_milliseconds() as f64 / 1000.0)
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 fn fail(report: &mut OperatorReport, operator: &OperatorId, what: &str, e: &StoreError) {

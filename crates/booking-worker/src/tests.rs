@@ -308,6 +308,31 @@ async fn held_orders_are_booked_oldest_first_a_few_at_a_time() {
         &[("Operator", "nordic"), ("State", "booked")],
     );
     assert_eq!(moved, 6.0);
+    // Each booked order's time from its hold to its booking, once.
+    let mut expected = Vec::new();
+    for id in ["lb-a", "lb-b", "lb-c", "lb-d", "lb-e", "lb-f"] {
+        let order = w.order(id).await;
+        let OrderState::Booked { at, .. } = order.state else {
+            panic!("{id}: {:?}", order.state)
+        };
+        expected.push((at - order.held_at).num_milliseconds() as f64 / 1000.0);
+    }
+    let mut seen: Vec<f64> = w
+        .metrics
+        .lines()
+        .iter()
+        .filter(|l| l["Operator"] == "nordic")
+        .filter_map(|l| l.get(names::ORDER_TIME_TO_BOOK))
+        .flat_map(|v| v.as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_f64())
+        .collect();
+    seen.sort_by(f64::total_cmp);
+    expected.sort_by(f64::total_cmp);
+    assert_eq!(seen, expected);
+    assert!(
+        seen.iter().all(|s| *s >= 5.0),
+        "held 5 s ago at least: {seen:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

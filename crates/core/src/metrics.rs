@@ -62,6 +62,9 @@ pub mod names {
     /// Held orders moved by the booking worker, per operator and the
     /// state moved to (`booked`, `parked`, …).
     pub const ORDERS_MOVED: &str = "OrdersMoved";
+    /// Seconds from an order's hold to its booking, per operator, one
+    /// observation per order the booking worker booked.
+    pub const ORDER_TIME_TO_BOOK: &str = "OrderTimeToBook";
     /// Off-sale writes held back because most operators were open at once
     /// (lifeboat's own fault suspected), without dimensions.
     pub const SELF_FAULT: &str = "SelfFaultSuspected";
