@@ -1,4 +1,4 @@
-"""The checks of tools/sam-local: lifeboat's six functions under `sam local`.
+"""The checks of tools/sam-local: lifeboat's seven functions under `sam local`.
 
 Run by tools/sam-local (with the pinned venv's python, which has boto3 from
 moto and SAM CLI's own YAML reader) once podman serves the Docker API, the
@@ -11,8 +11,9 @@ listens on the podman bridge's gateway address:
 It provisions in moto what the template declares for the functions (the
 Requests tables of nordic and baltic with their streams and mappings, the
 Breaker, Cache, Carts, Orders and SaleStatus tables, the bus with
-BreakerStateChangedRule, the queues), serves a stub operator API beside moto,
-and invokes every function with `sam local invoke` on the payloads of
+BreakerStateChangedRule, the queues), serves a stub operator API beside moto
+(search, price, and a book that takes each idempotency key once), and
+invokes every function with `sam local invoke` on the payloads of
 tests/events/, checking each answer and what the function wrote to moto.
 `sam local invoke` exits 0 when the function fails, so an answer with
 `errorType`, no answer (a function that did not start), an HTTP status or a
@@ -139,6 +140,41 @@ class Operator(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
             return
         data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    # The bookings taken, by idempotency key: a key sent again is answered
+    # with its booking and books nothing more (docs/operator-api.json).
+    bookings = {}
+
+    def do_POST(self):
+        url = urllib.parse.urlsplit(self.path)
+        parts = url.path.strip("/").split("/")
+        length = int(self.headers.get("content-length", "0"))
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except json.JSONDecodeError:
+            self.send_error(400)
+            return
+        Operator.calls.append((parts, body))
+        key = self.headers.get("idempotency-key")
+        if parts[-1] != "book":
+            self.send_error(404)
+            return
+        if not key or not isinstance(body.get("passengers"), int):
+            self.send_error(400)
+            return
+        if key not in Operator.bookings:
+            Operator.bookings[key] = {
+                "status": "booked",
+                "booking_ref": f"BK{len(Operator.bookings) + 1:06d}",
+                "price_cents": 3900 * body["passengers"],
+                "currency": body.get("currency", "EUR"),
+            }
+        data = json.dumps(Operator.bookings[key]).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -345,6 +381,10 @@ def function_env(moto, operator_base, res):
             "SALE_ON_SALE_HOLD_S": "0",
             "SALE_OFF_SALE_HOLD_S": "0",
             "SELF_FAULT_SHARE": "0.5",
+            "ORDER_SETTINGS": "",
+            # a run long enough to start a booking and look once for its
+            # answer, not the deployed 50 s that nothing answers here
+            "BOOKING_RUN_MS": "2000",
         }
     }
 
@@ -854,6 +894,59 @@ def run_all(inv, res):
 
     announced_changes("Breaker State Changed (open)", "off_sale")
 
+    # A cart opened and confirmed while nordic is off sale: the default
+    # accommodation, the cached fare, and its order held for booking.
+    held = {}
+
+    def opened_off_sale(answer):
+        body = http_answer(answer, 201)
+        check(body.get("off_sale") is True, f"the cart is not off sale: {json.dumps(body)[:300]}")
+        held["cart"] = body["cart_id"]
+        return f"HTTP 201, degraded ({body.get('degraded', {}).get('reason')})"
+
+    inv.step(
+        "CartFunction",
+        "POST /carts (off sale)",
+        http_event(
+            "POST",
+            "/carts",
+            body={
+                "operator": "nordic",
+                "sailing_id": sailing,
+                "from": "HEL",
+                "to": "TLL",
+                "date": question["date"],
+                "passengers": 2,
+            },
+        ),
+        opened_off_sale,
+    )
+
+    def order_item():
+        return ddb.get_item(
+            TableName=NAMES["orders"], Key={"pk": {"S": held.get("order", "")}}
+        ).get("Item", {})
+
+    if "cart" in held:
+
+        def confirmed_held(answer):
+            body = http_answer(answer, 200)
+            booking = body.get("booking") or {}
+            check(
+                body.get("status") == "confirmed" and booking.get("status") in ("held", "on_request"),
+                f"not confirmed with a held order: {json.dumps(body)[:400]}",
+            )
+            held["order"] = booking["order_id"]
+            check(order_item(), f"order {held['order']} is not in {NAMES['orders']}")
+            return f"HTTP 200, order {held['order'][:11]} {booking['status']}"
+
+        inv.step(
+            "CartFunction",
+            "POST /carts/{cart_id}/confirm (off sale)",
+            http_event("POST", f"/carts/{held['cart']}/confirm"),
+            confirmed_held,
+        )
+
     for name, reason in (
         ("cloudwatch-alarm-lambda-action", "alarm only opens a closed breaker"),
         ("trip-requested", "trip request for an older version"),
@@ -882,6 +975,67 @@ def run_all(inv, res):
 
     inv.step("CircuitSwitchFunction", "sqs-breaker-timer", fixture("sqs-breaker-timer.json"), timer)
     announced_changes("Breaker State Changed (closed)", "on_sale")
+
+    # nordic is back: the booking worker books the held order through the
+    # gateway, a book request the real consumer answers (the stub books it
+    # once per idempotency key), and its next run reads the answer.
+    if "order" in held:
+
+        def order_state():
+            # the order's state, a map tagged by its "state"
+            return order_item().get("state", {}).get("M", {}).get("state", {}).get("S")
+
+        def worker_report(answer):
+            check(
+                isinstance(answer, dict) and "operators" in answer,
+                f"no operators in the report: {answer}",
+            )
+            report = {o["operator"]: o for o in answer["operators"]}
+            nordic = report.get("nordic")
+            check(nordic is not None, f"no report for nordic: {answer}")
+            check(not nordic.get("errors"), f"nordic's run failed: {nordic['errors']}")
+            return nordic
+
+        def booking_started(answer):
+            nordic = worker_report(answer)
+            check(nordic.get("started") == 1, f"{nordic.get('started')} booking calls started")
+            books = [
+                i
+                for i in ddb.scan(TableName=PREFIX + "nordic")["Items"]
+                if i.get("operation", {}).get("S") == "book"
+            ]
+            check(len(books) == 1, f"{len(books)} book requests in lifeboat.requests.nordic")
+            held["request"] = books[0]
+            check(order_state() == "booking", f"the order is {order_state()!r}, not booking")
+            return "1 book request written, the order booking"
+
+        inv.step("BookingWorkerFunction", "schedule-tick", fixture("schedule-tick.json"), booking_started)
+
+    if "request" in held:
+        calls_before = len(Operator.calls)
+
+        def book_answered(answer):
+            check(batch_failures(answer) == [], f"batchItemFailures {answer['batchItemFailures']}")
+            posts = [c for c in Operator.calls[calls_before:] if c[0][-1] == "book"]
+            check(len(posts) == 1, f"{len(posts)} book calls to the operator")
+            check(len(Operator.bookings) == 1, f"{len(Operator.bookings)} bookings taken")
+            outcome = outcome_of("nordic", held["request"]["request_id"]["S"])
+            check("booked" in json.dumps(outcome), f"the outcome is not a booking: {outcome}")
+            return "the operator booked it once"
+
+        inv.step(
+            "RealConsumerFunction",
+            "the book request",
+            stream_event([held["request"]], "nordic", res["streams"]),
+            book_answered,
+        )
+
+        def booked(answer):
+            worker_report(answer)
+            check(order_state() == "booked", f"the order is {order_state()!r}, not booked")
+            return "the order booked"
+
+        inv.step("BookingWorkerFunction", "schedule-tick (answered)", fixture("schedule-tick.json"), booked)
 
     def forced(answer):
         decisions(answer, {"nordic": ("closed", "forced_open", True, None)})
