@@ -40,6 +40,10 @@ pub(crate) enum Command {
     /// operator and to everyone else's answers.
     #[cfg(feature = "harness")]
     Fleet(lifeboat_harness::FleetArgs),
+    /// Print what the simulations charge for each AWS call and limit (the
+    /// AWS world of demo, chaos and fleet), as a markdown table.
+    #[cfg(feature = "harness")]
+    AwsModel,
     /// Show each operator's breaker, sale status and where the Requests
     /// stream points, read from the deployed tables and mapping.
     Status(StatusArgs),
@@ -96,6 +100,11 @@ impl Command {
             Command::Chaos(args) => args.run(),
             #[cfg(feature = "harness")]
             Command::Fleet(args) => args.run(),
+            #[cfg(feature = "harness")]
+            Command::AwsModel => {
+                print!("{}", lifeboat_harness::aws_model_table());
+                Ok(())
+            }
             Command::Status(args) => args.run(),
             Command::Breaker { action } => action.run(),
             Command::Detection(args) => args.run(),

@@ -13,7 +13,8 @@
 //!   sale desk of the in-memory suite;
 //! * [`args`] and [`commands`]: the simulations' flags and their `run`;
 //!   `lifeboat local`'s are [`on_moto::cli`];
-//! * [`progress`]: what a long command is doing, on a terminal or not.
+//! * [`progress`]: what a long command is doing, on a terminal or not;
+//! * [`aws_model_table`]: the AWS world the simulations charge.
 
 pub mod args;
 pub mod chaos;
@@ -26,3 +27,10 @@ pub mod progress;
 
 pub use args::{ChaosArgs, DemoArgs, FleetArgs};
 pub use on_moto::cli::LocalArgs;
+
+/// What the simulations (`demo`, `chaos`, `fleet` with `--aws aws`) charge
+/// for each AWS call and limit, as docs/aws-model.md's markdown table
+/// (`lifeboat aws-model`; tools/figures writes it there).
+pub fn aws_model_table() -> String {
+    lifeboat_sim::aws::AWS.markdown()
+}
