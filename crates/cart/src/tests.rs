@@ -400,6 +400,7 @@ async fn a_changed_price_is_shown_old_new_and_difference() {
         start: base(),
         every: Duration::from_secs(600),
         percent: 10.0,
+        until: None,
     };
     let sim = SimConfig {
         price_drift: Some(drift),
@@ -435,6 +436,7 @@ fn drifting(every_s: u64, percent: f64) -> SimConfig {
             start: base(),
             every: Duration::from_secs(every_s),
             percent,
+            until: None,
         }),
         ..SimConfig::default()
     }
@@ -734,6 +736,7 @@ async fn every_step_is_recorded_with_its_answer() {
             start: base(),
             every: Duration::from_secs(600),
             percent: 10.0,
+            until: None,
         }),
         ..SimConfig::default()
     };

@@ -25,7 +25,8 @@ use crate::latency::mix64;
 /// for later can differ from the one a search showed.
 ///
 /// From `start` on, every `every` the price of every sailing is multiplied by
-/// `1 + percent / 100` (`percent` may be negative).
+/// `1 + percent / 100` (`percent` may be negative), until `until` if set,
+/// when prices stay where they are.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PriceDrift {
     /// Prices are as generated until this instant.
@@ -35,11 +36,15 @@ pub struct PriceDrift {
     pub every: Duration,
     /// How much it moves each time, in percent.
     pub percent: f64,
+    /// Prices stop moving at this instant; `None`: they never do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<DateTime<Utc>>,
 }
 
 impl PriceDrift {
     /// The factor prices are multiplied by at `now`.
     pub fn factor_at(&self, now: DateTime<Utc>) -> f64 {
+        let now = self.until.map_or(now, |until| now.min(until));
         let every = i64::try_from(self.every.as_millis()).unwrap_or(i64::MAX);
         if every == 0 || !self.percent.is_finite() {
             return 1.0;
@@ -466,6 +471,7 @@ mod tests {
             start: at("2025-05-20T10:00:00Z"),
             every: Duration::from_secs(3_600),
             percent: 10.0,
+            until: None,
         };
         let p = params(&[("sailing_id", "hel-tll-20250601-0730")]);
         let cents = |now| {
@@ -483,6 +489,14 @@ mod tests {
             ..drift
         };
         assert_eq!(still.factor_at(at("2030-01-01T00:00:00Z")), 1.0);
+        // Stopped: the prices stay where the last step left them.
+        let stopped = PriceDrift {
+            until: Some(at("2025-05-20T12:30:00Z")),
+            ..drift
+        };
+        let last = stopped.factor_at(at("2025-05-20T12:30:00Z"));
+        assert!(last > 1.2, "{last}");
+        assert_eq!(stopped.factor_at(at("2030-01-01T00:00:00Z")), last);
     }
 
     #[test]

@@ -436,6 +436,7 @@ mod tests {
             start: at(0),
             every: std::time::Duration::from_secs(600),
             percent: 5.0,
+            until: None,
         };
         let now = at(3_600);
         let params = booking(&[("accommodation", "cabin"), ("extras", "breakfast,wifi")]);

@@ -67,6 +67,7 @@ impl Suite {
                     start,
                     every: Duration::from_secs(240),
                     percent: 1.0,
+                    until: None,
                 }),
                 seats: script.seat_model,
                 ..SimConfig::default()

@@ -340,6 +340,7 @@ async fn drifting_prices_change_over_virtual_time() {
             start: t0(),
             every: Duration::from_secs(3_600),
             percent: 5.0,
+            until: None,
         }),
         latency: LatencyModel {
             error_rate: 0.0,
