@@ -17,8 +17,9 @@ use cart::CartService;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::cart::CartSettings;
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::memory::{MemoryCartStore, MemorySaleStatusStore};
-use lifeboat_core::ports::{BreakerStore, Clock, SaleStatusStore};
+use lifeboat_core::memory::{MemoryCartStore, MemoryOrderStore, MemorySaleStatusStore};
+use lifeboat_core::order::{BookingAnswer, OrderPolicy};
+use lifeboat_core::ports::{BreakerStore, Clock, OrderStore, SaleStatusStore};
 use lifeboat_core::sale::SaleRecord;
 use lifeboat_core::settings::Settings;
 use lifeboat_core::{BreakerRecord, BreakerState, OperatorId};
@@ -75,7 +76,7 @@ fn documented_routes(doc: &Value) -> BTreeSet<(String, String)> {
 #[test]
 fn the_documented_routes_are_the_templates() {
     let routes = template_routes();
-    assert_eq!(routes.len(), 8, "{routes:?}");
+    assert_eq!(routes.len(), 9, "{routes:?}");
     assert_eq!(documented_routes(&doc()), routes);
 }
 
@@ -92,6 +93,7 @@ struct World {
     search: Search,
     carts: CartService,
     sale: Arc<MemorySaleStatusStore>,
+    orders: Arc<MemoryOrderStore>,
     clock: Arc<TokioClock>,
     doc: Value,
     /// Statuses answered, by (method, route).
@@ -122,6 +124,7 @@ fn world() -> World {
         .with_metrics(gateway.metrics.clone())
     };
     let sale = Arc::new(MemorySaleStatusStore::new());
+    let orders = Arc::new(MemoryOrderStore::new());
     World {
         search: Search {
             lookup: lookup(),
@@ -130,13 +133,15 @@ fn world() -> World {
         carts: CartService {
             carts: Arc::new(MemoryCartStore::new()),
             sale: sale.clone(),
-            orders: Arc::new(lifeboat_core::memory::MemoryOrderStore::new()),
+            orders: orders.clone(),
+            events: gateway.bus.clone(),
             lookup: lookup(),
             operators: BTreeSet::from([nordic()]),
             settings: CartSettings::default(),
         },
         gateway,
         sale,
+        orders,
         clock,
         doc: doc(),
         seen: BTreeMap::new(),
@@ -413,6 +418,77 @@ async fn every_answer_along_a_customers_way_is_as_documented() {
         held.body["booking"]["order_id"].is_string(),
         "{}",
         held.body
+    );
+    // The order as a read of the cart shows it; then its operator asks a
+    // price past the tolerance, and the customer answers it.
+    let read = w.get(&cart_path(&degraded, ""), &[]).await;
+    assert_eq!(read.body["order"]["state"], "held", "{}", read.body);
+    let order_id = held.body["booking"]["order_id"].as_str().unwrap();
+    let mut order = w.orders.get(order_id).await.unwrap().unwrap();
+    let now = w.clock.now();
+    order.start_booking(now).unwrap();
+    let price = order.paid_cents + 1_000;
+    order
+        .answer(
+            BookingAnswer::PriceChanged { price_cents: price },
+            &OrderPolicy::default(),
+            now,
+        )
+        .unwrap();
+    order.revision += 1;
+    w.orders.save(&order, order.revision - 1).await.unwrap();
+    let asked = w.get(&cart_path(&degraded, ""), &[]).await;
+    assert_eq!(
+        asked.body["order"]["state"], "ask_customer",
+        "{}",
+        asked.body
+    );
+    let reply = cart_path(&degraded, "order");
+    let not_shown = w
+        .send(
+            "POST",
+            &reply,
+            json!({"accept": true, "price_cents": price + 1}),
+        )
+        .await;
+    assert_eq!(
+        (not_shown.status, not_shown.body["reason"].as_str()),
+        (409, Some("not_the_price_asked"))
+    );
+    assert_eq!(
+        w.send("POST", &reply, json!({"accept": true})).await.status,
+        400
+    );
+    let accepted = w
+        .send(
+            "POST",
+            &reply,
+            json!({"accept": true, "price_cents": price}),
+        )
+        .await;
+    assert_eq!(accepted.status, 200, "{}", accepted.body);
+    assert_eq!(accepted.body["order"]["state"], "held");
+    let again = w
+        .send(
+            "POST",
+            &reply,
+            json!({"accept": false, "price_cents": price}),
+        )
+        .await;
+    assert_eq!(
+        (again.status, again.body["reason"].as_str()),
+        (409, Some("not_asked"))
+    );
+    assert_eq!(
+        w.send(
+            "POST",
+            &cart_path(&cart, "order"),
+            json!({"accept": true, "price_cents": price})
+        )
+        .await
+        .status,
+        404,
+        "a cart paid on a live price has no order"
     );
     w.set_sale(SaleStatus::OnSale).await;
 

@@ -1,8 +1,9 @@
 //! The JSON bodies customers send the cart, read and checked as the handler
 //! reads them: a new cart (`POST /carts`), an accommodation (`PUT
-//! /carts/{cart_id}/accommodation`) and extras (`PUT
-//! /carts/{cart_id}/extras`). Each refusal is a problem naming the field at
-//! fault, or 413 for a body over [`MAX_BODY_BYTES`].
+//! /carts/{cart_id}/accommodation`), extras (`PUT
+//! /carts/{cart_id}/extras`) and the reply to a new price of the cart's
+//! order (`POST /carts/{cart_id}/order`). Each refusal is a problem naming
+//! the field at fault, or 413 for a body over [`MAX_BODY_BYTES`].
 
 use std::collections::BTreeSet;
 
@@ -44,6 +45,21 @@ struct AccommodationBody {
 #[serde(deny_unknown_fields)]
 struct ExtrasBody {
     codes: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OrderReplyBody {
+    accept: bool,
+    price_cents: i64,
+}
+
+/// The customer's reply to the new price of their order: whether they
+/// accept it, and the price they were shown, which the reply answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderReply {
+    pub accept: bool,
+    pub price_cents: i64,
 }
 
 /// A new cart's body: an operator of `operators`, two different ports, 1 to
@@ -105,6 +121,22 @@ pub fn extras(body: &[u8]) -> Result<Vec<String>, Problem> {
         codes.push(code);
     }
     Ok(codes)
+}
+
+/// An order reply's body: `accept`, and the `price_cents` the customer was
+/// shown (a whole number of cents above 0).
+pub fn order_reply(body: &[u8]) -> Result<OrderReply, Problem> {
+    let body: OrderReplyBody = json_body(body)?;
+    if body.price_cents < 1 {
+        return Err(Problem::invalid(
+            "price_cents",
+            "must be the price shown, a whole number of cents above 0",
+        ));
+    }
+    Ok(OrderReply {
+        accept: body.accept,
+        price_cents: body.price_cents,
+    })
 }
 
 fn json_body<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Problem> {

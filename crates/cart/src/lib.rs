@@ -7,6 +7,8 @@
 //! * `pricing`: the price of a cart's choices, at each step and at payment;
 //! * `hold`: the order held when a cart is confirmed while its operator
 //!   cannot book (docs/orders.md);
+//! * `order`: that order as a read of the cart shows it, and the
+//!   customer's reply when its price rose past the tolerance;
 //! * `main.rs`: the Lambda function, built once from its environment;
 //! * `tests.rs`: the handler on the in-memory gateway and sale status.
 //!
@@ -17,6 +19,7 @@
 //! PUT  /carts/{cart_id}/extras         {"codes": ["meal", "wifi"]}
 //! POST /carts/{cart_id}/price
 //! POST /carts/{cart_id}/confirm
+//! POST /carts/{cart_id}/order          {"accept": true, "price_cents": 12400}
 //! ```
 //!
 //! The cart asks one question of the sale status: is this operator off sale?
@@ -48,6 +51,11 @@
 //! `order_id`). If the order cannot be held (the store fails, or the
 //! operator's `seats.past_the_cap` is `not_offered` and the sailing is past
 //! it) the confirm is answered with a problem and the cart stays open.
+//! From then on a read of the cart shows the order as it stands (`order`),
+//! and when the operator's price rose past the tolerance the customer
+//! answers it on `POST /carts/{cart_id}/order`, naming the price shown;
+//! the move is saved on the order's revision and published as its `Order
+//! …` event.
 //!
 //! Every step a customer takes on a stored cart (opening it included, and
 //! refused or failed steps too) is added to the cart's step history with its
@@ -71,6 +79,7 @@
 
 pub mod body;
 mod hold;
+mod order;
 mod pricing;
 #[cfg(test)]
 mod tests;
@@ -83,7 +92,7 @@ use std::sync::Arc;
 use lifeboat_core::OperatorId;
 use lifeboat_core::cart::{Cart, CartPolicy, CartRefusal, CartSettings, StepKind, StepRecord};
 use lifeboat_core::events::SaleStatus;
-use lifeboat_core::ports::{CartStore, OrderStore, SaleStatusStore, StoreError};
+use lifeboat_core::ports::{CartStore, EventPublisher, OrderStore, SaleStatusStore, StoreError};
 use lifeboat_core::watched::watch;
 use lifeboat_lookup::http::{Caller, HttpRequest, Problem, Reply};
 use lifeboat_lookup::{Lookup, Mode};
@@ -113,6 +122,9 @@ pub struct CartService {
     /// Where the orders of carts confirmed while their operator cannot
     /// book are held (`ORDERS_TABLE`).
     pub orders: Arc<dyn OrderStore>,
+    /// Where a customer's reply to their order's new price is published,
+    /// as its `Order …` event (`EVENT_BUS_NAME`).
+    pub events: Arc<dyn EventPublisher>,
     pub lookup: Lookup,
     pub operators: BTreeSet<OperatorId>,
     pub settings: CartSettings,
@@ -147,6 +159,7 @@ impl CartService {
             carts: watch(Arc::new(clients.cart_store(env)?), &metrics, &clock),
             sale: watch(Arc::new(clients.sale_status_store(env)?), &metrics, &clock),
             orders: watch(Arc::new(clients.order_store(env)?), &metrics, &clock),
+            events: watch(Arc::new(clients.publisher(env)?), &metrics, &clock),
             lookup,
             operators: lifeboat_lookup::config::operators(env)?,
             settings: CartSettings::from_json(env.optional(CART_SETTINGS)?.unwrap_or(""))?,
@@ -174,9 +187,17 @@ impl CartService {
                     // A read shows the stored cart whatever the status; only
                     // the upgrade offer needs it.
                     let on_sale = self.on_sale(&cart.operator).await.unwrap_or(false);
-                    Ok(Reply::ok(self.view(&cart, on_sale)))
+                    let mut view = self.view(&cart, on_sale);
+                    if let Some(order) = self.order_of(&cart).await? {
+                        view["order"] = order::order_view(&order, self.lookup.clock.now());
+                    }
+                    Ok(Reply::ok(view))
                 }
                 _ => Err(Problem::method_not_allowed("GET")),
+            },
+            ["carts", id, "order"] => match method {
+                "POST" => self.reply(id, request).await,
+                _ => Err(Problem::method_not_allowed("POST")),
             },
             ["carts", id, step] => {
                 let expected = match *step {
@@ -190,7 +211,7 @@ impl CartService {
                 self.step(id, step, request).await
             }
             _ => Err(Problem::not_found(
-                "this service answers /carts and /carts/{cart_id}[/step]",
+                "this service answers /carts, /carts/{cart_id}[/step] and /carts/{cart_id}/order",
             )),
         }
     }

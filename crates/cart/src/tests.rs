@@ -121,6 +121,7 @@ fn world_on(
         carts: Arc::new(MemoryCartStore::new()),
         sale: sale.clone(),
         orders: orders.clone(),
+        events: gateway.bus.clone(),
         lookup: Lookup::new(
             gateway.requests.clone(),
             gateway.cache.clone(),
@@ -623,9 +624,12 @@ async fn choices_never_priced_give_way_to_the_defaults_off_sale() {
     let paid = post(&mut w, &cart, "confirm").await;
     assert_eq!(paid.status, 200, "{}", paid.body);
     assert_eq!(paid.body["confirmation"]["on_cached_price"], true);
-    // Read again, the cart says the same (the held order is the confirm's
-    // answer, not the cart's).
-    let again = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    // Read again, the cart says the same, with its order as it stands
+    // where the confirm's answer had the booking.
+    let mut again = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    let order = again.body.as_object_mut().unwrap().remove("order").unwrap();
+    assert_eq!(order["state"], "held", "{order}");
+    assert_eq!(order["order_id"], paid.body["booking"]["order_id"]);
     let mut paid_cart = paid.body.clone();
     assert!(
         paid_cart
@@ -1097,6 +1101,12 @@ async fn with_jwt_a_cart_is_its_subjects_alone() {
         ),
         through_jwt("POST", &path(&cart, "price"), &none, Some("customer-b")),
         through_jwt("POST", &path(&cart, "confirm"), &none, Some("customer-b")),
+        through_jwt(
+            "POST",
+            &path(&cart, "order"),
+            &json!({"accept": true, "price_cents": 12_400}),
+            Some("customer-b"),
+        ),
         through_jwt("GET", &path(&cart, ""), &none, Some("Customer-A")),
         HttpRequest::get(&path(&cart, ""), &[]),
         HttpRequest::with_json("POST", &path(&cart, "confirm"), &none),
@@ -1472,4 +1482,339 @@ async fn an_on_sale_confirm_on_a_live_price_holds_nothing() {
     );
     assert!(w.orders.get(&order_id_of(&cart)).await.unwrap().is_none());
     assert_eq!(held_on(&w, &sailing).await, 0);
+}
+
+// The customer's reply to a new price (docs/orders.md, "The customer's
+// reply").
+
+/// A cart confirmed off sale on `sailing`, its order then answered by the
+/// operator with a price past the tolerance, `rise_cents` over what was
+/// paid, as the booking worker would have saved it: the cart and the price
+/// asked.
+async fn asked(w: &mut World, sailing: &Value, rise_cents: i64) -> (Reply, i64) {
+    let cart = priced_cart(w, sailing).await;
+    set_sale(w, SaleStatus::OffSale, 2).await;
+    let confirmed = post(w, &cart, "confirm").await;
+    assert_eq!(
+        confirmed.body["booking"]["status"], "held",
+        "{}",
+        confirmed.body
+    );
+    let mut order = w.orders.get(&order_id_of(&cart)).await.unwrap().unwrap();
+    let now = w.clock.now();
+    order.start_booking(now).unwrap();
+    let price = order.paid_cents + rise_cents;
+    order
+        .answer(
+            lifeboat_core::order::BookingAnswer::PriceChanged { price_cents: price },
+            &lifeboat_core::order::OrderPolicy::default(),
+            now,
+        )
+        .unwrap();
+    let read = order.revision;
+    order.revision += 1;
+    w.orders.save(&order, read).await.unwrap();
+    (cart, price)
+}
+
+async fn reply(w: &mut World, cart: &Reply, body: Value) -> Reply {
+    call(
+        w,
+        HttpRequest::with_json("POST", &path(cart, "order"), &body),
+    )
+    .await
+}
+
+fn moves_to(w: &World, state: StateName) -> Vec<lifeboat_core::events::OrderMoved> {
+    w.gateway
+        .bus
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            lifeboat_core::events::LifeboatEvent::OrderMoved(m) if m.to == state => Some(*m),
+            _ => None,
+        })
+        .collect()
+}
+
+use lifeboat_core::order::{OrderState, StateName};
+
+#[tokio::test(start_paused = true)]
+async fn a_read_shows_the_order_waiting_and_an_accepted_price_holds_it_again() {
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    let (cart, price) = asked(&mut w, &sailing, 900).await;
+
+    let read = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    let order = &read.body["order"];
+    assert_eq!(order["state"], "ask_customer", "{order}");
+    assert_eq!(order["price_cents"], price);
+    assert_eq!(order["paid_cents"], price - 900);
+    assert!(order["deadline"].is_string(), "{order}");
+    assert!(order["message"].as_str().unwrap().contains("deadline"));
+
+    // A price the customer was not shown is no answer to the question.
+    let wrong = reply(
+        &mut w,
+        &cart,
+        json!({"accept": true, "price_cents": price - 1}),
+    )
+    .await;
+    assert_eq!(
+        (wrong.status, wrong.body["reason"].as_str()),
+        (409, Some("not_the_price_asked")),
+        "{}",
+        wrong.body
+    );
+    assert_eq!(
+        wrong.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(wrong.body["order"]["state"], "ask_customer");
+    let stored = w.orders.get(&order_id_of(&cart)).await.unwrap().unwrap();
+    assert_eq!(stored.state.name(), StateName::AskCustomer, "nothing moved");
+
+    let accepted = reply(&mut w, &cart, json!({"accept": true, "price_cents": price})).await;
+    assert_eq!(accepted.status, 200, "{}", accepted.body);
+    assert_eq!(accepted.body["order"]["state"], "held", "{}", accepted.body);
+    let read_at = stored.revision;
+    assert_eq!(accepted.body["order"]["paid_cents"], price);
+    assert_eq!(accepted.body["cart_id"], cart.body["cart_id"]);
+    let stored = w.orders.get(&order_id_of(&cart)).await.unwrap().unwrap();
+    assert!(
+        matches!(stored.state, OrderState::Held { .. }),
+        "{stored:?}"
+    );
+    assert_eq!(
+        stored.max_price_cents, price,
+        "booked at the price accepted"
+    );
+    assert_eq!(
+        stored.revision,
+        read_at + 1,
+        "saved once, on the revision read"
+    );
+    let held = moves_to(&w, StateName::Held);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].order_id, order_id_of(&cart));
+    assert_eq!(
+        w.gateway.metrics.sum(
+            lifeboat_core::metrics::names::ORDERS_MOVED,
+            &[("Operator", "nordic"), ("State", "held")]
+        ),
+        1.0
+    );
+    assert_eq!(held_on(&w, &sailing).await, 2, "its seats still held");
+
+    // Answered once: a second reply finds nothing to answer.
+    let again = reply(
+        &mut w,
+        &cart,
+        json!({"accept": false, "price_cents": price}),
+    )
+    .await;
+    assert_eq!(
+        (again.status, again.body["reason"].as_str()),
+        (409, Some("not_asked")),
+        "{}",
+        again.body
+    );
+    assert_eq!(again.body["order"]["state"], "held");
+    assert_eq!(moves_to(&w, StateName::Refunded).len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_declined_price_refunds_the_order_and_gives_its_seats_back() {
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    let (cart, price) = asked(&mut w, &sailing, 900).await;
+    assert_eq!(held_on(&w, &sailing).await, 2);
+
+    let declined = reply(
+        &mut w,
+        &cart,
+        json!({"accept": false, "price_cents": price}),
+    )
+    .await;
+    assert_eq!(declined.status, 200, "{}", declined.body);
+    let order = &declined.body["order"];
+    assert_eq!(order["state"], "refunded", "{order}");
+    assert_eq!(order["refund_reason"], "price_declined");
+    let stored = w.orders.get(&order_id_of(&cart)).await.unwrap().unwrap();
+    assert_eq!(stored.state.name(), StateName::Refunded);
+    assert_eq!(moves_to(&w, StateName::Refunded).len(), 1);
+    assert_eq!(held_on(&w, &sailing).await, 0, "the seats given back");
+    let read = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(read.body["order"], declined.body["order"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_after_the_deadline_changes_nothing() {
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    let (cart, price) = asked(&mut w, &sailing, 900).await;
+    tokio::time::advance(Duration::from_secs(24 * 3600 + 1)).await;
+    let late = reply(&mut w, &cart, json!({"accept": true, "price_cents": price})).await;
+    assert_eq!(
+        (late.status, late.body["reason"].as_str()),
+        (409, Some("deadline_passed")),
+        "{}",
+        late.body
+    );
+    assert_eq!(late.body["order"]["state"], "ask_customer");
+    let stored = w.orders.get(&order_id_of(&cart)).await.unwrap().unwrap();
+    assert_eq!(stored.state.name(), StateName::AskCustomer);
+    assert!(
+        w.gateway
+            .bus
+            .events()
+            .iter()
+            .all(|e| !matches!(e, lifeboat_core::events::LifeboatEvent::OrderMoved(_)))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_needs_an_order_waiting_and_a_well_formed_body() {
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    // Held, not asked: nothing to answer yet.
+    let cart = priced_cart(&mut w, &sailing).await;
+    set_sale(&w, SaleStatus::OffSale, 2).await;
+    let confirmed = post(&mut w, &cart, "confirm").await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    let early = reply(&mut w, &cart, json!({"accept": true, "price_cents": 100})).await;
+    assert_eq!(
+        (early.status, early.body["reason"].as_str()),
+        (409, Some("not_asked")),
+        "{}",
+        early.body
+    );
+    assert_eq!(early.body["order"]["state"], "held");
+
+    for (body, field) in [
+        (json!({"accept": true}), "price_cents"),
+        (json!({"price_cents": 100}), "accept"),
+        (json!({"accept": "yes", "price_cents": 100}), "body"),
+        (json!({"accept": true, "price_cents": 0}), "price_cents"),
+        (
+            json!({"accept": true, "price_cents": 100, "coupon": "X"}),
+            "coupon",
+        ),
+    ] {
+        let bad = reply(&mut w, &cart, body.clone()).await;
+        assert_eq!(bad.status, 400, "{body}: {}", bad.body);
+        assert_eq!(bad.header("content-type"), Some("application/problem+json"));
+        if field != "body" {
+            assert_eq!(
+                bad.body["invalid_params"][0]["name"], field,
+                "{body}: {}",
+                bad.body
+            );
+        }
+    }
+    let get = call(&mut w, HttpRequest::get(&path(&cart, "order"), &[])).await;
+    assert_eq!(get.status, 405, "{}", get.body);
+
+    // No order: an open cart, a cart paid on a live price, no cart.
+    set_sale(&w, SaleStatus::OnSale, 3).await;
+    let open_cart = priced_cart(&mut w, &sailing).await;
+    let none = reply(
+        &mut w,
+        &open_cart,
+        json!({"accept": true, "price_cents": 100}),
+    )
+    .await;
+    assert_eq!(none.status, 404, "{}", none.body);
+    let live = post(&mut w, &open_cart, "confirm").await;
+    assert_eq!(
+        live.body["confirmation"]["on_cached_price"], false,
+        "{}",
+        live.body
+    );
+    let read = call(&mut w, HttpRequest::get(&path(&open_cart, ""), &[])).await;
+    assert!(read.body.get("order").is_none(), "{}", read.body);
+    let none = reply(
+        &mut w,
+        &open_cart,
+        json!({"accept": true, "price_cents": 100}),
+    )
+    .await;
+    assert_eq!(none.status, 404, "{}", none.body);
+    let nobody = call(
+        &mut w,
+        HttpRequest::with_json(
+            "POST",
+            "/carts/00000000-0000-4000-8000-000000000000/order",
+            &json!({"accept": true, "price_cents": 100}),
+        ),
+    )
+    .await;
+    assert_eq!(nobody.status, 404, "{}", nobody.body);
+}
+
+/// The Orders table, where every save loses to another writer.
+struct Raced(Arc<MemoryOrderStore>);
+
+#[async_trait::async_trait]
+impl OrderStore for Raced {
+    async fn get(&self, id: &str) -> Result<Option<lifeboat_core::order::HeldOrder>, StoreError> {
+        self.0.get(id).await
+    }
+    async fn hold(
+        &self,
+        order: &lifeboat_core::order::HeldOrder,
+        cap: Option<u32>,
+    ) -> Result<lifeboat_core::ports::Held, StoreError> {
+        self.0.hold(order, cap).await
+    }
+    async fn save(&self, _: &lifeboat_core::order::HeldOrder, _: u64) -> Result<(), StoreError> {
+        Err(StoreError::Conflict("moved by the booking worker".into()))
+    }
+    async fn open_orders(
+        &self,
+        operator: &OperatorId,
+        limit: usize,
+    ) -> Result<Vec<lifeboat_core::order::HeldOrder>, StoreError> {
+        self.0.open_orders(operator, limit).await
+    }
+    async fn held_passengers(
+        &self,
+        operator: &OperatorId,
+        sailing: &str,
+    ) -> Result<u32, StoreError> {
+        self.0.held_passengers(operator, sailing).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_that_loses_a_race_or_meets_an_unreachable_table_moves_nothing() {
+    let mut w = world(seats(40), CartSettings::default());
+    let sailing = searched(&mut w).await;
+    let (cart, price) = asked(&mut w, &sailing, 900).await;
+    let answer = json!({"accept": true, "price_cents": price});
+
+    w.carts.orders = Arc::new(Raced(w.orders.clone()));
+    let raced = reply(&mut w, &cart, answer.clone()).await;
+    assert_eq!(
+        (raced.status, raced.body["reason"].as_str()),
+        (409, Some("order_changed")),
+        "{}",
+        raced.body
+    );
+    w.carts.orders = Arc::new(Unreachable);
+    let failed = reply(&mut w, &cart, answer.clone()).await;
+    assert_eq!(failed.status, 503, "{}", failed.body);
+    assert!(failed.header("retry-after").is_some());
+    let read = call(&mut w, HttpRequest::get(&path(&cart, ""), &[])).await;
+    assert_eq!(
+        read.status, 503,
+        "no order is never shown as none: {}",
+        read.body
+    );
+    assert!(moves_to(&w, StateName::Held).is_empty());
+
+    w.carts.orders = w.orders.clone();
+    let accepted = reply(&mut w, &cart, answer).await;
+    assert_eq!(accepted.status, 200, "{}", accepted.body);
 }

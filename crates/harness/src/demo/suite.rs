@@ -115,6 +115,7 @@ impl Suite {
                 carts: gateway.charged(carts.clone()),
                 sale: gateway.charged(desk.store.clone()),
                 orders: gateway.charged(orders.clone()),
+                events: gateway.charged(gateway.bus.clone()),
                 lookup: lookup(),
                 operators,
                 settings: CartSettings {
