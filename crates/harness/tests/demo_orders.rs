@@ -8,7 +8,8 @@ use std::time::Duration;
 use lifeboat_core::order::OrderPolicy;
 use lifeboat_core::order::booking::OrderSettings;
 use lifeboat_core::order::seats::{PastTheCap, SeatGuard};
-use lifeboat_harness::demo::{self, BookingKey, Script};
+use lifeboat_harness::demo::report::Orders;
+use lifeboat_harness::demo::{self, BookingKey, Replies, Script};
 use lifeboat_operator::SeatModel;
 
 fn short_day() -> Script {
@@ -96,4 +97,33 @@ async fn trusting_an_old_seat_count_oversells_and_trusting_none_does_not() {
     .orders;
     assert!(wary.refunded.sold_out > 0, "{wary:?}");
     assert_eq!(wary.oversold_sailings, 0, "{wary:?}");
+}
+
+/// The orders that ended: booked, refunded or parked.
+fn ended(orders: &Orders) -> usize {
+    orders.booked_at_held_price
+        + orders.booked_at_other_price
+        + orders.refunded.sold_out
+        + orders.refunded.refused
+        + orders.refunded.price
+        + orders.parked
+}
+
+#[tokio::test(start_paused = true)]
+async fn customers_who_never_answer_leave_their_orders_open_and_the_count_shows_it() {
+    let answering = demo::run(&short_day()).await.orders;
+    assert!(answering.asked_customer > 0, "{answering:?}");
+    assert_eq!(ended(&answering), answering.held, "{answering:?}");
+
+    let silent = demo::run(&Script {
+        replies: Replies::Never,
+        ..short_day()
+    })
+    .await
+    .orders;
+    assert!(silent.asked_customer > 0, "{silent:?}");
+    // Every order asked still waits: counted as asked, and nowhere it ends.
+    let open = silent.held - ended(&silent);
+    assert_eq!(open, silent.asked_customer, "{silent:?}");
+    assert_eq!(silent.refunded.price, 0, "{silent:?}");
 }

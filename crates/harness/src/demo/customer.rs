@@ -1,6 +1,8 @@
 //! Customers of the demo: each searches once and may take a sailing it found
 //! through a cart to payment, calling the search and cart handlers exactly as
-//! the HTTP API would.
+//! the HTTP API would. A customer whose confirm held an order follows it
+//! through their cart until it ends, and answers when its price rose past
+//! the tolerance.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,6 +31,32 @@ const DAYS_AHEAD: u32 = 14;
 /// news, and few leave.
 pub(crate) const LEAVE_ON_CHANGE_AT_PAYMENT: f64 = 0.7;
 pub(crate) const LEAVE_ON_CHANGE_BEFORE_PAYMENT: f64 = 0.15;
+
+/// Whether the demo's customers answer when their order's price rose past
+/// the tolerance: the product's day, unless a test breaks it on purpose to
+/// see orders left open at the end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Replies {
+    /// Each replies after a while (between [`REPLY_AFTER_MIN`] and
+    /// [`REPLY_AFTER_MAX`]), most accepting ([`ACCEPT_NEW_PRICE`]).
+    #[default]
+    Answer,
+    /// None replies: asked, the customer stops following the order.
+    Never,
+}
+
+/// How often a customer whose order is held reads their cart to see how
+/// the booking stands (as they would open the message telling them).
+pub(crate) const ORDER_CHECK_EVERY: Duration = Duration::from_secs(300);
+/// A customer asked about a new price replies after a delay drawn between
+/// these, evenly on a log scale: half within about 20 minutes, a few after
+/// hours.
+pub(crate) const REPLY_AFTER_MIN: Duration = Duration::from_secs(120);
+pub(crate) const REPLY_AFTER_MAX: Duration = Duration::from_secs(3 * 3600);
+/// The share of replies that accept the new price; the others decline.
+pub(crate) const ACCEPT_NEW_PRICE: f64 = 0.85;
+/// The longest a customer follows an order: its reply's deadline (a day).
+const FOLLOW_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// One search as the customer saw it.
 #[derive(Debug, Clone)]
@@ -192,28 +220,82 @@ pub(crate) async fn customer(shop: Arc<Shop>, seed: u64) {
     // Whether the customer leaves on a price change is drawn from a stream of
     // its own, so the model changes no other choice of the day.
     let mut mood = SimRng::new(seed ^ 0x5EED_0F5C_0C4E_D00D);
-    run_cart(&shop, &mut rng, &mut mood, &new_cart, &mut seen).await;
+    let held = run_cart(&shop, &mut rng, &mut mood, &new_cart, &mut seen).await;
     shop.observed().carts.push(seen);
+    if let Some(id) = held {
+        // The replies too: no other choice of the day moves with them.
+        let mut answers = SimRng::new(seed ^ 0x0DE2_5EED_A5C0_FFEE);
+        follow_order(&shop, &id, &mut answers).await;
+    }
 }
 
+/// A customer whose order was held follows it through their cart until it
+/// ends (booked, refunded or parked). Asked about a new price, they reply
+/// after a while, accepting it or not; a reply that finds the order moved
+/// meanwhile (409) is followed by another read. With [`Replies::Never`]
+/// the customer stops at the question and the order waits.
+async fn follow_order(shop: &Shop, id: &str, answers: &mut SimRng) {
+    let cart = format!("/carts/{id}");
+    let since = Instant::now();
+    while since.elapsed() < FOLLOW_FOR {
+        tokio::time::sleep(ORDER_CHECK_EVERY).await;
+        let read = shop.cart(&HttpRequest::get(&cart, &[])).await;
+        let order = &read.body["order"];
+        match order["state"].as_str() {
+            Some("booked" | "refunded" | "parked") => return,
+            Some("ask_customer") => {
+                if shop.script.replies == Replies::Never {
+                    return;
+                }
+                let Some(price) = order["price_cents"].as_i64() else {
+                    continue;
+                };
+                tokio::time::sleep(reply_after(answers)).await;
+                let accept = answers.next_f64() < ACCEPT_NEW_PRICE;
+                let replied = shop
+                    .cart(&HttpRequest::with_json(
+                        "POST",
+                        &format!("{cart}/order"),
+                        &json!({"accept": accept, "price_cents": price}),
+                    ))
+                    .await;
+                if replied.status != 200 {
+                    tracing::debug!(status = replied.status, reason = ?replied.body["reason"].as_str(), "a reply changed nothing: the order is read again");
+                }
+            }
+            // Held, booking, or a read that failed: look again later.
+            _ => {}
+        }
+    }
+}
+
+/// How long a customer takes to reply: between [`REPLY_AFTER_MIN`] and
+/// [`REPLY_AFTER_MAX`], evenly on a log scale.
+fn reply_after(answers: &mut SimRng) -> Duration {
+    let (min, max) = (REPLY_AFTER_MIN.as_secs_f64(), REPLY_AFTER_MAX.as_secs_f64());
+    Duration::from_secs_f64(min * (max / min).powf(answers.next_f64()))
+}
+
+/// A cart through its steps to payment, as far as the customer goes: the
+/// cart's id if its confirm held an order.
 async fn run_cart(
     shop: &Shop,
     rng: &mut SimRng,
     mood: &mut SimRng,
     new_cart: &Value,
     seen: &mut CartSeen,
-) {
+) -> Option<String> {
     let opened = shop
         .cart(&HttpRequest::with_json("POST", "/carts", new_cart))
         .await;
     note(seen, &opened);
     if opened.status != 201 {
         seen.stopped = Some(format!("cart not opened: {}", opened.status));
-        return;
+        return None;
     }
     let Some(id) = opened.body["cart_id"].as_str().map(str::to_owned) else {
         seen.stopped = Some("cart without id".into());
-        return;
+        return None;
     };
     think(rng, 10, 40).await;
     let steps = [
@@ -232,7 +314,7 @@ async fn run_cart(
         let left = shown_change(seen, mood, &reply, step);
         note(seen, &reply);
         if left {
-            return;
+            return None;
         }
         // 409 off sale: the step was decided for the customer; go on.
         // 503 on price: confirm will try again.
@@ -250,14 +332,14 @@ async fn run_cart(
             shown_change(seen, mood, &reply, "confirm") || shown_first_price(seen, mood, &reply);
         note(seen, &reply);
         if left {
-            return;
+            return None;
         }
         match reply.status {
             200 => {
                 seen.reached_payment = Some(shop.now());
                 seen.on_cached_price = reply.body["confirmation"]["on_cached_price"] == true;
                 seen.price_age_s = reply.body["price"]["age_s"].as_u64();
-                return;
+                return reply.body.get("booking").map(|_| id.clone());
             }
             409 if reply.body.get("price_changed").is_some() => {
                 // Shown the old and new price, and stayed: confirm again.
@@ -274,11 +356,12 @@ async fn run_cart(
                     "confirm answered {status}: {}",
                     reply.body["detail"].as_str().unwrap_or("")
                 ));
-                return;
+                return None;
             }
         }
     }
     seen.stopped = Some("gave up confirming".into());
+    None
 }
 
 fn note(seen: &mut CartSeen, reply: &Reply) {

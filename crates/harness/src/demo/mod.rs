@@ -10,7 +10,9 @@
 //! The script: healthy traffic; an outage at twice the normal rate; recovery.
 //! Customers search, and some open a cart on a sailing they found and take it
 //! to payment; a cart confirmed while the operator cannot book holds an
-//! order, which the booking worker books once the operator is back. Every
+//! order, which the booking worker books once the operator is back, and
+//! whose customer follows it and answers when its price rose past the
+//! tolerance (the day lasts until the last of them is done). Every
 //! figure of the report is counted from what the handlers answered and what
 //! the stores hold, never taken from the script.
 
@@ -31,6 +33,7 @@ use lifeboat_sim::World;
 use lifeboat_sim::aws::template_settings;
 use serde::Serialize;
 
+pub use customer::Replies;
 pub use keys::BookingKey;
 pub use report::Report;
 
@@ -85,6 +88,10 @@ pub struct Script {
     /// on purpose to see `orders.duplicate_bookings` move.
     #[serde(skip)]
     pub booking_key: BookingKey,
+    /// Whether customers answer their order's new price: the product's
+    /// day, unless a test breaks it on purpose to see orders left open.
+    #[serde(skip)]
+    pub replies: Replies,
 }
 
 impl Default for Script {
@@ -108,6 +115,7 @@ impl Default for Script {
             seat_guard: SeatGuard::default(),
             seat_model: SeatModel::default(),
             booking_key: BookingKey::default(),
+            replies: Replies::default(),
         }
     }
 }

@@ -67,7 +67,9 @@ impl Suite {
                     start,
                     every: Duration::from_secs(240),
                     percent: 1.0,
-                    until: None,
+                    // Prices move through the customers' day and stay from
+                    // its end, while the last replies come in.
+                    until: Some(at(script.end())),
                 }),
                 seats: script.seat_model,
                 ..SimConfig::default()

@@ -21,8 +21,9 @@ pub struct Orders {
     /// drop given back.
     pub booked_at_other_price: usize,
     /// Orders whose price rose past the tolerance, so the customer was
-    /// asked whether to pay it (some may since be held again, refunded or
-    /// booked).
+    /// asked whether to pay it, at least once: each is also counted below
+    /// by where it ended (booked at the price accepted, or refunded), or
+    /// not at all while it still waits.
     pub asked_customer: usize,
     pub refunded: Refunded,
     /// Orders parked for a person (the operator refused the order itself,
@@ -38,10 +39,14 @@ pub struct Orders {
     /// Sailings on which the operator's desk could not seat an order the
     /// cart had held as guaranteed (within the seat cap): lifeboat sold
     /// seats the sailing no longer had. Orders taken on request may be
-    /// sold out without overselling anything.
+    /// sold out without overselling anything, and so may an order whose
+    /// customer was asked about a new price: the operator had its seats
+    /// then, and the guarantee was the held price's; the seats sell on
+    /// while the customer decides.
     pub oversold_sailings: usize,
-    /// Minutes from the operator's return (or the order's hold, if later)
-    /// to the order booked.
+    /// Minutes from the operator's return (or the order's hold, or its
+    /// customer's acceptance of a new price, if later) to the order booked:
+    /// lifeboat's part, not the customer's time to reply.
     pub minutes_to_book: MinutesToBook,
 }
 
@@ -82,7 +87,7 @@ impl Orders {
         };
         let mut minutes = Vec::new();
         for order in orders {
-            if order.history.iter().any(|e| e.to == StateName::AskCustomer) {
+            if was_asked(order) {
                 figures.asked_customer += 1;
             }
             match &order.state {
@@ -94,7 +99,7 @@ impl Orders {
                     } else {
                         figures.booked_at_other_price += 1;
                     }
-                    let from = back.max(order.held_at);
+                    let from = back.max(order.held_at).max(accepted_at(order));
                     minutes.push((*at - from).num_milliseconds().max(0) as f64 / 60_000.0);
                 }
                 OrderState::Refunded { reason, .. } => match reason {
@@ -125,7 +130,7 @@ impl Orders {
             .sum();
         let guaranteed: BTreeSet<&str> = orders
             .iter()
-            .filter(|o| !o.on_request)
+            .filter(|o| !o.on_request && !was_asked(o))
             .map(|o| o.order_id.as_str())
             .collect();
         figures.oversold_sailings = desk
@@ -146,6 +151,23 @@ impl Orders {
         };
         figures
     }
+}
+
+/// Whether the order's customer was ever asked about a new price.
+fn was_asked(order: &HeldOrder) -> bool {
+    order.history.iter().any(|e| e.to == StateName::AskCustomer)
+}
+
+/// When the order's customer last accepted a new price (a move from
+/// asking the customer to held); the earliest time otherwise.
+fn accepted_at(order: &HeldOrder) -> DateTime<Utc> {
+    order
+        .history
+        .windows(2)
+        .filter(|w| w[0].to == StateName::AskCustomer && w[1].to == StateName::Held)
+        .map(|w| w[1].at)
+        .max()
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 /// The nearest-rank percentile of sorted `values`, to a tenth.
@@ -256,6 +278,58 @@ mod tests {
         assert_eq!(figures.minutes_to_book.p99, Some(2.0));
     }
 
+    #[test]
+    fn an_order_asked_and_accepted_is_counted_asked_and_booked_from_the_acceptance() {
+        let asked = answered(
+            order("a", "s1", 0),
+            BookingAnswer::PriceChanged {
+                price_cents: 12_000,
+            },
+            960,
+        );
+        let mut accepted = asked.clone();
+        accepted
+            .customer_replies(true, at(3_600))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let booked = answered(accepted, booked(12_000), 3_660);
+        let mut declined = answered(
+            order("b", "s1", 0),
+            BookingAnswer::PriceChanged {
+                price_cents: 12_000,
+            },
+            960,
+        );
+        declined
+            .customer_replies(false, at(1_200))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let waiting = answered(
+            order("c", "s1", 0),
+            BookingAnswer::PriceChanged {
+                price_cents: 12_000,
+            },
+            960,
+        );
+        let desk = DeskSeen {
+            booked_keys: &["lb-a".to_owned()],
+            sold_out: &BTreeMap::new(),
+            key_orders: &keys(&["lb-a", "lb-b", "lb-c"]),
+        };
+        let figures = Orders::of(&[booked, declined, waiting], &desk, at(900));
+        assert_eq!(figures.held, 3);
+        assert_eq!(figures.asked_customer, 3);
+        assert_eq!(figures.booked_at_held_price, 1, "at the price accepted");
+        assert_eq!(figures.refunded.price, 1);
+        // One still waits: three held, two ended.
+        let ended = figures.booked_at_held_price
+            + figures.booked_at_other_price
+            + figures.refunded.price
+            + figures.parked;
+        assert_eq!(ended, 2);
+        // Booked a minute after the customer accepted, not 45 after the
+        // operator's return.
+        assert_eq!(figures.minutes_to_book.p50, Some(1.0));
+    }
+
     /// Each order's own key, as the product sends it.
     fn keys(orders: &[&str]) -> BTreeMap<String, String> {
         orders
@@ -313,6 +387,28 @@ mod tests {
         let figures = Orders::of(&orders, &desk, at(900));
         assert_eq!(figures.oversold_sailings, 1);
         assert_eq!(figures.refunded.sold_out, 2);
+        // Asked about a new price, accepted, and sold out while the
+        // customer decided: the operator had the seats when it answered.
+        let mut accepted = answered(
+            order("c", "s3", 0),
+            BookingAnswer::PriceChanged {
+                price_cents: 12_000,
+            },
+            960,
+        );
+        accepted
+            .customer_replies(true, at(7_200))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let orders = vec![answered(accepted, BookingAnswer::SoldOut, 7_260)];
+        let sold_out = BTreeMap::from([("lb-c".to_owned(), "s3".to_owned())]);
+        let desk = DeskSeen {
+            booked_keys: &[],
+            sold_out: &sold_out,
+            key_orders: &keys(&["lb-c"]),
+        };
+        let figures = Orders::of(&orders, &desk, at(900));
+        assert_eq!(figures.oversold_sailings, 0);
+        assert_eq!(figures.refunded.sold_out, 1);
         assert_eq!(figures.minutes_to_book, MinutesToBook::default());
     }
 }
