@@ -17,7 +17,7 @@ pub const SEARCH: &str = "search";
 pub const CART: &str = "cart";
 /// The off-sale listener's binary name.
 pub const OFFSALE_LISTENER: &str = "offsale-listener";
-/// The booking worker's binary name (the local suite does not run it yet).
+/// The booking worker's binary name (run with the customer half).
 pub const BOOKING_WORKER: &str = "booking-worker";
 
 /// The function `LifeboatHttpApi` routes `path` (with or without a query)
@@ -88,3 +88,5 @@ pub const SALE_SWITCH_TIMEOUT_MS: u32 = 2000;
 pub const SALE_ON_SALE_HOLD_S: u32 = 60;
 /// The `SaleOffSaleHoldSeconds` default.
 pub const SALE_OFF_SALE_HOLD_S: u32 = 10;
+/// The `BookingRunMs` default: the longest one run of the booking worker.
+pub const BOOKING_RUN_MS: u32 = 50_000;

@@ -1,6 +1,12 @@
 //! An EventBridge schedule rule (`rate(…)`) targeting a Lambda: [`Ticker`]
 //! invokes the function with a "Scheduled Event" every period, the payload
 //! EventBridge sends for a rule without `Input` (tests/events/schedule-tick.json).
+//!
+//! One invocation at a time, as a function with a reserved concurrency of
+//! one runs: a tick that comes due while the last run goes on is sent when
+//! it ends. EventBridge invokes its target asynchronously and never waits
+//! for the run, so stopping the ticker does not wait for it either: the
+//! run in flight goes on until the functions are stopped.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -85,7 +91,8 @@ impl Ticker {
         !self.task.is_finished()
     }
 
-    /// Stop after the invocation in flight, if any.
+    /// Stop ticking; an invocation in flight is not waited for (see the
+    /// module docs).
     pub async fn stop(self) {
         self.task.stop().await;
     }
@@ -106,7 +113,10 @@ async fn run(
             _ = interval.tick() => {}
         }
         let event = schedule_event(&config, &uuid::Uuid::new_v4().to_string(), Utc::now());
-        let result = invoker.invoke(&config.function, &event).await;
+        let result = tokio::select! {
+            () = stop.stopped() => return,
+            result = invoker.invoke(&config.function, &event) => result,
+        };
         let mut stats = lock(&stats);
         stats.ticks += 1;
         if let Err(e) = result {

@@ -146,7 +146,7 @@ fn function_variables() -> BTreeMap<&'static str, Vec<&'static str>> {
 /// out, so the function runs on its code's default there (the same as the
 /// template's parameter default, or empty): the drift that reading the
 /// environment from the stack will end.
-const LEFT_TO_CODE_DEFAULTS: [&str; 10] = [
+const LEFT_TO_CODE_DEFAULTS: [&str; 8] = [
     "CALL_LOG_SHARE",
     "SALE_SWITCH_URL",
     "SALE_SWITCH_METHOD",
@@ -155,9 +155,6 @@ const LEFT_TO_CODE_DEFAULTS: [&str; 10] = [
     "SALE_SWITCH_AUTH_PARAMETER",
     "SALE_ON_SALE_AT",
     "SELF_FAULT_SHARE",
-    // the booking worker's: the local suite does not run it yet
-    "ORDER_SETTINGS",
-    "BOOKING_RUN_MS",
 ];
 
 /// Variables whose value names one of the stack's resources, and which.
@@ -178,7 +175,7 @@ const RESOURCE_VARIABLES: [(&str, &str); 9] = [
 
 /// Settings the local suite gives the functions from the template's
 /// defaults (`template.rs`): the stack's value must be the suite's.
-const SETTINGS_FROM_DEFAULTS: [&str; 8] = [
+const SETTINGS_FROM_DEFAULTS: [&str; 10] = [
     "CALL_CONCURRENCY",
     "BREAKER_CACHE_MS",
     "SALE_RETRY_MAX_ATTEMPTS",
@@ -187,6 +184,8 @@ const SETTINGS_FROM_DEFAULTS: [&str; 8] = [
     "SALE_OFF_SALE_HOLD_S",
     "SALE_STATUS_STORE",
     "SALE_SWITCH",
+    "ORDER_SETTINGS",
+    "BOOKING_RUN_MS",
 ];
 
 /// The environment the local suite gives the functions, from its own
@@ -435,16 +434,22 @@ fn differences(
             )]),
         )),
     );
+    // Both schedules are played by a ticker at the suite's period.
     let tick = SuiteOptions::new(OperatorId::new(OPERATORS[0]).unwrap()).tick_every;
-    differ(
-        &mut found,
-        "HalfOpenScheduleRule".to_owned(),
-        &rule("HalfOpenScheduleRule").map(|(_, _, schedule, targets)| (schedule, targets)),
-        &Some((
-            Some(format!("rate({} minute)", tick.as_secs() / 60)),
-            BTreeMap::from([(CIRCUIT_SWITCH.to_owned(), CIRCUIT_SWITCH.to_owned())]),
-        )),
-    );
+    for (id, function) in [
+        ("HalfOpenScheduleRule", CIRCUIT_SWITCH),
+        ("BookingScheduleRule", BOOKING_WORKER),
+    ] {
+        differ(
+            &mut found,
+            id.to_owned(),
+            &rule(id).map(|(_, _, schedule, targets)| (schedule, targets)),
+            &Some((
+                Some(format!("rate({} minute)", tick.as_secs() / 60)),
+                BTreeMap::from([(function.to_owned(), function.to_owned())]),
+            )),
+        );
+    }
 
     // The queues the suite creates with settings.
     let queue = |id: &str| wiring.queues.get(id).cloned().unwrap_or_default();
@@ -559,7 +564,7 @@ async fn the_template_deploys_into_moto_as_the_local_suite_runs_it() {
 #[tokio::test]
 async fn a_broken_template_copy_fails_the_check() {
     let original = std::fs::read_to_string(template_path()).unwrap();
-    let breaks: [(&str, &str, &str, &[&str]); 4] = [
+    let breaks: [(&str, &str, &str, &[&str]); 5] = [
         (
             "a lane's batch size",
             "          BatchSize: 50\n          # Callers are waiting",
@@ -583,6 +588,12 @@ async fn a_broken_template_copy_fails_the_check() {
             "      VisibilityTimeout: 90\n",
             "      VisibilityTimeout: 60\n",
             &["OffsaleQueue"],
+        ),
+        (
+            "the booking worker ticked every five minutes",
+            "booking worker\n      ScheduleExpression: rate(1 minute)",
+            "booking worker\n      ScheduleExpression: rate(5 minutes)",
+            &["BookingScheduleRule"],
         ),
     ];
     let moto = MotoServer::start_program(&moto_launcher().unwrap())

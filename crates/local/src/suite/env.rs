@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use crate::moto::{MotoServer, REGION};
 use crate::pump::TickerConfig;
 use crate::template::{
-    self, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER, SEARCH,
+    self, BOOKING_WORKER, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER,
+    SEARCH,
 };
 use crate::watch::{Watch, WatchError};
 
@@ -129,6 +130,11 @@ pub fn function_env(
                     "SALE_OFF_SALE_HOLD_S",
                     customer.sale_off_sale_hold_s.to_string(),
                 ),
+                (
+                    lifeboat_core::order::booking::ORDER_SETTINGS,
+                    customer.order_settings.clone(),
+                ),
+                ("BOOKING_RUN_MS", customer.booking_run_ms.to_string()),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v)),
@@ -300,7 +306,10 @@ pub(super) async fn warm_up(watch: &Watch) -> Result<(), SuiteError> {
 
 /// Start the customer functions under `cargo lambda watch`: search and cart
 /// with an HTTP request to a path they do not serve (their own 404 problem
-/// proves the function answered), the off-sale listener with an empty batch.
+/// proves the function answered), the off-sale listener with an empty
+/// batch, the booking worker with an empty payload (its own refusal of
+/// anything but its schedule's tick proves it started, and no run begins:
+/// a run over orders an attached moto kept could last `BOOKING_RUN_MS`).
 pub(super) async fn warm_up_customer(watch: &Watch) -> Result<(), SuiteError> {
     let log = || watch.log_hint();
     // As long as the first invocation of the gateway functions may take.
@@ -339,5 +348,17 @@ pub(super) async fn warm_up_customer(watch: &Watch) -> Result<(), SuiteError> {
             log: log(),
             source,
         })?;
-    Ok(())
+    match watch.invoke(BOOKING_WORKER, &json!({})).await {
+        Err(WatchError::FunctionError { body, .. }) if body.contains("NotASchedule") => Ok(()),
+        Err(source) => Err(SuiteError::WarmUp {
+            function: BOOKING_WORKER,
+            log: log(),
+            source,
+        }),
+        Ok(answer) => Err(SuiteError::WarmUpAnswer {
+            function: BOOKING_WORKER,
+            log: log(),
+            detail: format!("an empty payload was not refused: {answer}"),
+        }),
+    }
 }

@@ -1,20 +1,22 @@
 //! The wired suite on one machine: moto, the functions under `cargo lambda
 //! watch`, a simulated operator, and the harness's pumps for what moto does
-//! not run; with [`SuiteOptions::customer`] also search, cart and the
-//! off-sale listener. What [`LocalSuite::start`] creates and starts, step by
-//! step: docs/local.md ("How the harness starts the suite"). Dropping it stops
-//! everything it started; [`LocalSuite::stop`] does it gracefully.
+//! not run; with [`SuiteOptions::customer`] also search, cart, the off-sale
+//! listener and the booking worker. What [`LocalSuite::start`] creates and
+//! starts, step by step: docs/local.md ("How the harness starts the
+//! suite"). Dropping it stops everything it started; [`LocalSuite::stop`]
+//! does it gracefully.
 
 mod env;
 mod launcher;
 mod options;
+mod orders;
 mod provision;
 #[cfg(test)]
 mod tests;
 
 pub use crate::template::{
-    self, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER, SEARCH,
-    api_function,
+    self, BOOKING_WORKER, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER,
+    SEARCH, api_function,
 };
 pub use env::{env_file_text, function_env};
 pub(crate) use launcher::moto_python;
@@ -32,7 +34,8 @@ use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
 use lifeboat_aws::{
-    DynamoBreakerStore, DynamoCartStore, DynamoRequestStore, DynamoSaleStatusStore, RequestTables,
+    DynamoBreakerStore, DynamoCartStore, DynamoOrderStore, DynamoRequestStore,
+    DynamoSaleStatusStore, RequestTables,
 };
 use lifeboat_core::OperatorId;
 use lifeboat_core::metrics::LogLevel;
@@ -62,6 +65,8 @@ pub struct LocalSuite {
     pump: StreamPump,
     drain: BusDrain,
     ticker: Ticker,
+    /// `BookingScheduleRule`, with the customer half.
+    booking: Option<Ticker>,
     alarm: Option<LocalAlarm>,
     offsale: Option<QueuePump>,
     timers: QueuePump,
@@ -261,6 +266,20 @@ impl LocalSuite {
                 config.filter = LogLevel::parse(&options.log_level).unwrap_or_default();
                 LocalAlarm::start(invoker.clone(), config)
             });
+        // The booking worker's schedule runs at the switch's period. A
+        // ticker invokes once at a time, as the worker's reserved
+        // concurrency of one runs it: a tick due while a run goes on waits
+        // for its end.
+        let booking = options.customer.as_ref().map(|_| {
+            Ticker::start(
+                invoker.clone(),
+                TickerConfig::new(
+                    BOOKING_WORKER,
+                    options.tick_every,
+                    &resources.names.booking_schedule_rule,
+                ),
+            )
+        });
         let ticker = Ticker::start(
             invoker,
             TickerConfig::new(
@@ -283,6 +302,7 @@ impl LocalSuite {
             pump,
             drain,
             ticker,
+            booking,
             alarm,
             offsale,
             timers,
@@ -533,17 +553,33 @@ impl LocalSuite {
         self.ticker.stats()
     }
 
+    /// What the booking worker's schedule has done (default stats without
+    /// the customer half).
+    pub fn booking_stats(&self) -> TickerStats {
+        self.booking.as_ref().map(Ticker::stats).unwrap_or_default()
+    }
+
+    /// The Orders table in moto, as the cart and the booking worker see it.
+    pub fn order_store(&self) -> Result<DynamoOrderStore, SuiteError> {
+        self.customer_resources()?;
+        Ok(DynamoOrderStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.names.orders_table,
+        ))
+    }
+
     /// The errors alarm, evaluated here (see [`SuiteOptions::alarm`]).
     pub fn alarm(&self) -> Option<&LocalAlarm> {
         self.alarm.as_ref()
     }
 
-    /// Whether the pump, the drain, the ticker and (with the customer half)
+    /// Whether the pump, the drain, the tickers and (with the customer half)
     /// the `OffsaleQueue` pump are all still running.
     pub fn harness_running(&self) -> bool {
         self.pump.is_running()
             && self.drain.is_running()
             && self.ticker.is_running()
+            && self.booking.as_ref().is_none_or(Ticker::is_running)
             && self.alarm.as_ref().is_none_or(LocalAlarm::is_running)
             && self.offsale.as_ref().is_none_or(QueuePump::is_running)
             && self.timers.is_running()
@@ -556,6 +592,7 @@ impl LocalSuite {
             pump,
             drain,
             ticker,
+            booking,
             alarm,
             offsale,
             timers,
@@ -575,10 +612,16 @@ impl LocalSuite {
                 alarm.stop().await;
             }
         };
+        let booking = async move {
+            if let Some(booking) = booking {
+                booking.stop().await;
+            }
+        };
         tokio::join!(
             pump.stop(),
             drain.stop(),
             ticker.stop(),
+            booking,
             alarm,
             offsale,
             timers.stop()

@@ -50,6 +50,14 @@ pub enum SuiteError {
         log: String,
         detail: String,
     },
+    #[error("warming up {function} (its log is {log}): {detail}")]
+    WarmUpAnswer {
+        function: &'static str,
+        log: String,
+        detail: String,
+    },
+    #[error("reading {what} from moto: {detail}")]
+    Read { what: String, detail: String },
     #[error("the gateway was started without the customer functions (SuiteOptions::customer)")]
     NoCustomer,
     #[error("LifeboatHttpApi has no route for {0:?}")]
@@ -110,6 +118,9 @@ pub struct SuiteNames {
     pub switch_queue: String,
     pub failed_queue: String,
     pub schedule_rule: String,
+    /// `BookingScheduleRule`: the booking worker's tick (played by a
+    /// ticker, as `schedule_rule`'s; nothing is created for it in moto).
+    pub booking_schedule_rule: String,
     /// `BreakerTimerQueue`: the circuit switch's timers.
     pub timer_queue: String,
     pub role: String,
@@ -138,6 +149,7 @@ impl SuiteNames {
             switch_queue: format!("{prefix}TripRequestedRule-circuit-switch"),
             failed_queue: format!("{prefix}RequestsFailedQueue"),
             schedule_rule: format!("{prefix}HalfOpenScheduleRule"),
+            booking_schedule_rule: format!("{prefix}BookingScheduleRule"),
             timer_queue: format!("{prefix}BreakerTimerQueue"),
             role: format!("{prefix}lifeboat-functions"),
             carts_table: format!("{prefix}Carts"),
@@ -179,8 +191,8 @@ pub struct SuiteOptions {
     pub names: SuiteNames,
     /// Every stream record the pump reads, in Lambda's shape.
     pub stream_tap: Option<mpsc::UnboundedSender<Value>>,
-    /// Also run search, cart and the off-sale listener (default: not; the
-    /// gateway alone does not build or start them).
+    /// Also run search, cart, the off-sale listener and the booking worker
+    /// (default: not; the gateway alone does not build or start them).
     pub customer: Option<CustomerOptions>,
     /// The errors alarm's name (default `lifeboat-<operator>-errors`, the
     /// template's default for nordic): evaluated by a [`crate::alarm::LocalAlarm`] on the
@@ -271,8 +283,8 @@ pub struct AttachWatch {
     pub wait: Duration,
 }
 
-/// How to run the customer half: settings of search, cart and the off-sale
-/// listener. The defaults are the template's.
+/// How to run the customer half: settings of search, cart, the off-sale
+/// listener and the booking worker. The defaults are the template's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CustomerOptions {
     /// `CART_SETTINGS` (empty: the defaults).
@@ -290,6 +302,10 @@ pub struct CustomerOptions {
     /// Long-poll wait of each receive from `OffsaleQueue` (Lambda's poller
     /// waits up to 20 s; it answers as soon as a message is there either way).
     pub queue_wait: Duration,
+    /// `ORDER_SETTINGS` of the booking worker (empty: the defaults).
+    pub order_settings: String,
+    /// `BOOKING_RUN_MS` of the booking worker.
+    pub booking_run_ms: u32,
 }
 
 impl Default for CustomerOptions {
@@ -302,6 +318,8 @@ impl Default for CustomerOptions {
             sale_on_sale_hold_s: template::SALE_ON_SALE_HOLD_S,
             sale_off_sale_hold_s: template::SALE_OFF_SALE_HOLD_S,
             queue_wait: Duration::from_secs(1),
+            order_settings: String::new(),
+            booking_run_ms: template::BOOKING_RUN_MS,
         }
     }
 }

@@ -556,6 +556,31 @@ fn the_offsale_wiring_has_the_templates_settings() {
     }
 }
 
+/// The booking worker as the local suite runs it: its binary, its run's
+/// length, one run at a time, and its schedule's target.
+#[test]
+fn the_booking_worker_has_the_templates_settings() {
+    let worker = entry("BookingWorkerFunction");
+    assert!(worker.contains(&format!("Binary: {BOOKING_WORKER}")));
+    assert!(worker.contains("ReservedConcurrentExecutions: !If [ReservesConcurrency, 1,"));
+    for variable in [
+        "ORDERS_TABLE: !Ref OrdersTable",
+        "ORDER_SETTINGS: !Ref OrderSettings",
+        "BOOKING_RUN_MS: !Ref BookingRunMs",
+    ] {
+        assert!(worker.contains(variable), "{variable}");
+    }
+    assert!(entry("BookingRunMs").contains(&format!("Default: {}", template::BOOKING_RUN_MS)));
+    assert!(entry("OrderSettings").contains("Default: \"\""));
+    let rule = entry("BookingScheduleRule");
+    assert!(rule.contains("ScheduleExpression: rate(1 minute)"));
+    assert!(rule.contains(&format!("- Id: {BOOKING_WORKER}")));
+    assert!(rule.contains("Arn: !GetAtt BookingWorkerFunction.Arn"));
+    let customer = CustomerOptions::default();
+    assert_eq!(customer.booking_run_ms, template::BOOKING_RUN_MS);
+    assert_eq!(customer.order_settings, "");
+}
+
 #[test]
 fn api_routes_are_the_templates() {
     let mut routes = 0;
