@@ -1,17 +1,18 @@
 //! `lifeboat local` end to end: the same `run` the command calls, on moto,
-//! the six functions under `cargo lambda watch` and the simulated operator,
-//! in real time.
+//! the seven functions under `cargo lambda watch` and the simulated
+//! operator, in real time.
 //!
 //! Build the functions first, as tools/test does (`CARGO_TARGET_DIR=target/lambda-watch
 //! cargo build --bin real-consumer --bin fallback-consumer --bin circuit-switch
-//! --bin search --bin cart --bin offsale-listener`), or the first start
-//! waits for that build.
+//! --bin search --bin cart --bin offsale-listener --bin booking-worker`), or
+//! the first start waits for that build.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use lifeboat_core::OperatorId;
+use lifeboat_core::order::OrderState;
 use lifeboat_harness::on_moto::state::LocalState;
 use lifeboat_harness::on_moto::{LOCAL_SETTINGS, LocalConfig, LocalReport, run};
 use lifeboat_harness::progress::Progress;
@@ -48,7 +49,13 @@ fn print(lines: &[String], report: &LocalReport) {
     for line in lines {
         eprintln!("{line}");
     }
-    eprintln!("{report:?}");
+    // The orders by their figures: each order's own record is long.
+    let mut shown = report.clone();
+    let orders = shown.orders.take();
+    eprintln!("{shown:?}");
+    if let Some(orders) = orders {
+        eprintln!("orders: {:?}", orders.figures());
+    }
 }
 
 /// The state file of the suite `run` starts, once it is up; fails the test
@@ -100,6 +107,10 @@ async fn lifeboat_local_rides_out_an_outage() {
     // while it is still down: a breaker that closes within the hold leaves
     // it on sale (that case is the alarm test's, and Milestones' tests).
     config.outage = Some(Duration::from_secs(30));
+    // One answered search in two goes on to a cart, so that some are
+    // confirmed while the operator cannot book: only questions answered
+    // before the outage have a last good answer to buy from.
+    config.cart_share = 0.5;
     let path = config.state_file.clone();
     let (progress, lines) = Progress::memory();
     let report = tokio::time::timeout(LIMIT, run(config, &progress))
@@ -151,6 +162,31 @@ async fn lifeboat_local_rides_out_an_outage() {
     assert!(t.last_good > 0, "answers from the last good data: {t:?}");
     assert_eq!(t.errors, 0, "no search failed outright: {t:?}");
     assert!(!path.exists(), "the state file is removed at the end");
+
+    // The carts confirmed while the operator could not book held orders,
+    // and the booking worker booked each once the operator was back, once.
+    let orders = report.orders.as_ref().expect("the orders are read");
+    let figures = orders.figures();
+    assert!(t.carts_held >= 1, "a confirm held an order: {t:?}");
+    assert!(figures.held >= 1, "{orders:#?}");
+    assert!(
+        orders.orders.iter().any(|o| o.held_at < orders.back),
+        "an order held while the operator was down: {orders:#?}"
+    );
+    for order in &orders.orders {
+        let OrderState::Booked { at, .. } = &order.state else {
+            panic!("every order held is booked by the end: {order:#?}");
+        };
+        assert!(*at >= orders.back, "booked after the return: {order:#?}");
+    }
+    assert_eq!(figures.duplicate_bookings, 0, "{orders:#?}");
+    assert_eq!(figures.oversold_sailings, 0, "{orders:#?}");
+    assert_eq!(orders.booked_keys.len(), orders.orders.len(), "{orders:#?}");
+    assert!(m.orders_settled >= m.closed, "{m:?}");
+    let runs = &report.booking_runs;
+    assert!(runs.ticks > 0 && runs.failed == 0, "{runs:?}");
+    assert!(has(&lines, " booked"), "the orders' moves are printed");
+    assert!(has(&lines, "  orders: held "), "and summed up");
 }
 
 /// With our own detector made blind, the errors alarm (evaluated on the

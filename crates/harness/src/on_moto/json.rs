@@ -1,7 +1,7 @@
 //! `lifeboat local --json`: the run's figures as one JSON object, named as
 //! `lifeboat demo --json` names the same figures (`detection_s`,
-//! `recovery_s`, `offsale.off_after_open_s`, …), so the two can be read
-//! side by side (tools/figures, docs/aws-model.md).
+//! `recovery_s`, `offsale.off_after_open_s`, `orders`, …), so the two can
+//! be read side by side (tools/figures, docs/aws-model.md).
 
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::traffic::TrafficCounts;
 use super::{LocalConfig, LocalReport, Milestones};
+use crate::demo::report::Orders;
 
 /// See the module docs. Times are seconds of wall-clock time, from the
 /// milestones as the run saw them (the breaker, the mapping and the sale
@@ -44,6 +45,33 @@ pub struct LocalJson {
     /// Alarm transitions sent to the circuit switch.
     pub alarm_transitions: usize,
     pub interrupted: bool,
+    /// The orders held during the run and how they ended (`null`: not
+    /// read).
+    pub orders: Option<OrdersJson>,
+}
+
+/// The run's orders: the demo's `orders` figures, counted the same way
+/// from the Orders table and the simulated operator's desk at the end of
+/// the run, and what a run on moto adds.
+#[derive(Debug, Clone, Serialize)]
+pub struct OrdersJson {
+    #[serde(flatten)]
+    pub figures: Orders,
+    /// Booked, at any price.
+    pub booked: usize,
+    /// Not final at the end: held, booking, or waiting for the customer.
+    pub open: usize,
+    /// From the breaker seen closed to every order held before the close
+    /// seen out of held and booking (booked, most often).
+    pub settled_after_close_s: Option<f64>,
+    /// Booking calls that reached the operator.
+    pub book_calls: u64,
+    /// Booking calls the operator answered with their key's booking again
+    /// (nothing booked twice).
+    pub repeated_bookings: u64,
+    /// The booking worker's scheduled runs, and those that failed.
+    pub worker_runs: u64,
+    pub worker_runs_failed: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -84,6 +112,8 @@ pub struct Traffic {
     pub skipped: u64,
     pub carts: u64,
     pub carts_paid: u64,
+    /// Confirms that held an order.
+    pub carts_held: u64,
 }
 
 fn secs(d: Duration) -> f64 {
@@ -157,9 +187,20 @@ impl LocalJson {
                 skipped: t.skipped,
                 carts: t.carts,
                 carts_paid: t.carts_paid,
+                carts_held: t.carts_held,
             },
             alarm_transitions: report.alarm_transitions,
             interrupted: report.interrupted,
+            orders: report.orders.as_ref().map(|orders| OrdersJson {
+                figures: orders.figures(),
+                booked: orders.booked(),
+                open: orders.open(),
+                settled_after_close_s: between(m.orders_settled, m.closed),
+                book_calls: orders.book_calls,
+                repeated_bookings: orders.repeated_bookings,
+                worker_runs: report.booking_runs.ticks,
+                worker_runs_failed: report.booking_runs.failed,
+            }),
         }
     }
 }

@@ -2,26 +2,29 @@
 //! or an AWS account, with customers on it and, if asked, an outage.
 //!
 //! It starts (through [`LocalSuite`], the same code the end-to-end tests
-//! run on) moto_server with what template.yaml declares, the six functions
+//! run on) moto_server with what template.yaml declares, the seven functions
 //! under `cargo lambda watch`, the simulated operator, the Requests stream
 //! pump (honouring the mapping's function, `Enabled` and filter), the
-//! EventBridge → SQS drains, the schedule and the errors alarm evaluated on
-//! the functions' EMF metrics. Then customers search (and some buy) over
-//! HTTP, and every change worth seeing is printed as it happens: the alarm,
-//! the breaker, where the stream points, the sale status, and the customers'
-//! answers every 10 s.
+//! EventBridge → SQS drains, the schedules (the circuit switch's and the
+//! booking worker's) and the errors alarm evaluated on the functions' EMF
+//! metrics. Then customers search (and some buy) over HTTP, and every change
+//! worth seeing is printed as it happens: the alarm, the breaker, where the
+//! stream points, the sale status, the orders held while the operator could
+//! not book and how they end, and the customers' answers every 10 s.
 //!
 //! `--outage 60s` takes the operator down (`--mode`, default hang) after
 //! `--outage-after` and brings it back when the time is up;
 //! `--exit-after-recovery` ends the run once the breaker has closed, the
-//! stream points at the real consumer and the operator is on sale again
-//! (or was never taken off: a close within the off-sale hold writes nothing).
+//! stream points at the real consumer, the operator is on sale again (or
+//! was never taken off: a close within the off-sale hold writes nothing)
+//! and no order held before the close waits for a booking any more.
 //! Ctrl-C stops everything it started.
 //!
 //! The module is `on_moto`, not `local`, so that it is not taken for the
 //! lifeboat-local crate (crates/local) it runs the suite with.
 
 pub mod cli;
+pub mod orders;
 pub mod state;
 pub mod traffic;
 
@@ -31,12 +34,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
+
 use lifeboat_core::OperatorId;
+use lifeboat_local::pump::TickerStats;
 use lifeboat_local::suite::{Attach, CustomerOptions, LocalSuite, SuiteError, SuiteOptions};
 use lifeboat_operator::OutageMode;
 
 use crate::progress::Progress;
 use observe::watch_run;
+use orders::RunOrders;
 use state::LocalState;
 use traffic::{Traffic, TrafficConfig, TrafficCounts};
 
@@ -59,6 +66,9 @@ pub struct LocalConfig {
     pub operator: OperatorId,
     /// Searches per second.
     pub rate: f64,
+    /// Share of answered searches that go on to a cart (1 in 10 by
+    /// default).
+    pub cart_share: f64,
     pub outage: Option<Duration>,
     pub outage_after: Duration,
     pub mode: OutageMode,
@@ -90,6 +100,7 @@ impl LocalConfig {
         Self {
             operator,
             rate: 2.0,
+            cart_share: 0.1,
             outage: None,
             outage_after: Duration::from_secs(15),
             mode: OutageMode::Hang,
@@ -139,6 +150,10 @@ pub struct Milestones {
     pub closed: Option<Duration>,
     pub mapping_real: Option<Duration>,
     pub on_sale: Option<Duration>,
+    /// After the close: no order held before it seen held or booking any
+    /// more (each booked, refunded, parked or its customer asked), or none
+    /// held.
+    pub orders_settled: Option<Duration>,
     /// Every breaker state seen, and when.
     pub breaker_seen: Vec<(Duration, lifeboat_core::breaker::BreakerState)>,
 }
@@ -158,12 +173,14 @@ const SEEN_LAG: Duration = Duration::from_secs(3);
 const STAYED_ON_SALE_AFTER: Duration = OFF_SALE_HOLD.saturating_add(Duration::from_secs(5));
 
 impl Milestones {
-    /// Closed, the stream back on the real consumer, and on sale: back on
-    /// sale after going off, or never off at all.
+    /// Closed, the stream back on the real consumer, on sale (back on sale
+    /// after going off, or never off at all), and the orders held before
+    /// the close no longer waiting for a booking.
     fn recovered(&self, now: Duration) -> bool {
         self.closed.is_some()
             && self.mapping_real.is_some()
             && (self.on_sale.is_some() || self.stayed_on_sale(now))
+            && self.orders_settled.is_some()
     }
 
     /// The breaker closed within the off-sale hold of its open, so the
@@ -206,6 +223,9 @@ impl Milestones {
         } else if self.on_sale.is_none() {
             missing.push("not back on sale");
         }
+        if self.closed.is_some() && self.orders_settled.is_none() {
+            missing.push("orders held in the outage still wait for their booking");
+        }
         missing.join(", ")
     }
 }
@@ -222,6 +242,14 @@ pub struct LocalReport {
     /// Every search the customers asked: when, from the start of the run,
     /// and how long its answer took over HTTP.
     pub search_times: Vec<(Duration, Duration)>,
+    /// The orders held during the run and how they ended, read at its end
+    /// (`None`: not read, the run ended before the suite was up).
+    pub orders: Option<RunOrders>,
+    /// Why the orders could not be read at the end, if they could not.
+    pub orders_error: Option<String>,
+    /// The booking worker's scheduled runs (`BookingScheduleRule`'s ticks)
+    /// and how many failed.
+    pub booking_runs: TickerStats,
     /// Ended by Ctrl-C.
     pub interrupted: bool,
 }
@@ -235,6 +263,11 @@ fn after(later: Option<Duration>, earlier: Option<Duration>) -> String {
         (Some(l), Some(e)) => format!("{:.1} s", l.saturating_sub(e).as_secs_f64()),
         _ => "-".to_owned(),
     }
+}
+
+/// The wall-clock time of `started`.
+fn wall(started: Instant) -> DateTime<Utc> {
+    Utc::now() - chrono::Duration::from_std(started.elapsed()).unwrap_or_default()
 }
 
 /// Run the suite until Ctrl-C (or recovery with `exit_after_recovery`).
@@ -273,7 +306,7 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
         TrafficConfig {
             operator: config.operator.to_string(),
             rate: config.rate,
-            cart_share: 0.1,
+            cart_share: config.cart_share,
             max_in_flight: 32,
             seed: config.seed,
         },
@@ -296,10 +329,30 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     });
     let (counts, times) = traffic.stop().await;
     report.traffic = counts;
+    // The operator came back at the outage's end (without one, it never
+    // left: from the suite being up).
+    let started_at = wall(started);
+    let back = report
+        .milestones
+        .outage_ended
+        .or(report.milestones.ready)
+        .and_then(|d| chrono::Duration::from_std(d).ok())
+        .map_or(started_at, |d| started_at + d);
+    if config.exit_after_recovery && !report.interrupted && outcome.is_ok() {
+        // A cart confirmed just before the end may have held an order the
+        // worker has not booked yet: with the customers stopped, give it
+        // its turn.
+        settle_orders(&gateway, started_at, started, progress).await;
+    }
+    match orders::read(&gateway, started_at, back).await {
+        Ok(orders) => report.orders = Some(orders),
+        Err(e) => report.orders_error = Some(e.to_string()),
+    }
     report.search_times = times
         .into_iter()
         .map(|t| (t.asked.saturating_duration_since(started), t.took))
         .collect();
+    report.booking_runs = gateway.booking_stats();
     if let Some(alarm) = gateway.alarm() {
         let stats = alarm.stats();
         report.alarm_transitions = stats.transitions.len();
@@ -315,6 +368,41 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     progress.finish();
     print_summary(progress, &report);
     outcome.map(|()| report)
+}
+
+/// The longest the end of a recovered run waits for the orders still held
+/// or booking: the worker starts a held order within a tick and books it
+/// within seconds of that.
+const ORDERS_SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// Wait, up to [`ORDERS_SETTLE_LIMIT`], until no order held since
+/// `started_at` is held or booking.
+async fn settle_orders(
+    gateway: &LocalSuite,
+    started_at: DateTime<Utc>,
+    started: Instant,
+    progress: &Progress,
+) {
+    let limit = Instant::now() + ORDERS_SETTLE_LIMIT;
+    let mut said = false;
+    loop {
+        let waiting = match orders::held_since(gateway, started_at).await {
+            Ok(held) => orders::waiting(&held),
+            Err(_) => return,
+        };
+        if waiting == 0 || Instant::now() >= limit {
+            return;
+        }
+        if !said {
+            progress.line(format!(
+                "{} customers stopped; waiting up to {:.0} s for {waiting} order(s) held or booking",
+                at(started.elapsed()),
+                ORDERS_SETTLE_LIMIT.as_secs_f64()
+            ));
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Resolves `run_for` after `up`; never without one.
@@ -336,7 +424,7 @@ fn starting_step(attach: &Attach, concurrency: u32) -> String {
     };
     match &attach.watch {
         None => format!(
-            "{moto}, starting the simulated operator and six functions under cargo lambda watch (a first run builds them)"
+            "{moto}, starting the simulated operator and seven functions under cargo lambda watch (a first run builds them)"
         ),
         Some(watch) => {
             let port = watch.endpoint.rsplit(':').next().unwrap_or("9000");
@@ -351,6 +439,19 @@ fn starting_step(attach: &Attach, concurrency: u32) -> String {
                 watch.env_file.display(),
             )
         }
+    }
+}
+
+/// `1 in 10` for 0.1: the share of searches that go on to a cart.
+fn share(cart_share: f64) -> String {
+    if cart_share <= 0.0 {
+        return "none".to_owned();
+    }
+    let one_in = (1.0 / cart_share).round();
+    if one_in >= 1.0 && (1.0 / one_in - cart_share).abs() < 1e-9 {
+        format!("1 in {one_in:.0}")
+    } else {
+        format!("{:.0} %", cart_share * 100.0)
     }
 }
 
@@ -403,9 +504,14 @@ fn print_endpoints(progress: &Progress, state: &LocalState, config: &LocalConfig
         state.alarms.first().map_or("NAME", |a| a.name.as_str())
     ));
     progress.line(format!(
-        "  customers {:.1} searches/s, 1 in 10 goes on to a cart; state file {}",
+        "  customers {:.1} searches/s, {} goes on to a cart; state file {}",
         config.rate,
+        share(config.cart_share),
         config.state_file.display()
+    ));
+    progress.line(format!(
+        "  orders    a cart confirmed while the operator cannot book holds one; booking-worker books them every {:.0} s, one run at a time",
+        config.tick_every.as_secs_f64()
     ));
     match config.outage {
         Some(outage) => progress.line(format!(
@@ -448,6 +554,29 @@ fn print_summary(progress: &Progress, report: &LocalReport) {
         ));
     }
     progress.line(format!("  customers: {}", report.traffic.summary()));
+    match (&report.orders, &report.orders_error) {
+        (Some(orders), _) => {
+            let figures = orders.figures();
+            progress.line(format!(
+                "  orders: held {}, booked {}, refunded {}, parked {}, still open {}; duplicate bookings {}{}",
+                figures.held,
+                orders.booked(),
+                figures.refunded.sold_out + figures.refunded.refused + figures.refunded.price,
+                figures.parked,
+                orders.open(),
+                figures.duplicate_bookings,
+                match (m.closed, m.orders_settled) {
+                    (Some(_), Some(_)) if figures.held > 0 => format!(
+                        "; those held before the close booked (or ended) {} after it",
+                        after(m.orders_settled, m.closed)
+                    ),
+                    _ => String::new(),
+                }
+            ));
+        }
+        (None, Some(e)) => progress.line(format!("  orders: not read ({e})")),
+        (None, None) => {}
+    }
     progress.line(format!(
         "  alarm transitions sent to the circuit switch: {}",
         report.alarm_transitions
@@ -469,8 +598,33 @@ mod tests {
             outage_ended: s(55),
             closed: s(closed),
             mapping_real: s(closed),
+            orders_settled: s(closed),
             ..Milestones::default()
         }
+    }
+
+    #[test]
+    fn the_cart_share_reads_as_one_in_n() {
+        assert_eq!(share(0.1), "1 in 10");
+        assert_eq!(share(0.5), "1 in 2");
+        assert_eq!(share(1.0), "1 in 1");
+        assert_eq!(share(0.3), "30 %");
+        assert_eq!(share(0.0), "none");
+    }
+
+    #[test]
+    fn orders_still_waiting_for_a_booking_hold_the_recovery_back() {
+        let mut m = closed_at(61);
+        m.off_sale = s(60);
+        m.on_sale = s(121);
+        m.orders_settled = None;
+        assert!(!m.recovered(Duration::from_secs(130)));
+        assert_eq!(
+            m.missing(Duration::from_secs(130)),
+            "orders held in the outage still wait for their booking"
+        );
+        m.orders_settled = s(125);
+        assert!(m.recovered(Duration::from_secs(130)));
     }
 
     #[test]

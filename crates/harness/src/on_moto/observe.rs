@@ -1,6 +1,6 @@
 //! The run after start-up: the outage script, and the observer that reads
-//! the alarm, the breaker, the stream mapping and the sale status and prints
-//! what changed.
+//! the alarm, the breaker, the stream mapping, the sale status and the
+//! orders held and prints what changed.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,7 @@ use lifeboat_core::events::SaleStatus;
 use lifeboat_core::ports::{BreakerStore, SaleStatusStore};
 use lifeboat_local::suite::{FALLBACK_CONSUMER, LocalSuite, REAL_CONSUMER};
 
+use super::orders;
 use super::traffic::{Traffic, TrafficCounts};
 use super::{LocalConfig, LocalError, LocalReport, Milestones, at};
 use crate::progress::Progress;
@@ -21,9 +22,17 @@ struct Seen {
     breaker: Option<(BreakerState, u64)>,
     mapping: Option<String>,
     sale: Option<SaleStatus>,
+    /// The run's orders by state, as last printed.
+    orders: String,
+    /// When the orders were last read.
+    orders_read: Option<Duration>,
     alarm_transitions: usize,
     read_errors: u64,
 }
+
+/// How often the observer reads the Orders table (a scan): a booking's
+/// turn takes seconds.
+const ORDERS_EVERY: Duration = Duration::from_secs(1);
 
 /// The run after start-up: the outage script and the observer.
 pub(super) async fn watch_run(
@@ -83,6 +92,13 @@ pub(super) async fn watch_run(
             m,
         )
         .await;
+        if seen
+            .orders_read
+            .is_none_or(|last| now.saturating_sub(last) >= ORDERS_EVERY)
+        {
+            seen.orders_read = Some(now);
+            observe_orders(gateway, progress, started, started_wall, &mut seen, m).await;
+        }
         if now.saturating_sub(last_traffic.0) >= Duration::from_secs(10) {
             let counts = traffic.counts();
             progress.line(format!(
@@ -252,6 +268,38 @@ async fn observe(
             }
         }
         Err(e) => read_error(progress, seen, "sale status", &e),
+    }
+}
+
+/// Read the orders held since the run began; print their states when they
+/// change, and note when every order held before the close has left held
+/// and booking (orders held after it, while the operator is still off sale,
+/// keep coming until it is back on sale).
+async fn observe_orders(
+    gateway: &LocalSuite,
+    progress: &Progress,
+    started: Instant,
+    started_wall: DateTime<Utc>,
+    seen: &mut Seen,
+    m: &mut Milestones,
+) {
+    let mut held = match orders::held_since(gateway, started_wall).await {
+        Ok(held) => held,
+        Err(e) => return read_error(progress, seen, "orders", &e.to_string()),
+    };
+    let states = orders::by_state(&held);
+    if states != seen.orders {
+        progress.line(format!("{} orders: {states}", at(started.elapsed())));
+        seen.orders = states;
+    }
+    if let Some(closed) = m.closed
+        && m.orders_settled.is_none()
+    {
+        let closed_at = started_wall + chrono::Duration::from_std(closed).unwrap_or_default();
+        held.retain(|o| o.held_at <= closed_at);
+        if orders::waiting(&held) == 0 {
+            m.orders_settled = Some(started.elapsed());
+        }
     }
 }
 

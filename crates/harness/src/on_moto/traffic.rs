@@ -1,7 +1,9 @@
 //! Customers of the local suite: searches at a steady rate over HTTP (the
 //! routes `LifeboatHttpApi` serves), some of which go on through a cart to
 //! payment, so an outage has someone to hurt and the breaker has calls to
-//! judge.
+//! judge. A cart confirmed while the operator cannot book (off sale, or its
+//! price not asked live) holds an order, which the booking worker books
+//! once the operator is back.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -49,6 +51,8 @@ pub struct TrafficCounts {
     pub carts_paid: u64,
     pub carts_on_cached_price: u64,
     pub carts_stopped: u64,
+    /// Confirms whose answer held an order (`booking` held or on request).
+    pub carts_held: u64,
 }
 
 impl TrafficCounts {
@@ -71,6 +75,9 @@ impl TrafficCounts {
         if self.carts_stopped > 0 {
             s.push_str(&format!(", stopped {}", self.carts_stopped));
         }
+        if self.carts_held > 0 {
+            s.push_str(&format!(", order held {}", self.carts_held));
+        }
         s.push(')');
         s
     }
@@ -90,6 +97,7 @@ impl TrafficCounts {
             carts_paid: self.carts_paid - earlier.carts_paid,
             carts_on_cached_price: self.carts_on_cached_price - earlier.carts_on_cached_price,
             carts_stopped: self.carts_stopped - earlier.carts_stopped,
+            carts_held: self.carts_held - earlier.carts_held,
         }
     }
 }
@@ -271,12 +279,24 @@ async fn customer(
         }
         None => c.carts_stopped += 1,
     }
+    c.carts_held += u64::from(outcome.held);
 }
 
 struct CartOutcome {
     degraded: bool,
     /// Paid, and whether on a cached price.
     paid: Option<bool>,
+    /// The confirm held an order for the booking worker.
+    held: bool,
+}
+
+/// Whether a confirm's answer says an order was held
+/// (docs/orders.md, "Holding an order").
+fn held_order(reply: &ApiReply) -> bool {
+    matches!(
+        reply.body["booking"]["status"].as_str(),
+        Some("held" | "on_request")
+    )
 }
 
 fn degraded(reply: &ApiReply) -> bool {
@@ -289,6 +309,7 @@ async fn cart(gateway: &LocalSuite, new_cart: &Value) -> CartOutcome {
     let mut outcome = CartOutcome {
         degraded: false,
         paid: None,
+        held: false,
     };
     let Ok(opened) = gateway.api("POST", "/carts", Some(new_cart)).await else {
         return outcome;
@@ -324,6 +345,7 @@ async fn cart(gateway: &LocalSuite, new_cart: &Value) -> CartOutcome {
         match reply.status {
             200 => {
                 outcome.paid = Some(reply.body["confirmation"]["on_cached_price"] == true);
+                outcome.held = held_order(&reply);
                 return outcome;
             }
             // A changed or first-seen price: the customer accepts it.
@@ -356,6 +378,7 @@ mod tests {
             carts: 2,
             carts_paid: 1,
             carts_stopped: 1,
+            carts_held: 1,
             ..TrafficCounts::default()
         };
         let earlier = TrafficCounts {
@@ -367,7 +390,12 @@ mod tests {
         assert_eq!((d.searches, d.fresh, d.live), (6, 0, 3));
         assert_eq!(
             d.summary(),
-            "searches 6 (fresh 0, live 3, last_good 2, unavailable 1); carts 2 (degraded 0, paid 1, on cached price 0, stopped 1)"
+            "searches 6 (fresh 0, live 3, last_good 2, unavailable 1); carts 2 (degraded 0, paid 1, on cached price 0, stopped 1, order held 1)"
+        );
+        assert_eq!(
+            TrafficCounts::default().summary(),
+            "searches 0 (fresh 0, live 0, last_good 0, unavailable 0); carts 0 (degraded 0, paid 0, on cached price 0)",
+            "no held order, no mention"
         );
     }
 }
