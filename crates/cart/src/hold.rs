@@ -29,7 +29,9 @@ use crate::{CartService, log_ref};
 impl CartService {
     /// Hold the order of `cart`, just confirmed on a cached price: the
     /// `booking` member of the confirmation's answer, or the problem that
-    /// answers the confirm instead (the cart is then not confirmed).
+    /// answers the confirm instead (the cart is then not confirmed). A new
+    /// hold is published as `Order Held` (a retried confirm's, found held
+    /// before, is not published again).
     pub(crate) async fn hold_order(
         &self,
         cart: &Cart,
@@ -58,7 +60,10 @@ impl CartService {
         if let Some(left) = left {
             let cap = policy.seats.cap(left, now);
             match self.orders.hold(&order, Some(cap)).await {
-                Ok(Held::Held) => return Ok(self.held(cart, &order)),
+                Ok(Held::Held) => {
+                    self.publish_move(&order).await;
+                    return Ok(self.held(cart, &order));
+                }
                 Ok(Held::AlreadyHeld) => return self.already_held(cart, &order).await,
                 Ok(Held::Full { held }) => {
                     tracing::info!(cart = %log_ref(&cart.cart_id), operator = %cart.operator, held, cap, passengers = order.sailing.passengers, "the sailing's held orders are at its seat cap");
@@ -79,7 +84,10 @@ impl CartService {
             PastTheCap::OnRequest => {
                 order.on_request = true;
                 match self.orders.hold(&order, None).await {
-                    Ok(Held::Held) => Ok(self.held(cart, &order)),
+                    Ok(Held::Held) => {
+                        self.publish_move(&order).await;
+                        Ok(self.held(cart, &order))
+                    }
                     Ok(Held::AlreadyHeld) => self.already_held(cart, &order).await,
                     Ok(Held::Full { held }) => {
                         tracing::error!(cart = %log_ref(&cart.cart_id), held, "the store refused an order without a cap as full");

@@ -127,7 +127,7 @@ impl CartService {
 
     /// The order's newest move on the bus, and counted in `OrdersMoved`. A
     /// move the bus does not take is in the order's history all the same.
-    async fn publish_move(&self, order: &HeldOrder) {
+    pub(crate) async fn publish_move(&self, order: &HeldOrder) {
         let Some(moved) = OrderMoved::of(order) else {
             return;
         };

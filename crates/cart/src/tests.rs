@@ -30,6 +30,9 @@ struct World {
     sale: Arc<MemorySaleStatusStore>,
     orders: Arc<MemoryOrderStore>,
     clock: Arc<TokioClock>,
+    /// The bus's events from this position on are the ones a test looks
+    /// at (`moves_to`, `moves_since_setup`).
+    events_from: usize,
 }
 
 fn world(sim: SimConfig, settings: CartSettings) -> World {
@@ -139,6 +142,7 @@ fn world_on(
         sale,
         orders,
         clock,
+        events_from: 0,
     }
 }
 
@@ -1326,6 +1330,9 @@ async fn a_retried_confirm_holds_the_order_once() {
     assert_eq!(again.status, 200, "{}", again.body);
     assert_eq!(again.body["booking"], first.body["booking"]);
     assert_eq!(held_on(&w, &sailing).await, 2, "counted once");
+    let held = moves_to(&w, StateName::Held);
+    assert_eq!(held.len(), 1, "published once: {held:?}");
+    assert_eq!(held[0].order_id, format!("lb-{id}"));
     let open = w.orders.open_orders(&nordic(), 10).await.unwrap();
     assert_eq!(open.len(), 1);
 }
@@ -1514,7 +1521,27 @@ async fn asked(w: &mut World, sailing: &Value, rise_cents: i64) -> (Reply, i64) 
     let read = order.revision;
     order.revision += 1;
     w.orders.save(&order, read).await.unwrap();
+    // The hold itself was published once, as Order Held; what the tests
+    // look at from here is what the reply does.
+    let held = moves_to(w, StateName::Held);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].order_id, order_id_of(&cart));
+    w.events_from = w.gateway.bus.events().len();
     (cart, price)
+}
+
+/// The order moves the bus took since the test's setup.
+fn moves_since_setup(w: &World) -> Vec<lifeboat_core::events::OrderMoved> {
+    w.gateway
+        .bus
+        .read_from(w.events_from)
+        .0
+        .into_iter()
+        .filter_map(|e| match e {
+            lifeboat_core::events::LifeboatEvent::OrderMoved(m) => Some(*m),
+            _ => None,
+        })
+        .collect()
 }
 
 async fn reply(w: &mut World, cart: &Reply, body: Value) -> Reply {
@@ -1526,14 +1553,9 @@ async fn reply(w: &mut World, cart: &Reply, body: Value) -> Reply {
 }
 
 fn moves_to(w: &World, state: StateName) -> Vec<lifeboat_core::events::OrderMoved> {
-    w.gateway
-        .bus
-        .events()
+    moves_since_setup(w)
         .into_iter()
-        .filter_map(|e| match e {
-            lifeboat_core::events::LifeboatEvent::OrderMoved(m) if m.to == state => Some(*m),
-            _ => None,
-        })
+        .filter(|m| m.to == state)
         .collect()
 }
 
@@ -1603,7 +1625,8 @@ async fn a_read_shows_the_order_waiting_and_an_accepted_price_holds_it_again() {
             lifeboat_core::metrics::names::ORDERS_MOVED,
             &[("Operator", "nordic"), ("State", "held")]
         ),
-        1.0
+        2.0,
+        "the hold at the confirm, and the acceptance"
     );
     assert_eq!(held_on(&w, &sailing).await, 2, "its seats still held");
 
@@ -1665,13 +1688,7 @@ async fn a_reply_after_the_deadline_changes_nothing() {
     assert_eq!(late.body["order"]["state"], "ask_customer");
     let stored = w.orders.get(&order_id_of(&cart)).await.unwrap().unwrap();
     assert_eq!(stored.state.name(), StateName::AskCustomer);
-    assert!(
-        w.gateway
-            .bus
-            .events()
-            .iter()
-            .all(|e| !matches!(e, lifeboat_core::events::LifeboatEvent::OrderMoved(_)))
-    );
+    assert!(moves_since_setup(&w).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
