@@ -25,6 +25,32 @@ use super::stack::{self, StackArgs};
 /// `--since` when not given.
 pub const DEFAULT_SINCE: &str = "3h";
 
+/// The minutes a command reads (`carts`, `orders`), and how it prints
+/// them.
+#[derive(Args)]
+pub struct MinutesArgs {
+    /// The first minute: RFC 3339 (2026-12-01T10:00:00Z) or a span back
+    /// from now (2h, 30m, 1d).
+    #[arg(long, default_value = DEFAULT_SINCE, value_parser = parse_since)]
+    pub since: Since,
+    /// The end of the range, as --since [default: now].
+    #[arg(long, value_parser = parse_since)]
+    pub until: Option<Since>,
+    /// Only this operator.
+    #[arg(long)]
+    pub operator: Option<OperatorId>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl MinutesArgs {
+    /// The range and the end of the data for a run at `now` ([`query`]).
+    pub fn query(&self, now: DateTime<Utc>) -> MinutesQuery {
+        query(self.since, self.until, self.operator.clone(), now)
+    }
+}
+
 #[derive(Args)]
 pub struct CartsArgs {
     /// Per minute and operator: the breaker's state, carts started, steps
@@ -32,19 +58,8 @@ pub struct CartsArgs {
     /// and price changes shown (the only view so far, and required).
     #[arg(long)]
     minutes: bool,
-    /// The first minute: RFC 3339 (2026-12-01T10:00:00Z) or a span back
-    /// from now (2h, 30m, 1d).
-    #[arg(long, default_value = DEFAULT_SINCE, value_parser = parse_since)]
-    since: Since,
-    /// The end of the range, as --since [default: now].
-    #[arg(long, value_parser = parse_since)]
-    until: Option<Since>,
-    /// Only this operator.
-    #[arg(long)]
-    operator: Option<OperatorId>,
-    /// Print one JSON object instead of the table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    range: MinutesArgs,
     /// Also draw the minutes (steps, carts started, payments; minutes the
     /// breaker was not closed shaded) as SVG to this file.
     #[arg(long)]
@@ -147,7 +162,7 @@ async fn minutes(args: CartsArgs) -> Result<(), CliError> {
         ));
     }
     let now = Utc::now();
-    let query = query(args.since, args.until, args.operator, now);
+    let query = args.range.query(now);
     // A bad range is refused before anything is read.
     query.check_range().map_err(|e| fail(&e))?;
     let env = Env::from_process();
@@ -177,7 +192,7 @@ async fn minutes(args: CartsArgs) -> Result<(), CliError> {
         plot::carts_rows(path, "carts minute by minute against the breaker", &rows)
             .map_err(|e| fail(&e))?;
     }
-    if args.json {
+    if args.range.json {
         let text = to_json(rows).map_err(|e| fail(&format!("report not written: {e}")))?;
         println!("{text}");
     } else {

@@ -12,32 +12,17 @@ use lifeboat_aws::{Clients, DynamoOrderStore, Env};
 use lifeboat_command::CliError;
 use lifeboat_command::orders::{self, OrdersReport};
 use lifeboat_command::runtime::block_on;
-use lifeboat_core::OperatorId;
 
-use super::carts_cmd::query;
+use super::carts_cmd::MinutesArgs;
 use super::config::ORDERS_TABLE;
-use super::detection::{Since, parse_since};
 use super::stack::{self, StackArgs};
 
-/// `--since` when not given.
-pub const DEFAULT_SINCE: &str = "3h";
-
+/// `lifeboat orders`: the range (orders still open are shown whenever they
+/// were held), the Orders table and the stack.
 #[derive(Args)]
 pub struct OrdersArgs {
-    /// The first minute: RFC 3339 (2026-12-01T10:00:00Z) or a span back
-    /// from now (2h, 30m, 1d). Orders still open are shown whenever they
-    /// were held.
-    #[arg(long, default_value = DEFAULT_SINCE, value_parser = parse_since)]
-    since: Since,
-    /// The end of the range, as --since [default: now].
-    #[arg(long, value_parser = parse_since)]
-    until: Option<Since>,
-    /// Only this operator.
-    #[arg(long)]
-    operator: Option<OperatorId>,
-    /// Print one JSON object instead of the tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    range: MinutesArgs,
     /// The Orders table [default: env ORDERS_TABLE, else the stack's
     /// OrdersTable].
     #[arg(long)]
@@ -61,7 +46,7 @@ pub fn to_json(report: &OrdersReport) -> serde_json::Result<String> {
 async fn orders(args: OrdersArgs) -> Result<(), CliError> {
     let fail = |e: &dyn std::fmt::Display| CliError::new("orders", e);
     let now = Utc::now();
-    let query = query(args.since, args.until, args.operator, now);
+    let query = args.range.query(now);
     // A bad range is refused before anything is read.
     query.check_range().map_err(|e| fail(&e))?;
     let env = Env::from_process();
@@ -79,7 +64,7 @@ async fn orders(args: OrdersArgs) -> Result<(), CliError> {
         .await
         .map_err(|e| fail(&format!("orders table: {e}")))?;
     let report = orders::report(&held, &query).map_err(|e| fail(&e))?;
-    if args.json {
+    if args.range.json {
         let text = to_json(&report).map_err(|e| fail(&format!("report not written: {e}")))?;
         println!("{text}");
     } else {
