@@ -164,31 +164,14 @@ impl DynamoCartStore {
     pub async fn all(&self) -> Result<(Vec<Cart>, Vec<String>), StoreError> {
         let mut carts = Vec::new();
         let mut unreadable = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let output = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| {
-                    StoreError::Unavailable(describe(&format!("Scan {}", self.table), &e))
-                })?;
-            for item in output.items.unwrap_or_default() {
-                let id = match item.get("cart_id") {
-                    Some(AttributeValue::S(id)) => id.clone(),
-                    _ => "(no cart_id)".to_owned(),
-                };
-                match cart_from_item(item) {
-                    Ok(cart) => carts.push(cart),
-                    Err(e) => unreadable.push(format!("cart {id} in table {}: {e}", self.table)),
-                }
-            }
-            match output.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => break,
+        for item in crate::item::scan_all(&self.client, &self.table).await? {
+            let id = match item.get("cart_id") {
+                Some(AttributeValue::S(id)) => id.clone(),
+                _ => "(no cart_id)".to_owned(),
+            };
+            match cart_from_item(item) {
+                Ok(cart) => carts.push(cart),
+                Err(e) => unreadable.push(format!("cart {id} in table {}: {e}", self.table)),
             }
         }
         Ok((carts, unreadable))

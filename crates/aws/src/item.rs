@@ -66,3 +66,33 @@ pub(crate) fn on_revision(
             .expression_attribute_values(":expected", AttributeValue::N(r.to_string())),
     }
 }
+
+/// Every item of `table`, page after page (a `Scan` followed to its last
+/// key), for the operators' commands that read a whole table.
+pub(crate) async fn scan_all(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<Vec<std::collections::HashMap<String, AttributeValue>>, lifeboat_core::ports::StoreError>
+{
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let output = client
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start.take())
+            .send()
+            .await
+            .map_err(|e| {
+                lifeboat_core::ports::StoreError::Unavailable(crate::error::describe(
+                    &format!("Scan {table}"),
+                    &e,
+                ))
+            })?;
+        items.extend(output.items.unwrap_or_default());
+        match output.last_evaluated_key {
+            Some(key) if !key.is_empty() => start = Some(key),
+            _ => return Ok(items),
+        }
+    }
+}

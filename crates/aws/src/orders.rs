@@ -136,32 +136,17 @@ impl DynamoOrderStore {
     pub async fn all(&self) -> Result<(Vec<HeldOrder>, Vec<String>), StoreError> {
         let mut orders = Vec::new();
         let mut unreadable = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let output = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| self.unavailable("Scan", &e))?;
-            for item in output.items.unwrap_or_default() {
-                let pk = match item.get("pk") {
-                    Some(AttributeValue::S(pk)) => pk.clone(),
-                    _ => "(no pk)".to_owned(),
-                };
-                if pk.starts_with("sailing#") {
-                    continue;
-                }
-                match order_from_item(item) {
-                    Ok(order) => orders.push(order),
-                    Err(e) => unreadable.push(format!("order {pk} in table {}: {e}", self.table)),
-                }
+        for item in crate::item::scan_all(&self.client, &self.table).await? {
+            let pk = match item.get("pk") {
+                Some(AttributeValue::S(pk)) => pk.clone(),
+                _ => "(no pk)".to_owned(),
+            };
+            if pk.starts_with("sailing#") {
+                continue;
             }
-            match output.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => break,
+            match order_from_item(item) {
+                Ok(order) => orders.push(order),
+                Err(e) => unreadable.push(format!("order {pk} in table {}: {e}", self.table)),
             }
         }
         Ok((orders, unreadable))
