@@ -66,6 +66,10 @@ pub struct ChaosArgs {
     /// Questions customers ask, each a new request record.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1_000..=1_000_000))]
     pub(crate) records: u64,
+    /// Buyers, each taking a sailing it found to a confirmed cart: those
+    /// confirmed while their operator cannot book hold orders.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub(crate) carts: u64,
     /// How many operators sell through the gateway (at least 5: the
     /// campaign's outages need them).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(5..=50))]

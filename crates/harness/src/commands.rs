@@ -61,6 +61,7 @@ impl ChaosArgs {
         let ChaosArgs {
             json,
             records,
+            carts,
             operators,
             off_sale_hold_s,
             seed,
@@ -72,6 +73,7 @@ impl ChaosArgs {
             settings: world.operator_settings,
             seed: seed.unwrap_or(defaults.seed),
             records,
+            carts,
             operators: usize::try_from(operators).unwrap_or(defaults.operators),
             off_sale_hold: std::time::Duration::from_secs(off_sale_hold_s),
             ..defaults

@@ -7,12 +7,17 @@
 //! refused, mapping updates busy, consumers killed half-way through a
 //! batch, switch invocations timed out, events duplicated and reordered,
 //! messages redelivered, and at the end an egress fault that makes every
-//! operator unreachable. Each class first alone, then all mixed. The
+//! operator unreachable. Each class first alone, then all mixed. Buyers
+//! confirm carts all the while, so orders are held while operators are off
+//! sale and the booking worker books them through the same faults. The
 //! campaign then counts what it promises: every request record has one
-//! outcome, every fault shows in a metric, and the breaker, the stream's
-//! target and the sale status converge to the truth after the faults stop.
-//! Deterministic per seed (docs/chaos.md).
+//! outcome, every fault shows in a metric, the breaker, the stream's target
+//! and the sale status converge to the truth after the faults stop, and
+//! every held order of an operator that is back ends booked, refunded or
+//! parked, none booked twice. Deterministic per seed (docs/chaos.md).
 
+mod buyers;
+pub mod orders;
 pub mod report;
 mod world;
 
@@ -26,6 +31,8 @@ use lifeboat_sim::World;
 use lifeboat_sim::aws::template_settings;
 use lifeboat_sim::fault::FaultClass;
 
+use crate::demo::BookingKey;
+pub use orders::ChaosOrders;
 pub use report::ChaosReport;
 
 /// The campaign to play.
@@ -34,6 +41,8 @@ pub struct ChaosScript {
     pub seed: u64,
     /// Questions asked, each one new: about one request record each.
     pub records: u64,
+    /// Buyers: each takes a sailing it found straight to a confirmed cart.
+    pub carts: u64,
     pub operators: usize,
     /// The listener's `SALE_OFF_SALE_HOLD_S`.
     pub off_sale_hold: Duration,
@@ -45,6 +54,9 @@ pub struct ChaosScript {
     pub world: World,
     /// The gateway's `OPERATOR_SETTINGS` (by default the template's).
     pub settings: Settings,
+    /// The key booking calls carry: the product's, unless a test breaks it
+    /// on purpose to see `orders.duplicate_bookings` move.
+    pub booking_key: BookingKey,
 }
 
 impl Default for ChaosScript {
@@ -52,6 +64,7 @@ impl Default for ChaosScript {
         Self {
             seed: 0xC4A0_5EED,
             records: 100_000,
+            carts: 2_000,
             operators: 8,
             off_sale_hold: lifeboat_core::sale::DEFAULT_OFF_SALE_HOLD,
             // 2026-12-01T06:00:00Z
@@ -59,6 +72,7 @@ impl Default for ChaosScript {
             outcome_condition: OutcomeCondition::default(),
             world: World::default(),
             settings: template_settings(),
+            booking_key: BookingKey::default(),
         }
     }
 }
@@ -220,6 +234,7 @@ mod tests {
     fn a_short_campaign_keeps_every_promise() {
         let script = ChaosScript {
             records: 5_000,
+            carts: 500,
             settings: lifeboat_sim::aws::advised_settings(),
             ..ChaosScript::default()
         };
@@ -245,12 +260,44 @@ mod tests {
         assert_eq!(r.egress.breakers_opened, script.operators);
         assert!(r.egress.self_fault_events > 0);
         assert_eq!(r.egress.healthy_taken_off_sale, 0, "{:?}", r.egress);
+        let o = &r.orders;
+        assert!(o.held >= 20, "{o:?}");
+        assert_eq!(
+            o.open_operator_up, 0,
+            "every order of an operator back ends: {o:?}"
+        );
+        assert_eq!(o.booked + o.refunded + o.parked + o.open, o.held, "{o:?}");
+        assert_eq!(o.duplicate_bookings, 0, "{o:?}");
+        assert_eq!(o.oversold_sailings, 0, "{o:?}");
+        // Booking calls were redelivered to the operators (consumers killed
+        // after the call), and booked nothing twice.
+        assert!(o.repeated_bookings > 0, "{o:?}");
+    }
+
+    /// The counter of seats booked twice can fail: booking calls that carry
+    /// a key of their own per call, under the same faults, book the orders
+    /// whose records were delivered again twice.
+    #[test]
+    fn a_key_per_call_books_orders_twice_under_the_faults() {
+        let script = ChaosScript {
+            records: 2_000,
+            carts: 500,
+            settings: lifeboat_sim::aws::advised_settings(),
+            booking_key: BookingKey::Call,
+            ..ChaosScript::default()
+        };
+        let r = run_paused(&script).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{}", r.render());
+        let o = &r.orders;
+        assert!(o.duplicate_bookings > 0, "{o:?}");
+        assert_eq!(o.repeated_bookings, 0, "no call carries a key twice: {o:?}");
     }
 
     #[test]
     fn a_campaign_is_the_same_for_the_same_seed() {
         let script = ChaosScript {
             records: 1_000,
+            carts: 100,
             ..ChaosScript::default()
         };
         let strip = |mut r: ChaosReport| {

@@ -13,6 +13,7 @@ use lifeboat_sim::fault::FaultClass;
 use serde::Serialize;
 
 use super::ChaosScript;
+use super::orders::ChaosOrders;
 
 /// One operator as sampled.
 #[derive(Debug, Clone, Copy)]
@@ -150,6 +151,8 @@ pub struct ChaosReport {
     pub faults_stop_s: f64,
     pub virtual_s: f64,
     pub wall_s: f64,
+    /// The orders the buyers' carts held, and how each ended.
+    pub orders: ChaosOrders,
     /// What the AWS world charged beside store calls: cold starts,
     /// throttles and peak environments per function, and Lambda
     /// control-plane calls (all zero in the ideal world).
@@ -157,14 +160,14 @@ pub struct ChaosReport {
 }
 
 /// Whether operator `index` is really down `at`.
-fn down(outages: &[Outage], index: usize, at: Duration) -> bool {
+pub(super) fn down(outages: &[Outage], index: usize, at: Duration) -> bool {
     outages
         .iter()
         .any(|&(i, _, start, end)| i == index && start <= at && at < end)
 }
 
 /// An operator's real outage: index, mode, from, to.
-type Outage = (usize, lifeboat_operator::OutageMode, Duration, Duration);
+pub(super) type Outage = (usize, lifeboat_operator::OutageMode, Duration, Duration);
 
 pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
     let script = i.script;
@@ -353,6 +356,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
         faults_stop_s: stop.as_secs_f64(),
         virtual_s: script.duration().as_secs_f64(),
         wall_s: i.wall.as_secs_f64(),
+        orders: ChaosOrders::default(),
         aws: lifeboat_sim::AwsCounts::default(),
     }
 }
@@ -427,6 +431,7 @@ impl ChaosReport {
             e.self_fault_events,
             e.off_sale_writes_held
         );
+        self.orders.render(&mut out);
         out
     }
 }

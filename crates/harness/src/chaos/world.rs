@@ -1,21 +1,31 @@
-//! The campaign's world: the gateway with a fault plan, the off-sale desk on
-//! faulty ports, customers asking new questions, and the loop that plays
-//! AWS and samples the truth every second.
+//! The campaign's world: the gateway with a fault plan, the off-sale desk,
+//! the cart and the booking worker on faulty ports, customers asking new
+//! questions, buyers confirming carts, and the loop that plays AWS and
+//! samples the truth every second.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use booking_worker::BookingWorker;
+use cart::CartService;
 use chrono::{DateTime, TimeDelta, Utc};
+use lifeboat_core::cart::CartSettings;
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
-use lifeboat_core::memory::{MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch};
-use lifeboat_core::ports::{BreakerStore, Clock, MetricsSink, StreamRouter};
+use lifeboat_core::memory::{
+    MemoryCartStore, MemoryOrderStore, MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch,
+};
+use lifeboat_core::order::booking::OrderSettings;
+use lifeboat_core::ports::{
+    BreakerStore, Clock, MetricsSink, OperatorApi, RequestStore, StreamRouter,
+};
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{OnSaleAt, WritePolicy};
 use lifeboat_core::{BreakerState, ConsumerTarget, OperatorId};
 use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator, SimulatedOperators};
+use lifeboat_sim::booking::BookingSchedule;
 use lifeboat_sim::fault::{FaultClass, FaultPlan, port};
 use lifeboat_sim::offsale::{InTransit, deliver, rule_message};
 use lifeboat_sim::{HttpFunction, MemorySuite, MemorySuiteConfig, TokioClock};
@@ -23,8 +33,12 @@ use offsale_listener::OffsaleListener;
 use search::Search;
 use tokio::task::JoinSet;
 
+use super::buyers::{Till, buyers};
+use super::orders::{self, ChaosOrders};
 use super::report::{self, Samples};
 use super::{ChaosReport, ChaosScript};
+use crate::demo::report::key_orders;
+use crate::demo::{BookingKey, KeyPerAttempt, KeyPerCall};
 use crate::marketplace::ROUTES;
 
 /// How often the loop looks again when nothing was delivered.
@@ -44,6 +58,15 @@ pub(super) struct World {
     queue: Arc<MemoryQueue>,
     switch: Arc<MemorySaleSwitch>,
     search: Arc<Search>,
+    /// The operators, kept to read their desks' bookings at the end.
+    sims: Arc<SimulatedOperators>,
+    /// The keys made per call, under [`BookingKey::Call`].
+    key_per_call: Option<Arc<KeyPerCall>>,
+    /// The cart and the search, as buyers reach them.
+    till: Arc<Till>,
+    /// The Orders table the cart holds orders in.
+    orders: Arc<MemoryOrderStore>,
+    booking: Arc<BookingWorker>,
     /// Rule messages on their way to the queue.
     in_transit: InTransit,
 }
@@ -76,9 +99,16 @@ impl World {
                 SimulatedOperator::new(operator.clone(), config, clock.clone())
             })
             .collect::<SimulatedOperators>();
+        let sims = Arc::new(sims);
+        let key_per_call = (script.booking_key == BookingKey::Call)
+            .then(|| Arc::new(KeyPerCall::new(sims.clone())));
+        let reached: Arc<dyn OperatorApi> = match &key_per_call {
+            Some(keys) => keys.clone(),
+            None => sims.clone(),
+        };
         let plan = Arc::new(FaultPlan::new(script.seed));
         let gateway = MemorySuite::new(
-            Arc::new(sims),
+            reached,
             clock.clone(),
             MemorySuiteConfig {
                 operators: operators.clone(),
@@ -94,13 +124,10 @@ impl World {
         let wrap_clock = &dyn_clock;
         let switch = Arc::new(MemorySaleSwitch::new(clock.clone()));
         let queue = Arc::new(MemoryQueue::new(clock.clone(), Duration::from_secs(90)));
+        // The SaleStatus table: the listener writes it, the cart reads it.
+        let sale = gateway.charged(Arc::new(MemorySaleStatusStore::new()));
         let listener = OffsaleListener {
-            store: port(
-                gateway.charged(Arc::new(MemorySaleStatusStore::new())),
-                &plan,
-                &sink,
-                wrap_clock,
-            ),
+            store: port(sale.clone(), &plan, &sink, wrap_clock),
             switch: switch.clone(),
             redelivery: queue.clone(),
             events: port(
@@ -120,17 +147,52 @@ impl World {
             },
             self_fault: offsale_listener::selffault::SelfFaultRule::default(),
         };
-        let search = Arc::new(Search {
-            lookup: Lookup::new(
+        // The search's and the cart's view of the gateway, as each function
+        // is deployed: every table call watched, failing as the plan says.
+        let lookup = || {
+            Lookup::new(
                 port(gateway.requests_port(), &plan, &sink, wrap_clock),
                 port(gateway.cache_port(), &plan, &sink, wrap_clock),
                 port(gateway.breakers_port(), &plan, &sink, wrap_clock),
                 clock.clone(),
                 script.settings.clone(),
             )
-            .with_metrics(gateway.metrics.clone()),
-            operators: operators.iter().cloned().collect::<BTreeSet<_>>(),
+            .with_metrics(gateway.metrics.clone())
+        };
+        let served = operators.iter().cloned().collect::<BTreeSet<_>>();
+        let search = Arc::new(Search {
+            lookup: lookup(),
+            operators: served.clone(),
         });
+        let orders = Arc::new(MemoryOrderStore::new());
+        let carts = Arc::new(CartService {
+            carts: gateway.charged(Arc::new(MemoryCartStore::new())),
+            sale: port(sale, &plan, &sink, wrap_clock),
+            orders: gateway.charged(orders.clone()),
+            events: port(
+                gateway.charged(gateway.bus.clone()),
+                &plan,
+                &sink,
+                wrap_clock,
+            ),
+            lookup: lookup(),
+            operators: served,
+            settings: CartSettings::default(),
+        });
+        let till = Arc::new(Till {
+            search: search.clone(),
+            carts,
+            http: gateway.http_function(),
+        });
+        let mut booking =
+            gateway.booking_worker(gateway.charged(orders.clone()), OrderSettings::default());
+        booking.requests = port(booking.requests, &plan, &sink, wrap_clock);
+        booking.breakers = port(booking.breakers, &plan, &sink, wrap_clock);
+        booking.events = port(booking.events, &plan, &sink, wrap_clock);
+        if script.booking_key == BookingKey::Attempt {
+            let inner: Arc<dyn RequestStore> = booking.requests.clone();
+            booking.requests = Arc::new(KeyPerAttempt { inner });
+        }
         Self {
             script: script.clone(),
             clock,
@@ -141,6 +203,11 @@ impl World {
             queue,
             switch,
             search,
+            sims,
+            key_per_call,
+            till,
+            orders,
+            booking: Arc::new(booking),
             in_transit: InTransit::new(gateway_aws),
         }
     }
@@ -151,12 +218,19 @@ impl World {
 
     pub async fn run(mut self) -> ChaosReport {
         let wall = std::time::Instant::now();
+        let outages = self.script.outages();
         let traffic = tokio::spawn(customers(
             self.script.clone(),
             self.operators.clone(),
             self.search.clone(),
             self.gateway.http_function(),
         ));
+        let buyers = tokio::spawn(buyers(
+            self.script.clone(),
+            self.operators.clone(),
+            self.till.clone(),
+        ));
+        let booking = BookingSchedule::start(self.booking.clone());
         let phases = self.script.phases();
         let end = self.at(self.script.duration());
         let mut cursor = 0;
@@ -197,9 +271,12 @@ impl World {
             }
         }
         self.plan.set_rates(&[]);
-        if let Err(e) = traffic.await {
-            tracing::error!(error = %e, "customers' task failed");
+        for (task, who) in [(traffic, "customers"), (buyers, "buyers")] {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "{who}' task failed");
+            }
         }
+        let worker_runs = booking.stop();
         self.gateway.drain().await;
         let bus_events = self.gateway.bus.read_from(0).0;
         let mut report = report::build(report::Inputs {
@@ -216,6 +293,26 @@ impl World {
                 .filter(|e| matches!(e, LifeboatEvent::SelfFaultSuspected(_)))
                 .count(),
             wall: wall.elapsed(),
+        });
+        let down_at_end = self
+            .operators
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| report::down(&outages, *k, self.script.duration() - IDLE))
+            .map(|(_, operator)| operator.clone())
+            .collect::<BTreeSet<_>>();
+        let mut keys = key_orders(&self.gateway.requests);
+        if let Some(made) = &self.key_per_call {
+            made.trace(&mut keys);
+        }
+        report.orders = ChaosOrders::of(&orders::Seen {
+            orders: &self.orders.all(),
+            served: &self.operators,
+            operators: &self.sims,
+            key_orders: &keys,
+            down_at_end: &down_at_end,
+            worker_runs: &worker_runs,
+            start: self.script.start,
         });
         report.aws = self.gateway.aws_counts();
         report

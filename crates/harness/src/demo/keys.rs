@@ -1,14 +1,15 @@
-//! How the demo's booking calls carry their idempotency key: the
+//! How the simulations' booking calls carry their idempotency key: the
 //! product's way, or broken on purpose so a test can see
-//! `orders.duplicate_bookings` move (the demo runs on either).
+//! `orders.duplicate_bookings` move (`demo` and `chaos` run on any).
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use lifeboat_core::Operation;
 use lifeboat_core::OperatorId;
-use lifeboat_core::ports::{OutcomeWrite, RequestStore, StoreError, StoredRequest};
-use lifeboat_core::request::{Outcome, RequestRecord};
+use lifeboat_core::ports::{OperatorApi, OutcomeWrite, RequestStore, StoreError, StoredRequest};
+use lifeboat_core::request::{CallResult, OperatorCall, Outcome, RequestRecord};
 
 /// Which key a booking call carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,6 +21,11 @@ pub enum BookingKey {
     /// Broken: each attempt's own request id, as a worker that made up a
     /// key per call would send; a retried call books a second seat.
     Attempt,
+    /// Broken further down: each call to the operator a key of its own, as
+    /// a gateway that made one up per call would send; a booking record
+    /// delivered again (its consumer killed after the call) books a second
+    /// seat.
+    Call,
 }
 
 /// The Requests tables as the booking worker reaches them, with its
@@ -58,5 +64,64 @@ impl RequestStore for KeyPerAttempt {
         self.inner
             .write_outcome(operator, request_id, outcome)
             .await
+    }
+}
+
+/// The operators as the real consumer reaches them, each booking call's key
+/// made new per [`BookingKey::Call`]; the keys it made are kept, so each can
+/// be traced to the key its request carried.
+pub(crate) struct KeyPerCall {
+    pub inner: Arc<dyn OperatorApi>,
+    /// Each key sent, with the key its request carried.
+    made: Mutex<BTreeMap<String, String>>,
+}
+
+impl KeyPerCall {
+    pub fn new(inner: Arc<dyn OperatorApi>) -> Self {
+        Self {
+            inner,
+            made: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn made(&self) -> MutexGuard<'_, BTreeMap<String, String>> {
+        // Entries are inserted whole: a poisoned lock still holds good data.
+        self.made.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `key_orders` (the order each request's key was sent for) with every
+    /// key this made traced to the same order.
+    pub fn trace(&self, key_orders: &mut BTreeMap<String, String>) {
+        for (sent, carried) in self.made().iter() {
+            if let Some(order) = key_orders.get(carried).cloned() {
+                key_orders.insert(sent.clone(), order);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl OperatorApi for KeyPerCall {
+    fn knows(&self, operator: &OperatorId) -> bool {
+        self.inner.knows(operator)
+    }
+
+    async fn call(&self, call: &OperatorCall) -> CallResult {
+        let Some(carried) = call
+            .params
+            .get("idempotency_key")
+            .filter(|_| call.operation == Operation::Book)
+        else {
+            return self.inner.call(call).await;
+        };
+        let mut call = call.clone();
+        let sent = {
+            let mut made = self.made();
+            let sent = format!("{carried}.{}", made.len());
+            made.insert(sent.clone(), carried.clone());
+            sent
+        };
+        call.params.insert("idempotency_key".to_owned(), sent);
+        self.inner.call(&call).await
     }
 }

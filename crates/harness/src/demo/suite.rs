@@ -13,8 +13,7 @@ use lifeboat_core::OperatorId;
 use lifeboat_core::cart::{CartPolicy, CartSettings};
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::memory::{MemoryCartStore, MemoryOrderStore, SwitchOutcome};
-use lifeboat_core::order::booking::parse_book_request_id;
-use lifeboat_core::ports::{Clock, RequestStore};
+use lifeboat_core::ports::{Clock, OperatorApi, RequestStore};
 use lifeboat_core::request::OutcomeKind;
 use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
@@ -25,7 +24,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::customer::{OPERATOR, Observed, Shop, customer};
-use super::keys::{BookingKey, KeyPerAttempt};
+use super::keys::{BookingKey, KeyPerAttempt, KeyPerCall};
 use super::report::{self, DeskSeen, Report};
 use super::{Phase, Script};
 use crate::marketplace::SaleDesk;
@@ -42,6 +41,8 @@ pub(crate) struct Suite {
     /// books them from.
     orders: Arc<MemoryOrderStore>,
     booking: Arc<booking_worker::BookingWorker>,
+    /// The keys made per call, under [`BookingKey::Call`].
+    key_per_call: Option<Arc<KeyPerCall>>,
     desk: SaleDesk,
     /// The legacy switch refuses the first write after the first off-sale
     /// write (to show the retry schedule); set once.
@@ -76,8 +77,14 @@ impl Suite {
             },
             clock.clone(),
         );
+        let key_per_call = (script.booking_key == BookingKey::Call)
+            .then(|| Arc::new(KeyPerCall::new(Arc::new(sim.clone()))));
+        let reached: Arc<dyn OperatorApi> = match &key_per_call {
+            Some(keys) => keys.clone(),
+            None => Arc::new(sim.clone()),
+        };
         let gateway = MemorySuite::new(
-            Arc::new(sim.clone()),
+            reached,
             clock.clone(),
             MemorySuiteConfig {
                 operators: vec![operator.clone()],
@@ -143,6 +150,7 @@ impl Suite {
             carts,
             orders,
             booking: Arc::new(booking),
+            key_per_call,
             desk,
             switch_failure_armed: false,
         }
@@ -172,7 +180,10 @@ impl Suite {
         let stats = self.sim.stats();
         let sold_out = self.sim.sold_out();
         let booked_keys = self.sim.booked_keys();
-        let key_orders = self.key_orders();
+        let mut key_orders = report::key_orders(&self.gateway.requests);
+        if let Some(made) = &self.key_per_call {
+            made.trace(&mut key_orders);
+        }
         let mut report = report::build(report::Inputs {
             script: &self.script,
             start: self.script.start,
@@ -196,22 +207,6 @@ impl Suite {
         });
         report.aws = self.gateway.aws_counts();
         report
-    }
-
-    /// The order each idempotency key was sent for, from the booking
-    /// requests that carried it.
-    fn key_orders(&self) -> BTreeMap<String, String> {
-        let mut keys = BTreeMap::new();
-        self.gateway.requests.for_each(|stored| {
-            let request = &stored.request;
-            if let (Some(key), Some((order_id, _))) = (
-                request.params.get("idempotency_key"),
-                parse_book_request_id(&request.request_id),
-            ) {
-                keys.insert(key.clone(), order_id.to_owned());
-            }
-        });
-        keys
     }
 
     /// Requests per phase answered within the budget after their deadline.

@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
+use lifeboat_core::memory::MemoryRequestStore;
+use lifeboat_core::order::booking::parse_book_request_id;
 use lifeboat_core::order::{HeldOrder, OrderState, RefundReason, StateName};
 use serde::Serialize;
 
@@ -75,6 +77,22 @@ pub(crate) struct DeskSeen<'a> {
     /// The order each key was sent for, from the booking requests that
     /// carried it.
     pub key_orders: &'a BTreeMap<String, String>,
+}
+
+/// The order each idempotency key was sent for, from the booking requests
+/// in `requests` that carried it.
+pub(crate) fn key_orders(requests: &MemoryRequestStore) -> BTreeMap<String, String> {
+    let mut keys = BTreeMap::new();
+    requests.for_each(|stored| {
+        let request = &stored.request;
+        if let (Some(key), Some((order_id, _))) = (
+            request.params.get("idempotency_key"),
+            parse_book_request_id(&request.request_id),
+        ) {
+            keys.insert(key.clone(), order_id.to_owned());
+        }
+    });
+    keys
 }
 
 impl Orders {

@@ -1,0 +1,131 @@
+//! The campaign's orders: those the buyers' carts held while their
+//! operator could not book, how each ended, and what the operators' desks
+//! booked for them, counted as `lifeboat demo` counts its day's
+//! ([`Orders::of`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use booking_worker::WorkerReport;
+use chrono::{DateTime, Utc};
+use lifeboat_core::OperatorId;
+use lifeboat_core::order::HeldOrder;
+use lifeboat_operator::SimulatedOperators;
+use serde::Serialize;
+
+use crate::demo::report::{DeskSeen, Orders};
+
+/// How the campaign's held orders ended (`lifeboat chaos --json`'s
+/// `orders`; docs/chaos.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ChaosOrders {
+    /// Orders the cart held (carts confirmed while their operator could not
+    /// book).
+    pub held: usize,
+    /// Booked, at the held price or another.
+    pub booked: usize,
+    /// Refunded: sold out, no longer bookable, or the price declined.
+    pub refunded: usize,
+    /// Parked for a person.
+    pub parked: usize,
+    /// Orders not final at the end (held, booking, or waiting for their
+    /// customer), whatever their operator.
+    pub open: usize,
+    /// Of those, the orders of operators up at the end: lifeboat's to have
+    /// finished (an operator still down keeps its orders held).
+    pub open_operator_up: usize,
+    /// Booking calls that reached the operators.
+    pub book_calls: u64,
+    /// Booking calls answered with their key's booking again (a record
+    /// redelivered after its consumer was killed, a call retried): each
+    /// took no seat.
+    pub repeated_bookings: u64,
+    /// Seats the operators' desks took beyond the first for one order
+    /// ([`Orders::duplicate_bookings`]).
+    pub duplicate_bookings: u64,
+    /// Sailings a guaranteed order could not be seated on
+    /// ([`Orders::oversold_sailings`]).
+    pub oversold_sailings: usize,
+    /// The booking worker's invocations, and those in which some
+    /// operator's run was ended by a failed table or bus call (the next
+    /// invocation carries on).
+    pub worker_runs: usize,
+    pub worker_runs_with_errors: usize,
+}
+
+/// What the campaign's end shows of its orders.
+pub(super) struct Seen<'a> {
+    pub orders: &'a [HeldOrder],
+    /// The operators served, and their simulators.
+    pub served: &'a [OperatorId],
+    pub operators: &'a SimulatedOperators,
+    /// The order each idempotency key was sent for.
+    pub key_orders: &'a BTreeMap<String, String>,
+    /// Operators down when the campaign ended.
+    pub down_at_end: &'a BTreeSet<OperatorId>,
+    pub worker_runs: &'a [WorkerReport],
+    pub start: DateTime<Utc>,
+}
+
+impl ChaosOrders {
+    pub(super) fn of(seen: &Seen<'_>) -> Self {
+        let (mut booked_keys, mut sold_out) = (Vec::new(), BTreeMap::new());
+        let (mut book_calls, mut repeated_bookings) = (0, 0);
+        for operator in seen.served.iter().filter_map(|id| seen.operators.get(id)) {
+            booked_keys.extend(operator.booked_keys());
+            sold_out.extend(operator.sold_out());
+            let stats = operator.stats();
+            book_calls += stats.by_operation.book;
+            repeated_bookings += stats.repeated_bookings;
+        }
+        let desk = DeskSeen {
+            booked_keys: &booked_keys,
+            sold_out: &sold_out,
+            key_orders: seen.key_orders,
+        };
+        // The demo's counts; its minutes to book, counted from one
+        // operator's return, mean nothing over many operators' outages.
+        let figures = Orders::of(seen.orders, &desk, seen.start);
+        let open = seen.orders.iter().filter(|o| !o.state.is_final());
+        ChaosOrders {
+            held: figures.held,
+            booked: figures.booked_at_held_price + figures.booked_at_other_price,
+            refunded: figures.refunded.sold_out + figures.refunded.refused + figures.refunded.price,
+            parked: figures.parked,
+            open: open.clone().count(),
+            open_operator_up: open
+                .filter(|o| !seen.down_at_end.contains(&o.operator))
+                .count(),
+            book_calls,
+            repeated_bookings,
+            duplicate_bookings: figures.duplicate_bookings,
+            oversold_sailings: figures.oversold_sailings,
+            worker_runs: seen.worker_runs.len(),
+            worker_runs_with_errors: seen
+                .worker_runs
+                .iter()
+                .filter(|r| r.operators.iter().any(|o| !o.errors.is_empty()))
+                .count(),
+        }
+    }
+
+    /// The report's line.
+    pub fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "  orders held {}: booked {}, refunded {}, parked {}, open {} ({} of operators back); {} booking calls, {} answered again, {} duplicate bookings, {} oversold sailings; booking worker runs {} ({} with a failed call)",
+            self.held,
+            self.booked,
+            self.refunded,
+            self.parked,
+            self.open,
+            self.open_operator_up,
+            self.book_calls,
+            self.repeated_bookings,
+            self.duplicate_bookings,
+            self.oversold_sailings,
+            self.worker_runs,
+            self.worker_runs_with_errors,
+        );
+    }
+}
