@@ -206,35 +206,43 @@ async fn exactly_one_outcome_under_twenty_concurrent_writers() {
 async fn a_consumers_outcome_takes_the_place_of_an_askers_close_once() {
     let (_moto, config) = moto().await;
     let store = requests_store(&config, "requests-closed").await;
-    store.put_request(&request("r-1")).await.unwrap();
-    let outcome =
-        |by: &str| Outcome::failed(FailureReason::Expired, by.to_owned(), t(1_796_000_004), by);
-    let close = outcome(lifeboat_core::request::CLOSED_BY_ASKER);
-    let written = |w: Result<OutcomeWrite, StoreError>| w.unwrap() == OutcomeWrite::Written;
-    assert!(written(
-        store.write_outcome(&op("nordic"), "r-1", &close).await
-    ));
-    assert!(
-        !written(store.write_outcome(&op("nordic"), "r-1", &close).await),
-        "one close"
-    );
-    let late = outcome("real-consumer");
-    assert!(written(
-        store.write_outcome(&op("nordic"), "r-1", &late).await
-    ));
-    let stored = store.get(&op("nordic"), "r-1").await.unwrap().unwrap();
-    assert_eq!(stored.outcome.as_ref(), Some(&late));
-    // Nothing replaces a consumer's outcome, a close least of all.
-    assert!(!written(
-        store.write_outcome(&op("nordic"), "r-1", &close).await
-    ));
-    assert!(!written(
-        store
-            .write_outcome(&op("nordic"), "r-1", &outcome("fallback-consumer"))
-            .await
-    ));
-    let stored = store.get(&op("nordic"), "r-1").await.unwrap().unwrap();
-    assert_eq!(stored.outcome.as_ref(), Some(&late));
+    // The search's close of a question, and the booking worker's of a
+    // booking call it took as lost.
+    for (k, closer) in lifeboat_core::request::ASKERS_CLOSES.iter().enumerate() {
+        let id = format!("r-{k}");
+        store.put_request(&request(&id)).await.unwrap();
+        let outcome =
+            |by: &str| Outcome::failed(FailureReason::Expired, by.to_owned(), t(1_796_000_004), by);
+        let close = outcome(closer);
+        let written = |w: Result<OutcomeWrite, StoreError>| w.unwrap() == OutcomeWrite::Written;
+        assert!(written(
+            store.write_outcome(&op("nordic"), &id, &close).await
+        ));
+        assert!(
+            !written(store.write_outcome(&op("nordic"), &id, &close).await),
+            "one close ({closer})"
+        );
+        let late = outcome("real-consumer");
+        assert!(
+            written(store.write_outcome(&op("nordic"), &id, &late).await),
+            "{closer}'s close replaced"
+        );
+        let stored = store.get(&op("nordic"), &id).await.unwrap().unwrap();
+        assert_eq!(stored.outcome.as_ref(), Some(&late));
+        // Nothing replaces a consumer's outcome, a close least of all.
+        for by in lifeboat_core::request::ASKERS_CLOSES {
+            assert!(!written(
+                store.write_outcome(&op("nordic"), &id, &outcome(by)).await
+            ));
+        }
+        assert!(!written(
+            store
+                .write_outcome(&op("nordic"), &id, &outcome("fallback-consumer"))
+                .await
+        ));
+        let stored = store.get(&op("nordic"), &id).await.unwrap().unwrap();
+        assert_eq!(stored.outcome.as_ref(), Some(&late));
+    }
 }
 
 #[tokio::test]

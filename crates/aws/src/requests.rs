@@ -29,7 +29,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use chrono::TimeDelta;
 use lifeboat_core::operator::{Operation, OperatorId};
 use lifeboat_core::ports::{OutcomeWrite, RequestStore, StoreError, StoredRequest};
-use lifeboat_core::request::{CLOSED_BY_ASKER, Outcome, RequestRecord};
+use lifeboat_core::request::{ASKERS_CLOSES, Outcome, RequestRecord};
 use serde::{Deserialize, Serialize};
 
 use crate::error::describe;
@@ -356,15 +356,17 @@ impl RequestStore for DynamoRequestStore {
             .expression_attribute_names("#id", "request_id")
             .expression_attribute_names("#outcome", "outcome")
             .expression_attribute_values(":outcome", value);
-        update = if outcome.by == CLOSED_BY_ASKER {
+        update = if outcome.is_askers_close() {
             update.condition_expression("attribute_exists(#id) AND attribute_not_exists(#outcome)")
         } else {
+            let [search, worker] = ASKERS_CLOSES;
             update
                 .condition_expression(
-                    "attribute_exists(#id) AND (attribute_not_exists(#outcome) OR #outcome.#by = :closer)",
+                    "attribute_exists(#id) AND (attribute_not_exists(#outcome) OR #outcome.#by IN (:search, :worker))",
                 )
                 .expression_attribute_names("#by", "by")
-                .expression_attribute_values(":closer", AttributeValue::S(CLOSED_BY_ASKER.into()))
+                .expression_attribute_values(":search", AttributeValue::S(search.into()))
+                .expression_attribute_values(":worker", AttributeValue::S(worker.into()))
         };
         let result = update
             // The refused write says what it ran into: no second read needed.

@@ -24,6 +24,7 @@ use lifeboat_core::metrics::{MetricSet, Unit, names};
 use lifeboat_core::order::booking::to_start;
 use lifeboat_core::order::{BookingAnswer, HeldOrder, OrderPolicy, OrderState, StateName};
 use lifeboat_core::ports::{StoreError, StoredRequest};
+use lifeboat_core::request::{CLOSED_BY_BOOKING_WORKER, FailureReason, Outcome};
 use lifeboat_core::{BreakerState, OperatorId};
 use std::time::Duration;
 
@@ -193,9 +194,18 @@ impl BookingWorker {
                 })) => order
                     .answer(BookingAnswer::from_outcome(&outcome), policy, now)
                     .is_ok(),
-                // Not answered yet, or its request never written: lost
-                // once booking_lost_after_s has passed.
-                Ok(_) => order.expire(policy, now).is_some(),
+                // Not answered yet: lost once booking_lost_after_s has
+                // passed, and its request closed, as a search closes the
+                // question it gave up on.
+                Ok(Some(_)) => {
+                    let lost = order.expire(policy, now).is_some();
+                    if lost {
+                        self.close(&order.operator, &request_id, now).await;
+                    }
+                    lost
+                }
+                // Its request never written: lost all the same.
+                Ok(None) => order.expire(policy, now).is_some(),
                 Err(e) => {
                     tracing::warn!(operator = %order.operator, order = %order.order_id, error = %e, "booking outcome not read");
                     false
@@ -207,6 +217,29 @@ impl BookingWorker {
             return Some(order);
         }
         self.save(order, report, moves).await
+    }
+
+    /// Close the booking call `request_id` taken as lost with an expired
+    /// outcome, unless it has one (the write is conditional, and a
+    /// consumer's answer that comes later still takes its place): every
+    /// request ends with an outcome, even one the stream gave up on. A
+    /// close that fails is counted in `DependencyErrors` and changes
+    /// nothing else: the order is held again all the same, and its next
+    /// call carries the same key.
+    async fn close(&self, operator: &OperatorId, request_id: &str, now: DateTime<Utc>) {
+        let outcome = Outcome::failed(
+            FailureReason::Expired,
+            "no outcome before the booking worker took the call as lost",
+            now,
+            CLOSED_BY_BOOKING_WORKER,
+        );
+        if let Err(e) = self
+            .requests
+            .write_outcome(operator, request_id, &outcome)
+            .await
+        {
+            tracing::warn!(operator = %operator, request_id, error = %e, "lost booking call not closed");
+        }
     }
 
     /// Start a booking call for the held `order`: saved as booking first,

@@ -524,6 +524,20 @@ async fn a_lost_call_is_asked_again_with_the_same_key_and_gets_its_booking() {
     assert_eq!(ids, ["book-lb-a-1", "book-lb-a-2"]);
     let lost = (requests[1].created_at - requests[0].created_at).num_seconds();
     assert!(lost >= 120 + 10, "asked again {lost} s later");
+    // The lost call's request is closed by the worker: every request ends
+    // with an outcome, and a consumer's answer may still take its place.
+    let closed = ok(w.requests.get(&nordic(), "book-lb-a-1").await).and_then(|r| r.outcome);
+    assert!(
+        closed.as_ref().is_some_and(|o| o.by == "booking-worker"
+            && matches!(
+                o.kind,
+                OutcomeKind::Failed {
+                    reason: FailureReason::Expired,
+                    ..
+                }
+            )),
+        "{closed:?}"
+    );
     assert!(
         order
             .history

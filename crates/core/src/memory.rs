@@ -590,13 +590,14 @@ mod tests {
         );
     }
 
-    /// An asker's close, a consumer's answer after it, a second consumer's
-    /// outcome, and a close after all that, on a store with `condition`.
-    async fn writes_after_a_close(condition: OutcomeCondition) -> RequestCounts {
+    /// An asker's close (by `closer`), a consumer's answer after it, a
+    /// second consumer's outcome, and a close after all that, on a store
+    /// with `condition`.
+    async fn writes_after_a_close_by(closer: &str, condition: OutcomeCondition) -> RequestCounts {
         let store = MemoryRequestStore::with_condition(condition);
         store.put_request(&request("a")).await.unwrap();
         let op = request("a").operator;
-        let close = Outcome::failed(FailureReason::Timeout, "expired", t(), CLOSED_BY_ASKER);
+        let close = Outcome::failed(FailureReason::Timeout, "expired", t(), closer);
         let answer = Outcome::failed(FailureReason::Timeout, "t", t(), "real-consumer");
         let again = Outcome::failed(FailureReason::BreakerOpen, "b", t(), "fallback-consumer");
         for outcome in [&close, &answer, &again, &close] {
@@ -605,13 +606,20 @@ mod tests {
         store.counts()
     }
 
+    async fn writes_after_a_close(condition: OutcomeCondition) -> RequestCounts {
+        writes_after_a_close_by(CLOSED_BY_ASKER, condition).await
+    }
+
     #[tokio::test]
     async fn outcome_writes_are_counted_by_what_they_found() {
-        let counts = writes_after_a_close(OutcomeCondition::OneOutcome).await;
-        assert_eq!(counts.outcome_writes, 1, "{counts:?}");
-        assert_eq!(counts.closes_replaced, 1, "{counts:?}");
-        assert_eq!(counts.refused_outcome_writes, 2, "{counts:?}");
-        assert_eq!(counts.duplicate_outcomes, 0, "{counts:?}");
+        // The search's close and the booking worker's alike.
+        for closer in crate::request::ASKERS_CLOSES {
+            let counts = writes_after_a_close_by(closer, OutcomeCondition::OneOutcome).await;
+            assert_eq!(counts.outcome_writes, 1, "{closer}: {counts:?}");
+            assert_eq!(counts.closes_replaced, 1, "{closer}: {counts:?}");
+            assert_eq!(counts.refused_outcome_writes, 2, "{closer}: {counts:?}");
+            assert_eq!(counts.duplicate_outcomes, 0, "{closer}: {counts:?}");
+        }
     }
 
     #[tokio::test]

@@ -117,14 +117,26 @@ pub struct Outcome {
 /// Who writes the outcome of a request its asker gave up on with no
 /// outcome yet (`Outcome::by`): the search, when its budget runs out.
 pub const CLOSED_BY_ASKER: &str = "search";
+/// The same for a booking call: the booking worker, when it takes the call
+/// as lost (`booking_lost_after_s`) and holds its order again.
+pub const CLOSED_BY_BOOKING_WORKER: &str = "booking-worker";
+/// Every asker that closes its own requests: a close is the outcome of a
+/// request nobody answered, which a consumer's answer may still replace.
+pub const ASKERS_CLOSES: [&str; 2] = [CLOSED_BY_ASKER, CLOSED_BY_BOOKING_WORKER];
 
 impl Outcome {
+    /// Whether this is an asker's close ([`ASKERS_CLOSES`]), not a
+    /// consumer's outcome.
+    pub fn is_askers_close(&self) -> bool {
+        ASKERS_CLOSES.contains(&self.by.as_str())
+    }
+
     /// Whether this outcome may take the place of `existing`: only a
     /// consumer's outcome, and only over an asker's close. Each request
     /// keeps one outcome; a close keeps a request the stream gave up on from
     /// having none, and an answer that comes later still replaces it.
     pub fn replaces(&self, existing: &Outcome) -> bool {
-        existing.by == CLOSED_BY_ASKER && self.by != CLOSED_BY_ASKER
+        existing.is_askers_close() && !self.is_askers_close()
     }
 
     pub fn failed(

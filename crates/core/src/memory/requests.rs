@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::operator::OperatorId;
 use crate::ports::{OutcomeWrite, RequestStore, StoreError, StoredRequest};
-use crate::request::{CLOSED_BY_ASKER, Outcome, RequestRecord};
+use crate::request::{Outcome, RequestRecord};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section below writes whole values: a poisoned lock
@@ -268,9 +268,7 @@ impl RequestStore for MemoryRequestStore {
         let found = stored.outcome.replace(outcome.clone());
         let counter = match found {
             None => &mut inner.outcome_writes,
-            Some(existing) if existing.by == CLOSED_BY_ASKER && outcome.by != CLOSED_BY_ASKER => {
-                &mut inner.closes_replaced
-            }
+            Some(existing) if outcome.replaces(&existing) => &mut inner.closes_replaced,
             Some(_) => &mut inner.duplicate_outcomes,
         };
         *counter += 1;
