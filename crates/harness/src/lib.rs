@@ -9,6 +9,8 @@
 //! * [`fleet`]: a marketplace day of many operators, on virtual time;
 //! * [`on_moto`]: `lifeboat local`, the wired suite on this machine
 //!   (moto_server and cargo lambda watch);
+//! * [`buyers`]: the carts confirmed in `chaos` and `fleet`, and what
+//!   became of their orders;
 //! * `marketplace`: what they share, the routes customers search and the
 //!   sale desk of the in-memory suite;
 //! * [`args`] and [`commands`]: the simulations' flags and their `run`;
@@ -17,6 +19,7 @@
 //! * [`aws_model_table`]: the AWS world the simulations charge.
 
 pub mod args;
+pub mod buyers;
 pub mod chaos;
 pub mod commands;
 pub mod demo;

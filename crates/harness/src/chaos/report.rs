@@ -13,7 +13,7 @@ use lifeboat_sim::fault::FaultClass;
 use serde::Serialize;
 
 use super::ChaosScript;
-use super::orders::ChaosOrders;
+use crate::buyers::orders::OrdersEnded;
 
 /// One operator as sampled.
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +152,7 @@ pub struct ChaosReport {
     pub virtual_s: f64,
     pub wall_s: f64,
     /// The orders the buyers' carts held, and how each ended.
-    pub orders: ChaosOrders,
+    pub orders: OrdersEnded,
     /// What the AWS world charged beside store calls: cold starts,
     /// throttles and peak environments per function, and Lambda
     /// control-plane calls (all zero in the ideal world).
@@ -356,7 +356,7 @@ pub(super) fn build(i: Inputs<'_>) -> ChaosReport {
         faults_stop_s: stop.as_secs_f64(),
         virtual_s: script.duration().as_secs_f64(),
         wall_s: i.wall.as_secs_f64(),
-        orders: ChaosOrders::default(),
+        orders: OrdersEnded::default(),
         aws: lifeboat_sim::AwsCounts::default(),
     }
 }

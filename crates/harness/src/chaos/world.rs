@@ -33,10 +33,10 @@ use offsale_listener::OffsaleListener;
 use search::Search;
 use tokio::task::JoinSet;
 
-use super::buyers::{Till, buyers};
-use super::orders::{self, ChaosOrders};
 use super::report::{self, Samples};
 use super::{ChaosReport, ChaosScript};
+use crate::buyers::orders::{OrdersEnded, Seen as OrdersSeen};
+use crate::buyers::{Arrivals, Till, buyers};
 use crate::demo::report::key_orders;
 use crate::demo::{BookingKey, KeyPerAttempt, KeyPerCall};
 use crate::marketplace::ROUTES;
@@ -225,8 +225,15 @@ impl World {
             self.search.clone(),
             self.gateway.http_function(),
         ));
+        let traffic_for = self.script.traffic_for();
         let buyers = tokio::spawn(buyers(
-            self.script.clone(),
+            Arrivals {
+                seed: self.script.seed,
+                per_s: self.script.carts as f64 / traffic_for.as_secs_f64().max(1.0),
+                for_: traffic_for,
+                shares: Vec::new(),
+                start: self.script.start,
+            },
             self.operators.clone(),
             self.till.clone(),
         ));
@@ -305,10 +312,13 @@ impl World {
         if let Some(made) = &self.key_per_call {
             made.trace(&mut keys);
         }
-        report.orders = ChaosOrders::of(&orders::Seen {
+        report.orders = OrdersEnded::of(&OrdersSeen {
             orders: &self.orders.all(),
-            served: &self.operators,
-            operators: &self.sims,
+            desks: self
+                .operators
+                .iter()
+                .filter_map(|id| self.sims.get(id))
+                .collect(),
             key_orders: &keys,
             down_at_end: &down_at_end,
             worker_runs: &worker_runs,

@@ -1,7 +1,7 @@
-//! The campaign's orders: those the buyers' carts held while their
-//! operator could not book, how each ended, and what the operators' desks
-//! booked for them, counted as `lifeboat demo` counts its day's
-//! ([`Orders::of`]).
+//! The buyers' orders: those their carts held while their operator could
+//! not book, how each ended, and what the operators' desks booked for them,
+//! counted as `lifeboat demo` counts its day's ([`Orders::of`]), over many
+//! operators.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -10,15 +10,15 @@ use booking_worker::WorkerReport;
 use chrono::{DateTime, Utc};
 use lifeboat_core::OperatorId;
 use lifeboat_core::order::HeldOrder;
-use lifeboat_operator::SimulatedOperators;
+use lifeboat_operator::SimulatedOperator;
 use serde::Serialize;
 
 use crate::demo::report::{DeskSeen, Orders};
 
-/// How the campaign's held orders ended (`lifeboat chaos --json`'s
-/// `orders`; docs/chaos.md).
+/// How the buyers' held orders ended (`orders` of `lifeboat chaos --json`,
+/// docs/chaos.md, and of `lifeboat fleet --json`, docs/fleet.md).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ChaosOrders {
+pub struct OrdersEnded {
     /// Orders the cart held (carts confirmed while their operator could not
     /// book).
     pub held: usize,
@@ -53,25 +53,24 @@ pub struct ChaosOrders {
     pub worker_runs_with_errors: usize,
 }
 
-/// What the campaign's end shows of its orders.
-pub(super) struct Seen<'a> {
+/// What a simulation's end shows of its orders.
+pub(crate) struct Seen<'a> {
     pub orders: &'a [HeldOrder],
-    /// The operators served, and their simulators.
-    pub served: &'a [OperatorId],
-    pub operators: &'a SimulatedOperators,
+    /// Every operator's simulator (their desks).
+    pub desks: Vec<&'a SimulatedOperator>,
     /// The order each idempotency key was sent for.
     pub key_orders: &'a BTreeMap<String, String>,
-    /// Operators down when the campaign ended.
+    /// Operators down when the simulation ended.
     pub down_at_end: &'a BTreeSet<OperatorId>,
     pub worker_runs: &'a [WorkerReport],
     pub start: DateTime<Utc>,
 }
 
-impl ChaosOrders {
-    pub(super) fn of(seen: &Seen<'_>) -> Self {
+impl OrdersEnded {
+    pub(crate) fn of(seen: &Seen<'_>) -> Self {
         let (mut booked_keys, mut sold_out) = (Vec::new(), BTreeMap::new());
         let (mut book_calls, mut repeated_bookings) = (0, 0);
-        for operator in seen.served.iter().filter_map(|id| seen.operators.get(id)) {
+        for operator in &seen.desks {
             booked_keys.extend(operator.booked_keys());
             sold_out.extend(operator.sold_out());
             let stats = operator.stats();
@@ -87,7 +86,7 @@ impl ChaosOrders {
         // operator's return, mean nothing over many operators' outages.
         let figures = Orders::of(seen.orders, &desk, seen.start);
         let open = seen.orders.iter().filter(|o| !o.state.is_final());
-        ChaosOrders {
+        OrdersEnded {
             held: figures.held,
             booked: figures.booked_at_held_price + figures.booked_at_other_price,
             refunded: figures.refunded.sold_out + figures.refunded.refused + figures.refunded.price,

@@ -1,15 +1,19 @@
-//! The campaign's buyers: customers who go straight to payment, so that
-//! carts are confirmed while operators are off sale or their breakers open
-//! and the booking worker has held orders to book through the faults. Each
-//! asks a question the operator was asked before (so an outage answers it
-//! from the cache), opens a cart on the first sailing shown and confirms
-//! it, through the search and cart handlers as the HTTP API calls them.
+//! Buyers: customers who go straight to payment, so that carts are
+//! confirmed while operators are off sale or their breakers open and the
+//! booking worker has held orders to book (`lifeboat chaos` and `lifeboat
+//! fleet`; the demo's customers are [`crate::demo`]'s own). Each asks a
+//! question its operator's buyers asked before (so an outage answers it from
+//! the cache), opens a cart on the first sailing shown and confirms it,
+//! through the search and cart handlers as the HTTP API calls them;
+//! [`orders`] counts what became of the orders they held.
+
+pub mod orders;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use cart::CartService;
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::OperatorId;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::SimRng;
@@ -18,7 +22,6 @@ use search::Search;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use super::ChaosScript;
 use crate::marketplace::ROUTES;
 
 /// The questions each operator's buyers ask: a few, asked again and again,
@@ -31,26 +34,50 @@ const CONFIRMS: usize = 6;
 const LONGEST_WAIT: Duration = Duration::from_secs(60);
 
 /// The handlers a buyer calls, through the HTTP API.
-pub(super) struct Till {
+pub(crate) struct Till {
     pub search: Arc<Search>,
     pub carts: Arc<CartService>,
     pub http: HttpFunction,
 }
 
-/// Buyers arriving at the rate that makes `script.carts` of them over the
-/// traffic's length, each to an operator chosen at random.
-pub(super) async fn buyers(script: ChaosScript, operators: Vec<OperatorId>, till: Arc<Till>) {
-    let mut rng = SimRng::new(script.seed ^ 0xB0_7E25);
-    let rate = script.carts as f64 / script.traffic_for().as_secs_f64().max(1.0);
+/// When buyers come, and to which operators.
+#[derive(Debug, Clone)]
+pub(crate) struct Arrivals {
+    pub seed: u64,
+    /// Buyers a second, over the whole marketplace.
+    pub per_s: f64,
+    /// How long they keep coming.
+    pub for_: Duration,
+    /// Each operator's share of the buyers, cumulative (the last 1.0);
+    /// empty: every operator alike.
+    pub shares: Vec<f64>,
+    /// The day their dates count from.
+    pub start: DateTime<Utc>,
+}
+
+/// Buyers arriving as a Poisson stream at `arrivals`' rate, each to an
+/// operator drawn by its share; returns when the last one is done.
+pub(crate) async fn buyers(arrivals: Arrivals, operators: Vec<OperatorId>, till: Arc<Till>) {
+    if arrivals.per_s <= 0.0 || operators.is_empty() {
+        return;
+    }
+    let mut rng = SimRng::new(arrivals.seed ^ 0xB0_7E25);
+    let began = tokio::time::Instant::now();
     let mut visits = JoinSet::new();
-    for _ in 0..script.carts {
-        let k = usize::try_from(rng.next_u64() % operators.len().max(1) as u64).unwrap_or(0);
+    while began.elapsed() < arrivals.for_ {
+        let u = rng.next_f64();
+        let k = if arrivals.shares.is_empty() {
+            usize::try_from(rng.next_u64() % operators.len() as u64).unwrap_or(0)
+        } else {
+            arrivals.shares.iter().position(|&c| u < c).unwrap_or(0)
+        };
         let n = rng.next_u64() % QUESTIONS;
         if let Some(operator) = operators.get(k) {
-            let (till, operator, script) = (till.clone(), operator.clone(), script.clone());
-            visits.spawn(async move { buy(&till, &operator, &question(&script, n)).await });
+            let (till, operator) = (till.clone(), operator.clone());
+            let question = question(arrivals.start, n);
+            visits.spawn(async move { buy(&till, &operator, &question).await });
         }
-        let gap = -(1.0 - rng.next_f64()).ln() / rate.max(0.001);
+        let gap = -(1.0 - rng.next_f64()).ln() / arrivals.per_s;
         tokio::time::sleep(Duration::from_secs_f64(gap)).await;
         while visits.try_join_next().is_some() {}
     }
@@ -124,12 +151,12 @@ async fn cart(
         .await
 }
 
-/// The `n`-th of an operator's buyers' questions: a few days ahead, two
-/// passengers, on the first route.
-fn question(script: &ChaosScript, n: u64) -> [String; 4] {
+/// The `n`-th of an operator's buyers' questions: a few days after
+/// `start`, two passengers, on the first route.
+fn question(start: DateTime<Utc>, n: u64) -> [String; 4] {
     let (from, to) = ROUTES[0];
     let day = i64::try_from(3 + n).unwrap_or(3);
-    let date = script.start + TimeDelta::days(day);
+    let date = start + TimeDelta::days(day);
     [
         from.to_owned(),
         to.to_owned(),
