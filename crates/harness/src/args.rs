@@ -98,6 +98,11 @@ pub struct FleetArgs {
     /// Searches per second over the whole marketplace.
     #[arg(long, default_value_t = 10.0, value_parser = parse_rate)]
     pub(crate) searches_per_s: f64,
+    /// Buyers, as a share of the searches: each takes a sailing it found
+    /// to a confirmed cart, and those confirmed while their operator
+    /// cannot book hold orders (0 to 0.5).
+    #[arg(long, default_value_t = 0.01, value_parser = parse_share)]
+    pub(crate) cart_share: f64,
     /// How requests flow to the consumers: a lane (stream and mapping)
     /// per operator, or one shared by all.
     #[arg(long, default_value = "per-operator", value_parser = parse_lanes)]
@@ -118,6 +123,13 @@ pub struct FleetArgs {
     pub(crate) lane_parallelization: Option<u64>,
     #[command(flatten)]
     pub(crate) world: WorldArgs,
+}
+
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (0.0..=0.5).contains(&s) => Ok(s),
+        _ => Err(format!("{text:?} is not a share from 0 to 0.5")),
+    }
 }
 
 fn parse_hours(text: &str) -> Result<f64, String> {

@@ -69,7 +69,11 @@ pub(crate) async fn buyers(arrivals: Arrivals, operators: Vec<OperatorId>, till:
         let k = if arrivals.shares.is_empty() {
             usize::try_from(rng.next_u64() % operators.len() as u64).unwrap_or(0)
         } else {
-            arrivals.shares.iter().position(|&c| u < c).unwrap_or(0)
+            arrivals
+                .shares
+                .iter()
+                .position(|&c| u < c)
+                .unwrap_or(operators.len() - 1)
         };
         let n = rng.next_u64() % QUESTIONS;
         if let Some(operator) = operators.get(k) {

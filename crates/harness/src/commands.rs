@@ -96,6 +96,7 @@ impl FleetArgs {
             operators,
             hours,
             searches_per_s,
+            cart_share,
             lanes,
             seed,
             real_consumer_concurrency,
@@ -110,6 +111,7 @@ impl FleetArgs {
             operators: usize::try_from(operators).unwrap_or(defaults.operators),
             duration: std::time::Duration::from_secs_f64(hours * 3600.0),
             searches_per_s,
+            cart_share,
             lanes,
             real_consumer_concurrency: real_consumer_concurrency
                 .and_then(|n| usize::try_from(n).ok()),

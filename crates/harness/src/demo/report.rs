@@ -25,7 +25,7 @@ use lifeboat_core::cart::Cart;
 use lifeboat_core::order::HeldOrder;
 
 pub use carts::{Carts, CartsMinutesSeen, CustomerModel};
-pub(crate) use orders::{DeskSeen, key_orders};
+pub(crate) use orders::{DeskSeen, key_order, key_orders};
 pub use orders::{MinutesToBook, Orders, Refunded};
 pub use render::clock;
 

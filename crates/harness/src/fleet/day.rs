@@ -1,18 +1,23 @@
 //! The fleet's day: many simulated operators behind one gateway, customers
 //! searching at each operator's rate, and the loop that plays AWS.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use cart::CartService;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::OperatorId;
+use lifeboat_core::cart::CartSettings;
+use lifeboat_core::memory::{MemoryCartStore, MemoryOrderStore};
+use lifeboat_core::order::booking::OrderSettings;
 use lifeboat_core::ports::{Clock, OperatorApi};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall};
 use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
+use lifeboat_sim::booking::BookingSchedule;
 use lifeboat_sim::meter::{InvocationKind, Ledger, Metered, metered};
 use lifeboat_sim::{HttpFunction, MemorySuite, MemorySuiteConfig, TokioClock};
 use search::Search;
@@ -21,6 +26,9 @@ use tokio::time::Instant;
 
 use super::report::{self, FleetReport, SearchTally};
 use super::{FLAP, FleetScript, Incident, IncidentKind};
+use crate::buyers::orders::{OrdersEnded, Seen as OrdersSeen};
+use crate::buyers::{Arrivals, Till, buyers};
+use crate::demo::report::key_order;
 use crate::marketplace::{ROUTES, SaleDesk};
 
 /// Days ahead customers travel: with 8 routes and 1–4 passengers, 1,920
@@ -127,6 +135,16 @@ pub(crate) struct Day {
     search: Arc<Search>,
     calls: Arc<Mutex<Vec<CallSeen>>>,
     searches: Arc<Mutex<SearchTally>>,
+    /// Every operator's simulator, by rank (their desks' bookings).
+    sims: Vec<SimulatedOperator>,
+    /// The cart and the search, as buyers reach them.
+    till: Arc<Till>,
+    /// The Orders table the cart holds orders in.
+    orders: Arc<MemoryOrderStore>,
+    booking: Arc<booking_worker::BookingWorker>,
+    /// The order each booking call's key was sent for, noted as the
+    /// Requests store lets requests go, then from those it still keeps.
+    keys: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl Day {
@@ -187,20 +205,48 @@ impl Day {
         );
         let searches = Arc::new(Mutex::new(SearchTally::new(script, &operators)));
         let tally = searches.clone();
-        gateway.on_evicted(Box::new(move |stored| lock(&tally).request(stored)));
+        let keys = Arc::new(Mutex::new(BTreeMap::new()));
+        let noted_keys = keys.clone();
+        gateway.on_evicted(Box::new(move |stored| {
+            lock(&tally).request(stored);
+            lock(&noted_keys).extend(key_order(stored));
+        }));
         gateway.requests.set_condition(script.outcome_condition);
         let desk = SaleDesk::new(&gateway, clock.clone());
-        let search = Arc::new(Search {
-            lookup: Lookup::new(
+        let lookup = || {
+            Lookup::new(
                 Metered::new(gateway.requests_port()),
                 Metered::new(gateway.cache_port()),
                 Metered::new(gateway.breakers_port()),
                 clock.clone(),
                 script.settings.clone(),
             )
-            .with_metrics(gateway.metrics.clone()),
-            operators: operators.iter().cloned().collect::<BTreeSet<_>>(),
+            .with_metrics(gateway.metrics.clone())
+        };
+        let served = operators.iter().cloned().collect::<BTreeSet<_>>();
+        let search = Arc::new(Search {
+            lookup: lookup(),
+            operators: served.clone(),
         });
+        let orders = Arc::new(MemoryOrderStore::new());
+        let till = Arc::new(Till {
+            search: search.clone(),
+            carts: Arc::new(CartService {
+                carts: gateway.charged(Arc::new(MemoryCartStore::new())),
+                sale: gateway.charged(desk.store.clone()),
+                orders: gateway.charged(orders.clone()),
+                events: gateway.charged(gateway.bus.clone()),
+                lookup: lookup(),
+                operators: served,
+                settings: CartSettings::default(),
+            }),
+            http: gateway.http_function(),
+        });
+        let booking = Arc::new(
+            gateway.booking_worker(gateway.charged(orders.clone()), OrderSettings::default()),
+        );
+        let mut sims: Vec<(usize, SimulatedOperator)> = by_id.into_values().collect();
+        sims.sort_by_key(|(rank, _)| *rank);
         Self {
             script: script.clone(),
             clock,
@@ -211,6 +257,11 @@ impl Day {
             search,
             calls,
             searches,
+            sims: sims.into_iter().map(|(_, sim)| sim).collect(),
+            till,
+            orders,
+            booking,
+            keys,
         }
     }
 
@@ -224,11 +275,28 @@ impl Day {
             self.searches.clone(),
             self.gateway.ledger.clone(),
         ));
+        let buyers = tokio::spawn(buyers(
+            Arrivals {
+                seed: self.script.seed,
+                per_s: self.script.searches_per_s * self.script.cart_share,
+                for_: self.script.duration,
+                shares: self.script.cumulative_shares(),
+                start: self.script.start,
+            },
+            self.operators.clone(),
+            self.till.clone(),
+        ));
+        let booking = BookingSchedule::start(self.booking.clone());
         self.desk.play(&mut self.gateway, traffic, |_| {}).await;
+        let worker_runs = booking.stop();
+        if let Err(e) = buyers.await {
+            tracing::error!(error = %e, "the fleet's buyers failed");
+        }
         // The requests still kept, as the store would have let them go.
-        self.gateway
-            .requests
-            .for_each(|stored| lock(&self.searches).request(stored));
+        self.gateway.requests.for_each(|stored| {
+            lock(&self.searches).request(stored);
+            lock(&self.keys).extend(key_order(stored));
+        });
         let mut report = report::build(report::Inputs {
             script: &self.script,
             operators: &self.operators,
@@ -242,6 +310,24 @@ impl Day {
             ledger: &self.gateway.ledger,
             settings: &self.script.settings,
             wall: wall.elapsed(),
+        });
+        let end = self
+            .script
+            .duration
+            .saturating_sub(Duration::from_millis(1));
+        let down_at_end = self
+            .incidents
+            .iter()
+            .filter(|i| i.start <= end && end < i.end)
+            .filter_map(|i| self.operators.get(i.rank).cloned())
+            .collect::<BTreeSet<_>>();
+        report.orders = OrdersEnded::of(&OrdersSeen {
+            orders: &self.orders.all(),
+            desks: self.sims.iter().collect(),
+            key_orders: &lock(&self.keys),
+            down_at_end: &down_at_end,
+            worker_runs: &worker_runs,
+            start: self.script.start,
         });
         report.aws = self.gateway.aws_counts();
         report
@@ -284,12 +370,7 @@ async fn traffic(
     ledger: Arc<Ledger>,
 ) {
     let mut rng = SimRng::new(script.seed);
-    let cumulative: Vec<f64> = (0..operators.len())
-        .scan(0.0, |sum, k| {
-            *sum += script.rate_of(k) / script.searches_per_s.max(f64::MIN_POSITIVE);
-            Some(*sum)
-        })
-        .collect();
+    let cumulative = script.cumulative_shares();
     let start = Instant::now();
     let mut customers = JoinSet::new();
     while start.elapsed() < script.duration {

@@ -35,6 +35,9 @@ pub struct FleetScript {
     pub duration: Duration,
     /// Searches per second over the whole marketplace.
     pub searches_per_s: f64,
+    /// Buyers, as a share of the searches, over the same operators: each
+    /// takes a sailing it found straight to a confirmed cart.
+    pub cart_share: f64,
     /// Exponent of the traffic's Zipf law: operator `k` (from 1) gets a
     /// share proportional to `1 / k^zipf`.
     pub zipf: f64,
@@ -64,6 +67,7 @@ impl Default for FleetScript {
             operators: 50,
             duration: Duration::from_secs(2 * 3600),
             searches_per_s: 10.0,
+            cart_share: 0.01,
             zipf: 1.0,
             lanes: LaneLayout::PerOperator,
             // 2026-12-01T06:00:00Z
@@ -143,6 +147,17 @@ impl FleetScript {
         let weight = |k: usize| 1.0 / ((k + 1) as f64).powf(self.zipf);
         let total: f64 = (0..self.operators).map(weight).sum();
         self.searches_per_s * weight(rank) / total
+    }
+
+    /// Each operator's share of the traffic, cumulative by rank (the last
+    /// 1.0): where a customer (or a buyer) drawn `u` in [0, 1) goes.
+    pub fn cumulative_shares(&self) -> Vec<f64> {
+        (0..self.operators)
+            .scan(0.0, |sum, k| {
+                *sum += self.rate_of(k) / self.searches_per_s.max(f64::MIN_POSITIVE);
+                Some(*sum)
+            })
+            .collect()
     }
 
     /// The real consumer's reservation the day runs with: the one given, or

@@ -64,6 +64,8 @@ pub struct FleetReport {
     /// throttles and peak environments per function, and Lambda
     /// control-plane calls (all zero in the ideal world).
     pub aws: lifeboat_sim::AwsCounts,
+    /// The orders the buyers' carts held, and how each ended.
+    pub orders: crate::buyers::orders::OrdersEnded,
     pub requests: Requests,
     pub store_calls: StoreCallsReport,
 }
@@ -367,6 +369,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         },
         store_calls: store_calls(inputs.ledger),
         aws: lifeboat_sim::AwsCounts::default(),
+        orders: crate::buyers::orders::OrdersEnded::default(),
     }
 }
 
@@ -474,6 +477,7 @@ impl FleetReport {
             s.control_plane_per_tick,
             s.max_items_read_per_invocation
         );
+        self.orders.render(&mut out);
         out
     }
 }

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use lifeboat_core::memory::MemoryRequestStore;
 use lifeboat_core::order::booking::parse_book_request_id;
 use lifeboat_core::order::{HeldOrder, OrderState, RefundReason, StateName};
+use lifeboat_core::ports::StoredRequest;
 use serde::Serialize;
 
 /// How the day's held orders ended (docs/orders.md, "The demo's orders").
@@ -83,16 +84,17 @@ pub(crate) struct DeskSeen<'a> {
 /// in `requests` that carried it.
 pub(crate) fn key_orders(requests: &MemoryRequestStore) -> BTreeMap<String, String> {
     let mut keys = BTreeMap::new();
-    requests.for_each(|stored| {
-        let request = &stored.request;
-        if let (Some(key), Some((order_id, _))) = (
-            request.params.get("idempotency_key"),
-            parse_book_request_id(&request.request_id),
-        ) {
-            keys.insert(key.clone(), order_id.to_owned());
-        }
-    });
+    requests.for_each(|stored| keys.extend(key_order(stored)));
     keys
+}
+
+/// The idempotency key `stored` carried and the order it was sent for, if
+/// it is a booking request.
+pub(crate) fn key_order(stored: &StoredRequest) -> Option<(String, String)> {
+    let request = &stored.request;
+    let key = request.params.get("idempotency_key")?;
+    let (order_id, _) = parse_book_request_id(&request.request_id)?;
+    Some((key.clone(), order_id.to_owned()))
 }
 
 impl Orders {
