@@ -2,13 +2,14 @@
 //! its second for comparison.
 //!
 //! ```sh
-//! # the six functions as tools/test builds them for cargo lambda watch
+//! # the seven functions as tools/test builds them for cargo lambda watch
 //! CARGO_TARGET_DIR=target/lambda-watch cargo build --bin real-consumer \
 //!   --bin fallback-consumer --bin circuit-switch --bin search --bin cart \
-//!   --bin offsale-listener
+//!   --bin offsale-listener --bin booking-worker
 //! # optional: the native release binaries for the direct measurement
 //! cargo build --release --bin real-consumer --bin fallback-consumer \
-//!   --bin circuit-switch --bin search --bin cart --bin offsale-listener
+//!   --bin circuit-switch --bin search --bin cart --bin offsale-listener \
+//!   --bin booking-worker
 //! cargo run --release -p lifeboat-local --example startup -- \
 //!   [--native-dir target/release] [--runs 5] [--json]
 //! ```
@@ -37,9 +38,11 @@
 //!
 //! The payloads are harmless and need no operator call: an empty batch for
 //! the consumers and the off-sale listener, a schedule tick for the circuit
-//! switch (it reads the Breaker table and the mapping in moto), and an HTTP
-//! API request for a path search and cart do not serve (their own 404
-//! problem). The figures are for this machine and these binaries; a deployed
+//! switch (it reads the Breaker table and the mapping in moto) and for the
+//! booking worker (as `BookingScheduleRule` sends it: the worker reads the
+//! Breaker table and its operator's open orders, none, in the Orders table
+//! in moto, and books nothing), and an HTTP API request for a path search
+//! and cart do not serve (their own 404 problem). The figures are for this machine and these binaries; a deployed
 //! arm64 function's cold start adds Lambda's own sandbox and download time.
 
 use std::collections::VecDeque;
@@ -60,9 +63,9 @@ use lifeboat_core::OperatorId;
 use lifeboat_local::moto::{MotoServer, REGION};
 use lifeboat_local::pump::{TickerConfig, schedule_event};
 use lifeboat_local::suite::{
-    CART, CIRCUIT_SWITCH, CustomerOptions, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER,
-    SEARCH, SuiteNames, SuiteOptions, create_customer_resources, create_resources, function_env,
-    moto_launcher,
+    BOOKING_WORKER, CART, CIRCUIT_SWITCH, CustomerOptions, FALLBACK_CONSUMER, OFFSALE_LISTENER,
+    REAL_CONSUMER, SEARCH, SuiteNames, SuiteOptions, create_customer_resources, create_resources,
+    function_env, moto_launcher,
 };
 use lifeboat_local::watch::{Watch, watch_target_dir, workspace_root};
 use lifeboat_operator::{SimConfig, SimServer};
@@ -72,13 +75,14 @@ use tokio::sync::{Notify, mpsc};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-const FUNCTIONS: [&str; 6] = [
+const FUNCTIONS: [&str; 7] = [
     REAL_CONSUMER,
     FALLBACK_CONSUMER,
     CIRCUIT_SWITCH,
     OFFSALE_LISTENER,
     SEARCH,
     CART,
+    BOOKING_WORKER,
 ];
 
 /// How long one invocation may take before the measurement gives up.
@@ -282,6 +286,17 @@ fn event_for(function: &str) -> Result<Value, BoxError> {
         }
         CIRCUIT_SWITCH => schedule_event(
             &TickerConfig::new(CIRCUIT_SWITCH, Duration::from_secs(60), "startup"),
+            &uuid::Uuid::new_v4().to_string(),
+            chrono::Utc::now(),
+        ),
+        // The minute tick of `BookingScheduleRule`, as the template's rule
+        // sends it (tests/events/schedule-tick.json's shape).
+        BOOKING_WORKER => schedule_event(
+            &TickerConfig::new(
+                BOOKING_WORKER,
+                Duration::from_secs(60),
+                &SuiteNames::default().booking_schedule_rule,
+            ),
             &uuid::Uuid::new_v4().to_string(),
             chrono::Utc::now(),
         ),
