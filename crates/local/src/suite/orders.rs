@@ -7,15 +7,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::AttributeValue;
-use lifeboat_aws::orders::order_from_item;
+use lifeboat_aws::orders::DynamoOrderStore;
 use lifeboat_core::order::HeldOrder;
 use lifeboat_core::order::booking::{BOOK_REQUEST_PREFIX, parse_book_request_id};
 
 use super::{LocalSuite, SuiteError};
-
-/// The prefix of the Orders table's sailing items (the passengers held on
-/// a sailing), which are not orders.
-const SAILING_PREFIX: &str = "sailing#";
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -26,21 +22,20 @@ fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
 }
 
 impl LocalSuite {
-    /// Every order in the Orders table (its sailing items passed over). An
-    /// item that does not read as an order is an error naming it.
+    /// Every order in the Orders table (its sailing items passed over), as
+    /// `lifeboat orders` reads it (`DynamoOrderStore::all`). An item that
+    /// does not read as an order is an error naming it.
     pub async fn orders(&self) -> Result<Vec<HeldOrder>, SuiteError> {
         self.customer_resources()?;
         let table = &self.resources.names.orders_table;
-        let mut orders = Vec::new();
-        for item in self.scan(table, None).await? {
-            let key = text(&item, "pk").unwrap_or("(no pk)").to_owned();
-            if key.starts_with(SAILING_PREFIX) {
-                continue;
-            }
-            orders.push(order_from_item(item).map_err(|e| SuiteError::Read {
-                what: format!("order {key} in {table}"),
-                detail: e.to_string(),
-            })?);
+        let store = DynamoOrderStore::new(aws_sdk_dynamodb::Client::new(&self.sdk), table);
+        let read = |detail: String| SuiteError::Read {
+            what: format!("the orders in {table}"),
+            detail,
+        };
+        let (orders, unreadable) = store.all().await.map_err(|e| read(e.to_string()))?;
+        if !unreadable.is_empty() {
+            return Err(read(unreadable.join("; ")));
         }
         Ok(orders)
     }
