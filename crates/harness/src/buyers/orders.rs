@@ -128,3 +128,55 @@ impl OrdersEnded {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use booking_worker::OperatorReport;
+    use lifeboat_core::OperatorId;
+
+    use super::*;
+    use crate::demo::report::order_fixtures::{at, order};
+
+    /// The figures of `orders` and the worker's `runs`, with no desk.
+    fn seen_with<'a>(
+        orders: &'a [HeldOrder],
+        down_at_end: &'a BTreeSet<OperatorId>,
+        runs: &'a [WorkerReport],
+        keys: &'a BTreeMap<String, String>,
+    ) -> OrdersEnded {
+        OrdersEnded::of(&Seen {
+            orders,
+            desks: Vec::new(),
+            key_orders: keys,
+            down_at_end,
+            worker_runs: runs,
+            start: at(0),
+        })
+    }
+
+    #[test]
+    fn open_orders_are_split_by_whether_their_operator_is_back() {
+        let orders = [order("a", "s1", 10), order("b", "s2", 20)];
+        let keys = BTreeMap::new();
+        let nordic = orders[0].operator.clone();
+        let up = seen_with(&orders, &BTreeSet::new(), &[], &keys);
+        assert_eq!((up.held, up.open, up.open_operator_up), (2, 2, 2));
+        let down = seen_with(&orders, &BTreeSet::from([nordic]), &[], &keys);
+        assert_eq!((down.open, down.open_operator_up), (2, 0));
+    }
+
+    #[test]
+    fn a_run_with_a_failed_call_is_counted() {
+        let failed = WorkerReport {
+            operators: vec![OperatorReport {
+                operator: "nordic".into(),
+                errors: vec!["orders unavailable".into()],
+                ..OperatorReport::default()
+            }],
+        };
+        let runs = [WorkerReport::default(), failed];
+        let keys = BTreeMap::new();
+        let seen = seen_with(&[], &BTreeSet::new(), &runs, &keys);
+        assert_eq!((seen.worker_runs, seen.worker_runs_with_errors), (2, 1));
+    }
+}

@@ -25,6 +25,8 @@ use lifeboat_core::cart::Cart;
 use lifeboat_core::order::HeldOrder;
 
 pub use carts::{Carts, CartsMinutesSeen, CustomerModel};
+#[cfg(test)]
+pub(crate) use orders::tests as order_fixtures;
 pub(crate) use orders::{DeskSeen, key_order, key_orders};
 pub use orders::{MinutesToBook, Orders, Refunded};
 pub use render::clock;

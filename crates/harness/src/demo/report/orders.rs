@@ -197,16 +197,18 @@ fn percentile(values: &[f64], p: f64) -> Option<f64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use lifeboat_core::cart::{Cart, CartPolicy, Confirmation, Sailing};
     use lifeboat_core::order::{BookingAnswer, HoldReason, OrderPolicy};
 
-    fn at(s: i64) -> DateTime<Utc> {
+    pub(crate) fn at(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_796_104_800 + s, 0).unwrap_or_default()
     }
 
-    fn order(id: &str, sailing: &str, held_at: i64) -> HeldOrder {
+    /// Cart `id`'s order for nordic on `sailing`, confirmed off sale and
+    /// held `held_at` seconds into the demo's day.
+    pub(crate) fn order(id: &str, sailing: &str, held_at: i64) -> HeldOrder {
         let operator = lifeboat_core::OperatorId::new("nordic").unwrap_or_else(|e| panic!("{e}"));
         let sailing = Sailing {
             sailing_id: sailing.into(),
