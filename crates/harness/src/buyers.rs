@@ -9,20 +9,25 @@
 
 pub mod orders;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cart::CartService;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::OperatorId;
+use lifeboat_core::cart::CartSettings;
+use lifeboat_core::memory::{MemoryCartStore, MemoryOrderStore};
+use lifeboat_core::ports::{EventPublisher, SaleStatusStore};
+use lifeboat_lookup::Lookup;
 use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::SimRng;
-use lifeboat_sim::HttpFunction;
+use lifeboat_sim::{HttpFunction, MemorySuite};
 use search::Search;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::marketplace::ROUTES;
+use crate::marketplace::{ROUTES, sailings_request};
 
 /// The questions each operator's buyers ask: a few, asked again and again,
 /// so the cache holds their last good answer when the operator is down.
@@ -38,6 +43,47 @@ pub(crate) struct Till {
     pub search: Arc<Search>,
     pub carts: Arc<CartService>,
     pub http: HttpFunction,
+}
+
+/// What the cart reaches beside its lookup: the SaleStatus table and the
+/// bus, as the world wraps them.
+pub(crate) struct CartPorts {
+    pub sale: Arc<dyn SaleStatusStore>,
+    pub events: Arc<dyn EventPublisher>,
+}
+
+impl Till {
+    /// The search and the cart of `operators` on `gateway`, each on its own
+    /// `lookup()`, the cart's orders held in `orders`: the search the
+    /// customers share, and the till.
+    pub(crate) fn open(
+        gateway: &MemorySuite,
+        lookup: impl Fn() -> Lookup,
+        operators: &[OperatorId],
+        ports: CartPorts,
+        orders: &Arc<MemoryOrderStore>,
+    ) -> (Arc<Search>, Arc<Self>) {
+        let served = operators.iter().cloned().collect::<BTreeSet<_>>();
+        let search = Arc::new(Search {
+            lookup: lookup(),
+            operators: served.clone(),
+        });
+        let carts = Arc::new(CartService {
+            carts: gateway.charged(Arc::new(MemoryCartStore::new())),
+            sale: ports.sale,
+            orders: gateway.charged(orders.clone()),
+            events: ports.events,
+            lookup: lookup(),
+            operators: served,
+            settings: CartSettings::default(),
+        });
+        let till = Arc::new(Self {
+            search: search.clone(),
+            carts,
+            http: gateway.http_function(),
+        });
+        (search, till)
+    }
 }
 
 /// When buyers come, and to which operators.
@@ -94,16 +140,7 @@ async fn buy(till: &Till, operator: &OperatorId, question: &[String; 4]) {
     let [from, to, date, passengers] = question;
     let found = till
         .http
-        .call(till.search.handle(&HttpRequest::get(
-            "/sailings",
-            &[
-                ("operator", operator.as_str()),
-                ("from", from),
-                ("to", to),
-                ("date", date),
-                ("passengers", passengers),
-            ],
-        )))
+        .call(till.search.handle(&sailings_request(operator, question)))
         .await;
     let Some(sailing) = found.body["sailings"]
         .get(0)

@@ -7,11 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lifeboat_core::OperatorId;
 use lifeboat_core::events::LifeboatEvent;
 use lifeboat_core::memory::{MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch};
 use lifeboat_core::ports::Clock;
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{OnSaleAt, WritePolicy};
+use lifeboat_lookup::http::HttpRequest;
 use lifeboat_sim::offsale::{InTransit, deliver, rule_message};
 use lifeboat_sim::{MemorySuite, TokioClock};
 use offsale_listener::OffsaleListener;
@@ -34,6 +36,22 @@ pub(crate) const ROUTES: [(&str, &str); 8] = [
 const IDLE: Duration = Duration::from_millis(50);
 /// How long the stream and queue keep running after the last customer.
 const DRAIN: Duration = Duration::from_secs(20);
+
+/// `GET /sailings` of `operator` for `question` (from, to, date,
+/// passengers), as the HTTP API hands it to the search function.
+pub(crate) fn sailings_request(operator: &OperatorId, question: &[String; 4]) -> HttpRequest {
+    let [from, to, date, passengers] = question;
+    HttpRequest::get(
+        "/sailings",
+        &[
+            ("operator", operator.as_str()),
+            ("from", from),
+            ("to", to),
+            ("date", date),
+            ("passengers", passengers),
+        ],
+    )
+}
 
 /// The off-sale side: the listener, its queue, the status table and the
 /// legacy switch, in memory.

@@ -8,12 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use booking_worker::BookingWorker;
-use cart::CartService;
 use chrono::{DateTime, TimeDelta, Utc};
-use lifeboat_core::cart::CartSettings;
 use lifeboat_core::events::{LifeboatEvent, SaleStatus};
 use lifeboat_core::memory::{
-    MemoryCartStore, MemoryOrderStore, MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch,
+    MemoryOrderStore, MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch,
 };
 use lifeboat_core::order::booking::OrderSettings;
 use lifeboat_core::ports::{
@@ -23,7 +21,6 @@ use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{OnSaleAt, WritePolicy};
 use lifeboat_core::{BreakerState, ConsumerTarget, OperatorId};
 use lifeboat_lookup::Lookup;
-use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator, SimulatedOperators};
 use lifeboat_sim::booking::BookingSchedule;
 use lifeboat_sim::fault::{FaultClass, FaultPlan, port};
@@ -36,10 +33,10 @@ use tokio::task::JoinSet;
 use super::report::{self, Samples};
 use super::{ChaosReport, ChaosScript};
 use crate::buyers::orders::{OrdersEnded, Seen as OrdersSeen};
-use crate::buyers::{Arrivals, Till, buyers};
+use crate::buyers::{Arrivals, CartPorts, Till, buyers};
 use crate::demo::report::key_orders;
 use crate::demo::{BookingKey, KeyPerAttempt, KeyPerCall};
-use crate::marketplace::ROUTES;
+use crate::marketplace::{ROUTES, sailings_request};
 
 /// How often the loop looks again when nothing was delivered.
 const IDLE: Duration = Duration::from_millis(50);
@@ -159,31 +156,22 @@ impl World {
             )
             .with_metrics(gateway.metrics.clone())
         };
-        let served = operators.iter().cloned().collect::<BTreeSet<_>>();
-        let search = Arc::new(Search {
-            lookup: lookup(),
-            operators: served.clone(),
-        });
         let orders = Arc::new(MemoryOrderStore::new());
-        let carts = Arc::new(CartService {
-            carts: gateway.charged(Arc::new(MemoryCartStore::new())),
-            sale: port(sale, &plan, &sink, wrap_clock),
-            orders: gateway.charged(orders.clone()),
-            events: port(
-                gateway.charged(gateway.bus.clone()),
-                &plan,
-                &sink,
-                wrap_clock,
-            ),
-            lookup: lookup(),
-            operators: served,
-            settings: CartSettings::default(),
-        });
-        let till = Arc::new(Till {
-            search: search.clone(),
-            carts,
-            http: gateway.http_function(),
-        });
+        let (search, till) = Till::open(
+            &gateway,
+            lookup,
+            &operators,
+            CartPorts {
+                sale: port(sale, &plan, &sink, wrap_clock),
+                events: port(
+                    gateway.charged(gateway.bus.clone()),
+                    &plan,
+                    &sink,
+                    wrap_clock,
+                ),
+            },
+            &orders,
+        );
         let mut booking =
             gateway.booking_worker(gateway.charged(orders.clone()), OrderSettings::default());
         booking.requests = port(booking.requests, &plan, &sink, wrap_clock);
@@ -405,18 +393,8 @@ async fn customers(
         let (search, http) = (search.clone(), http.clone());
         let operator = operator.clone();
         searches.spawn(async move {
-            let [from, to, date, passengers] = &question;
             let _ = http
-                .call(search.handle(&HttpRequest::get(
-                    "/sailings",
-                    &[
-                        ("operator", operator.as_str()),
-                        ("from", from),
-                        ("to", to),
-                        ("date", date),
-                        ("passengers", passengers),
-                    ],
-                )))
+                .call(search.handle(&sailings_request(&operator, &question)))
                 .await;
         });
         let gap = -(1.0 - rng.next_f64()).ln() / rate.max(0.001);

@@ -6,16 +6,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cart::CartService;
 use chrono::{DateTime, TimeDelta, Utc};
 use lifeboat_core::OperatorId;
-use lifeboat_core::cart::CartSettings;
-use lifeboat_core::memory::{MemoryCartStore, MemoryOrderStore};
+use lifeboat_core::memory::MemoryOrderStore;
 use lifeboat_core::order::booking::OrderSettings;
 use lifeboat_core::ports::{Clock, OperatorApi};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall};
 use lifeboat_lookup::Lookup;
-use lifeboat_lookup::http::HttpRequest;
 use lifeboat_operator::{Outage, SimConfig, SimRng, SimulatedOperator};
 use lifeboat_sim::booking::BookingSchedule;
 use lifeboat_sim::meter::{InvocationKind, Ledger, Metered, metered};
@@ -27,9 +24,9 @@ use tokio::time::Instant;
 use super::report::{self, FleetReport, SearchTally};
 use super::{FLAP, FleetScript, Incident, IncidentKind};
 use crate::buyers::orders::{OrdersEnded, Seen as OrdersSeen};
-use crate::buyers::{Arrivals, Till, buyers};
+use crate::buyers::{Arrivals, CartPorts, Till, buyers};
 use crate::demo::report::key_order;
-use crate::marketplace::{ROUTES, SaleDesk};
+use crate::marketplace::{ROUTES, SaleDesk, sailings_request};
 
 /// Days ahead customers travel: with 8 routes and 1–4 passengers, 1,920
 /// questions per operator, so busy operators answer many from the cache and
@@ -223,25 +220,17 @@ impl Day {
             )
             .with_metrics(gateway.metrics.clone())
         };
-        let served = operators.iter().cloned().collect::<BTreeSet<_>>();
-        let search = Arc::new(Search {
-            lookup: lookup(),
-            operators: served.clone(),
-        });
         let orders = Arc::new(MemoryOrderStore::new());
-        let till = Arc::new(Till {
-            search: search.clone(),
-            carts: Arc::new(CartService {
-                carts: gateway.charged(Arc::new(MemoryCartStore::new())),
+        let (search, till) = Till::open(
+            &gateway,
+            lookup,
+            &operators,
+            CartPorts {
                 sale: gateway.charged(desk.store.clone()),
-                orders: gateway.charged(orders.clone()),
                 events: gateway.charged(gateway.bus.clone()),
-                lookup: lookup(),
-                operators: served,
-                settings: CartSettings::default(),
-            }),
-            http: gateway.http_function(),
-        });
+            },
+            &orders,
+        );
         let booking = Arc::new(
             gateway.booking_worker(gateway.charged(orders.clone()), OrderSettings::default()),
         );
@@ -424,17 +413,8 @@ async fn one_search(
 ) {
     let at = clock.now();
     let began = Instant::now();
-    let (reply, calls) = metered(http.call(search.handle(&HttpRequest::get(
-        "/sailings",
-        &[
-            ("operator", operator.as_str()),
-            ("from", &question[0]),
-            ("to", &question[1]),
-            ("date", &question[2]),
-            ("passengers", &question[3]),
-        ],
-    ))))
-    .await;
+    let (reply, calls) =
+        metered(http.call(search.handle(&sailings_request(&operator, &question)))).await;
     let kind = match reply.body["source"].as_str() {
         Some("fresh") => InvocationKind::SearchHit,
         Some("live") => InvocationKind::SearchMiss,
