@@ -14,9 +14,7 @@ use lifeboat_core::memory::{
     MemoryOrderStore, MemoryQueue, MemorySaleStatusStore, MemorySaleSwitch,
 };
 use lifeboat_core::order::booking::OrderSettings;
-use lifeboat_core::ports::{
-    BreakerStore, Clock, MetricsSink, OperatorApi, RequestStore, StreamRouter,
-};
+use lifeboat_core::ports::{BreakerStore, Clock, MetricsSink, StreamRouter};
 use lifeboat_core::retry::RetrySchedule;
 use lifeboat_core::sale::{OnSaleAt, WritePolicy};
 use lifeboat_core::{BreakerState, ConsumerTarget, OperatorId};
@@ -34,8 +32,7 @@ use super::report::{self, Samples};
 use super::{ChaosReport, ChaosScript};
 use crate::buyers::orders::{OrdersEnded, Seen as OrdersSeen};
 use crate::buyers::{Arrivals, CartPorts, Till, buyers};
-use crate::demo::report::key_orders;
-use crate::demo::{BookingKey, KeyPerAttempt, KeyPerCall};
+use crate::demo::Keys;
 use crate::marketplace::{ROUTES, sailings_request};
 
 /// How often the loop looks again when nothing was delivered.
@@ -57,8 +54,8 @@ pub(super) struct World {
     search: Arc<Search>,
     /// The operators, kept to read their desks' bookings at the end.
     sims: Arc<SimulatedOperators>,
-    /// The keys made per call, under [`BookingKey::Call`].
-    key_per_call: Option<Arc<KeyPerCall>>,
+    /// The booking calls' keys, as the script's `booking_key` has them.
+    keys: Keys,
     /// The cart and the search, as buyers reach them.
     till: Arc<Till>,
     /// The Orders table the cart holds orders in.
@@ -97,12 +94,7 @@ impl World {
             })
             .collect::<SimulatedOperators>();
         let sims = Arc::new(sims);
-        let key_per_call = (script.booking_key == BookingKey::Call)
-            .then(|| Arc::new(KeyPerCall::new(sims.clone())));
-        let reached: Arc<dyn OperatorApi> = match &key_per_call {
-            Some(keys) => keys.clone(),
-            None => sims.clone(),
-        };
+        let (keys, reached) = Keys::new(script.booking_key, sims.clone());
         let plan = Arc::new(FaultPlan::new(script.seed));
         let gateway = MemorySuite::new(
             reached,
@@ -177,10 +169,7 @@ impl World {
         booking.requests = port(booking.requests, &plan, &sink, wrap_clock);
         booking.breakers = port(booking.breakers, &plan, &sink, wrap_clock);
         booking.events = port(booking.events, &plan, &sink, wrap_clock);
-        if script.booking_key == BookingKey::Attempt {
-            let inner: Arc<dyn RequestStore> = booking.requests.clone();
-            booking.requests = Arc::new(KeyPerAttempt { inner });
-        }
+        booking.requests = keys.worker_requests(booking.requests);
         Self {
             script: script.clone(),
             clock,
@@ -192,7 +181,7 @@ impl World {
             switch,
             search,
             sims,
-            key_per_call,
+            keys,
             till,
             orders,
             booking: Arc::new(booking),
@@ -293,13 +282,16 @@ impl World {
             .operators
             .iter()
             .enumerate()
-            .filter(|(k, _)| report::down(&outages, *k, self.script.duration() - IDLE))
+            .filter(|(k, _)| {
+                let last = self
+                    .script
+                    .duration()
+                    .saturating_sub(Duration::from_millis(1));
+                report::down(&outages, *k, last)
+            })
             .map(|(_, operator)| operator.clone())
             .collect::<BTreeSet<_>>();
-        let mut keys = key_orders(&self.gateway.requests);
-        if let Some(made) = &self.key_per_call {
-            made.trace(&mut keys);
-        }
+        let keys = self.keys.key_orders(&self.gateway.requests);
         report.orders = OrdersEnded::of(&OrdersSeen {
             orders: &self.orders.all(),
             desks: self

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use lifeboat_core::Operation;
 use lifeboat_core::OperatorId;
+use lifeboat_core::memory::MemoryRequestStore;
 use lifeboat_core::ports::{OperatorApi, OutcomeWrite, RequestStore, StoreError, StoredRequest};
 use lifeboat_core::request::{CallResult, OperatorCall, Outcome, RequestRecord};
 
@@ -28,9 +29,59 @@ pub enum BookingKey {
     Call,
 }
 
+/// A simulation's booking keys as [`BookingKey`] has them: the operators
+/// the consumers reach, the Requests tables the booking worker writes,
+/// and each key the operators saw traced back to its order.
+pub(crate) struct Keys {
+    key: BookingKey,
+    /// The keys made per call, under [`BookingKey::Call`].
+    per_call: Option<Arc<KeyPerCall>>,
+}
+
+impl Keys {
+    /// The keys as `key` has them, and the operators as the consumers then
+    /// reach `operators`.
+    pub fn new(key: BookingKey, operators: Arc<dyn OperatorApi>) -> (Self, Arc<dyn OperatorApi>) {
+        if key != BookingKey::Call {
+            return (
+                Self {
+                    key,
+                    per_call: None,
+                },
+                operators,
+            );
+        }
+        let per_call = Arc::new(KeyPerCall::new(operators));
+        let reached: Arc<dyn OperatorApi> = per_call.clone();
+        let keys = Self {
+            key,
+            per_call: Some(per_call),
+        };
+        (keys, reached)
+    }
+
+    /// The Requests tables as the booking worker writes them.
+    pub fn worker_requests(&self, requests: Arc<dyn RequestStore>) -> Arc<dyn RequestStore> {
+        match self.key {
+            BookingKey::Attempt => Arc::new(KeyPerAttempt { inner: requests }),
+            BookingKey::Order | BookingKey::Call => requests,
+        }
+    }
+
+    /// The order each key the operators saw was sent for, from the
+    /// booking requests in `requests` and the keys made per call.
+    pub fn key_orders(&self, requests: &MemoryRequestStore) -> BTreeMap<String, String> {
+        let mut keys = super::report::key_orders(requests);
+        if let Some(made) = &self.per_call {
+            made.trace(&mut keys);
+        }
+        keys
+    }
+}
+
 /// The Requests tables as the booking worker reaches them, with its
 /// booking requests' key rewritten per [`BookingKey::Attempt`].
-pub(crate) struct KeyPerAttempt {
+struct KeyPerAttempt {
     pub inner: Arc<dyn RequestStore>,
 }
 
@@ -70,8 +121,8 @@ impl RequestStore for KeyPerAttempt {
 /// The operators as the real consumer reaches them, each booking call's key
 /// made new per [`BookingKey::Call`]; the keys it made are kept, so each can
 /// be traced to the key its request carried.
-pub(crate) struct KeyPerCall {
-    pub inner: Arc<dyn OperatorApi>,
+struct KeyPerCall {
+    inner: Arc<dyn OperatorApi>,
     /// Each key sent, with the key its request carried.
     made: Mutex<BTreeMap<String, String>>,
 }

@@ -35,7 +35,7 @@ use serde::Serialize;
 
 pub use customer::Replies;
 pub use keys::BookingKey;
-pub(crate) use keys::{KeyPerAttempt, KeyPerCall};
+pub(crate) use keys::Keys;
 pub use report::Report;
 
 /// The scripted day.

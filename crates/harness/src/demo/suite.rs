@@ -13,7 +13,7 @@ use lifeboat_core::OperatorId;
 use lifeboat_core::cart::{CartPolicy, CartSettings};
 use lifeboat_core::events::SaleStatus;
 use lifeboat_core::memory::{MemoryCartStore, MemoryOrderStore, SwitchOutcome};
-use lifeboat_core::ports::{Clock, OperatorApi, RequestStore};
+use lifeboat_core::ports::Clock;
 use lifeboat_core::request::OutcomeKind;
 use lifeboat_lookup::Lookup;
 use lifeboat_operator::{Outage, PriceDrift, SimConfig, SimulatedOperator};
@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::customer::{OPERATOR, Observed, Shop, customer};
-use super::keys::{BookingKey, KeyPerAttempt, KeyPerCall};
+use super::keys::Keys;
 use super::report::{self, DeskSeen, Report};
 use super::{Phase, Script};
 use crate::marketplace::SaleDesk;
@@ -41,8 +41,8 @@ pub(crate) struct Suite {
     /// books them from.
     orders: Arc<MemoryOrderStore>,
     booking: Arc<booking_worker::BookingWorker>,
-    /// The keys made per call, under [`BookingKey::Call`].
-    key_per_call: Option<Arc<KeyPerCall>>,
+    /// The booking calls' keys, as the script's `booking_key` has them.
+    keys: Keys,
     desk: SaleDesk,
     /// The legacy switch refuses the first write after the first off-sale
     /// write (to show the retry schedule); set once.
@@ -77,12 +77,7 @@ impl Suite {
             },
             clock.clone(),
         );
-        let key_per_call = (script.booking_key == BookingKey::Call)
-            .then(|| Arc::new(KeyPerCall::new(Arc::new(sim.clone()))));
-        let reached: Arc<dyn OperatorApi> = match &key_per_call {
-            Some(keys) => keys.clone(),
-            None => Arc::new(sim.clone()),
-        };
+        let (keys, reached) = Keys::new(script.booking_key, Arc::new(sim.clone()));
         let gateway = MemorySuite::new(
             reached,
             clock.clone(),
@@ -111,10 +106,7 @@ impl Suite {
             gateway.charged(orders.clone()),
             script.order_settings.clone(),
         );
-        if script.booking_key == BookingKey::Attempt {
-            let inner: Arc<dyn RequestStore> = booking.requests.clone();
-            booking.requests = Arc::new(KeyPerAttempt { inner });
-        }
+        booking.requests = keys.worker_requests(booking.requests);
         let shop = Arc::new(Shop {
             search: Arc::new(Search {
                 lookup: lookup(),
@@ -150,7 +142,7 @@ impl Suite {
             carts,
             orders,
             booking: Arc::new(booking),
-            key_per_call,
+            keys,
             desk,
             switch_failure_armed: false,
         }
@@ -180,10 +172,7 @@ impl Suite {
         let stats = self.sim.stats();
         let sold_out = self.sim.sold_out();
         let booked_keys = self.sim.booked_keys();
-        let mut key_orders = report::key_orders(&self.gateway.requests);
-        if let Some(made) = &self.key_per_call {
-            made.trace(&mut key_orders);
-        }
+        let key_orders = self.keys.key_orders(&self.gateway.requests);
         let mut report = report::build(report::Inputs {
             script: &self.script,
             start: self.script.start,
