@@ -1210,6 +1210,13 @@ fn seats(seats: u32) -> SimConfig {
     }
 }
 
+/// The cart's settings for an operator whose other channels sell nothing
+/// (as `seats(n)`'s): its counts of seats left lose nothing as they age but
+/// their fading.
+fn nothing_sold_elsewhere() -> CartSettings {
+    CartSettings::from_json(r#"{"default": {"seats": {"sold_elsewhere_per_hour": 0}}}"#).unwrap()
+}
+
 /// The operator's search for `new_cart()`'s route, asked so its answer
 /// (each sailing with its `seats_left`) is cached: its first sailing.
 async fn searched(w: &mut World) -> Value {
@@ -1249,7 +1256,7 @@ async fn held_on(w: &World, sailing: &Value) -> u32 {
 
 #[tokio::test(start_paused = true)]
 async fn an_off_sale_confirm_holds_the_order_with_everything_a_booking_needs() {
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     assert_eq!(sailing["seats_left"], 40, "{sailing}");
     let cart = priced_cart(&mut w, &sailing).await;
@@ -1305,7 +1312,7 @@ async fn an_off_sale_confirm_holds_the_order_with_everything_a_booking_needs() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retried_confirm_holds_the_order_once() {
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     let cart = priced_cart(&mut w, &sailing).await;
     set_sale(&w, SaleStatus::OffSale, 2).await;
@@ -1340,7 +1347,7 @@ async fn a_retried_confirm_holds_the_order_once() {
 #[tokio::test(start_paused = true)]
 async fn past_the_seats_left_an_order_is_taken_on_request() {
     // Three seats: the first cart's two passengers fit, the second's do not.
-    let mut w = world(seats(3), CartSettings::default());
+    let mut w = world(seats(3), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     let first = priced_cart(&mut w, &sailing).await;
     let second = priced_cart(&mut w, &sailing).await;
@@ -1372,10 +1379,46 @@ async fn past_the_seats_left_an_order_is_taken_on_request() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn what_other_channels_may_have_sold_since_the_count_is_kept_back() {
+    // Four seats counted ten minutes before the confirms. By default other
+    // channels may sell forty before the orders are booked (60 an hour,
+    // for the count's ten minutes and the half hour the operator may yet
+    // stay away): nothing is left to guarantee. An operator whose other
+    // channels sell nothing (`sold_elsewhere_per_hour: 0`) has both carts'
+    // four passengers held.
+    let confirms = |settings: CartSettings| async move {
+        let mut w = world(seats(4), settings);
+        let sailing = searched(&mut w).await;
+        let first = priced_cart(&mut w, &sailing).await;
+        let second = priced_cart(&mut w, &sailing).await;
+        tokio::time::advance(Duration::from_secs(600)).await;
+        set_sale(&w, SaleStatus::OffSale, 2).await;
+        let mut statuses = Vec::new();
+        for cart in [&first, &second] {
+            let confirmed = post(&mut w, cart, "confirm").await;
+            assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+            statuses.push(confirmed.body["booking"]["status"].clone());
+        }
+        statuses
+    };
+    assert_eq!(
+        confirms(CartSettings::default()).await,
+        [json!("on_request"), json!("on_request")]
+    );
+    let nothing_elsewhere =
+        CartSettings::from_json(r#"{"default": {"seats": {"sold_elsewhere_per_hour": 0}}}"#)
+            .unwrap();
+    assert_eq!(
+        confirms(nothing_elsewhere).await,
+        [json!("held"), json!("held")]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_old_count_of_seats_is_not_trusted() {
     // Forty seats, but counted seven hours ago: past `gone_s` nothing of
     // that count is trusted, and the order is taken on request.
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     let cart = priced_cart(&mut w, &sailing).await;
     tokio::time::advance(Duration::from_secs(7 * 3600)).await;
@@ -1391,8 +1434,10 @@ async fn an_old_count_of_seats_is_not_trusted() {
 #[tokio::test(start_paused = true)]
 async fn past_the_cap_a_confirm_is_refused_when_the_policy_says_so() {
     let settings =
-        CartSettings::from_json(r#"{"default": {"seats": {"past_the_cap": "not_offered"}}}"#)
-            .unwrap();
+        CartSettings::from_json(
+            r#"{"default": {"seats": {"past_the_cap": "not_offered", "sold_elsewhere_per_hour": 0}}}"#,
+        )
+        .unwrap();
     let mut w = world(seats(3), settings);
     let sailing = searched(&mut w).await;
     let first = priced_cart(&mut w, &sailing).await;
@@ -1452,7 +1497,7 @@ impl OrderStore for Unreachable {
 
 #[tokio::test(start_paused = true)]
 async fn an_order_that_cannot_be_held_is_a_503_and_the_cart_stays_open() {
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     let cart = priced_cart(&mut w, &sailing).await;
     set_sale(&w, SaleStatus::OffSale, 2).await;
@@ -1476,7 +1521,7 @@ async fn an_order_that_cannot_be_held_is_a_503_and_the_cart_stays_open() {
 
 #[tokio::test(start_paused = true)]
 async fn an_on_sale_confirm_on_a_live_price_holds_nothing() {
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     let cart = priced_cart(&mut w, &sailing).await;
     let confirmed = post(&mut w, &cart, "confirm").await;
@@ -1563,7 +1608,7 @@ use lifeboat_core::order::{OrderState, StateName};
 
 #[tokio::test(start_paused = true)]
 async fn a_read_shows_the_order_waiting_and_an_accepted_price_holds_it_again() {
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     let (cart, price) = asked(&mut w, &sailing, 900).await;
 
@@ -1649,7 +1694,7 @@ async fn a_read_shows_the_order_waiting_and_an_accepted_price_holds_it_again() {
 
 #[tokio::test(start_paused = true)]
 async fn a_declined_price_refunds_the_order_and_gives_its_seats_back() {
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     let (cart, price) = asked(&mut w, &sailing, 900).await;
     assert_eq!(held_on(&w, &sailing).await, 2);
@@ -1674,7 +1719,7 @@ async fn a_declined_price_refunds_the_order_and_gives_its_seats_back() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reply_after_the_deadline_changes_nothing() {
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     let (cart, price) = asked(&mut w, &sailing, 900).await;
     tokio::time::advance(Duration::from_secs(24 * 3600 + 1)).await;
@@ -1693,7 +1738,7 @@ async fn a_reply_after_the_deadline_changes_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reply_needs_an_order_waiting_and_a_well_formed_body() {
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     // Held, not asked: nothing to answer yet.
     let cart = priced_cart(&mut w, &sailing).await;
@@ -1806,7 +1851,7 @@ impl OrderStore for Raced {
 
 #[tokio::test(start_paused = true)]
 async fn a_reply_that_loses_a_race_or_meets_an_unreachable_table_moves_nothing() {
-    let mut w = world(seats(40), CartSettings::default());
+    let mut w = world(seats(40), nothing_sold_elsewhere());
     let sailing = searched(&mut w).await;
     let (cart, price) = asked(&mut w, &sailing, 900).await;
     let answer = json!({"accept": true, "price_cents": price});

@@ -65,13 +65,15 @@ fn selling_fast() -> SeatModel {
 }
 
 #[tokio::test(start_paused = true)]
-async fn trusting_an_old_seat_count_oversells_and_trusting_none_does_not() {
+async fn trusting_an_old_seat_count_oversells_and_keeping_back_or_trusting_none_does_not() {
     let script = Script {
         seat_model: selling_fast(),
         ..short_day()
     };
     let trusting = demo::run(&Script {
         seat_guard: SeatGuard {
+            sold_elsewhere_per_hour: 0,
+            guaranteed_for_s: 0,
             trusted_s: 86_400,
             gone_s: 2 * 86_400,
             past_the_cap: PastTheCap::OnRequest,
@@ -83,10 +85,35 @@ async fn trusting_an_old_seat_count_oversells_and_trusting_none_does_not() {
     assert!(trusting.refunded.sold_out > 0, "{trusting:?}");
     assert!(trusting.oversold_sailings > 0, "{trusting:?}");
 
+    // The same count trusted for a day, but what other channels may sell
+    // until the order is booked kept back at their fastest (one and a half
+    // times their mean rate), for the count's age and the ten minutes the
+    // operator may yet stay away (the outage is three, its orders booked
+    // within two of its end): orders are still booked, none is oversold.
+    let keeping_back = demo::run(&Script {
+        seat_guard: SeatGuard {
+            sold_elsewhere_per_hour: 180,
+            guaranteed_for_s: 600,
+            trusted_s: 86_400,
+            gone_s: 2 * 86_400,
+            past_the_cap: PastTheCap::OnRequest,
+        },
+        ..script.clone()
+    })
+    .await
+    .orders;
+    assert!(
+        keeping_back.booked_at_held_price + keeping_back.booked_at_other_price > 0,
+        "{keeping_back:?}"
+    );
+    assert_eq!(keeping_back.oversold_sailings, 0, "{keeping_back:?}");
+
     // No count trusted: every order is taken on request, and a sold-out
     // sailing promised nothing it did not have.
     let wary = demo::run(&Script {
         seat_guard: SeatGuard {
+            sold_elsewhere_per_hour: 0,
+            guaranteed_for_s: 0,
             trusted_s: 0,
             gone_s: 1,
             past_the_cap: PastTheCap::OnRequest,

@@ -3,10 +3,19 @@
 //! operator's last answer and that answer's age.
 //!
 //! Seats sell through other channels while lifeboat cannot ask, so the
-//! last answer's count is trusted less the older it is: in full for
-//! `trusted_s`, then less and less, and not at all from `gone_s` on. Past
-//! the cap a sailing is offered "on request" (the order is taken, and the
-//! customer told it is not guaranteed) or not at all, as the policy says.
+//! last answer's count is trusted less the older it is, two ways at once:
+//!
+//! * what other channels may sell before the order is booked is kept
+//!   back: up to `sold_elsewhere_per_hour` seats for every hour of the
+//!   count's age, and of the `guaranteed_for_s` the operator may yet stay
+//!   away (a guarantee is a seat still there when the operator is back,
+//!   not only when the order is held);
+//! * the count itself fades: trusted up to `trusted_s`, then less and
+//!   less, and not at all from `gone_s` on.
+//!
+//! The cap is the smaller of the two. Past it a sailing is offered "on
+//! request" (the order is taken, and the customer told it is not
+//! guaranteed) or not at all, as the policy says.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -33,10 +42,21 @@ pub enum PastTheCap {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SeatGuard {
-    /// A count this young is trusted whole.
+    /// The most seats of one sailing the operator's other channels (its
+    /// own site, agents, the port's desk) may sell in an hour: kept back
+    /// for every hour of the count's age and of `guaranteed_for_s`. Set
+    /// it to what the operator's fastest-selling sailings sell; 0 keeps
+    /// nothing back.
+    pub sold_elsewhere_per_hour: u32,
+    /// How long after a hold the operator may stay away with the order's
+    /// seat still there: what other channels sell in that time is kept
+    /// back too. An outage that outlasts it can leave a guaranteed order
+    /// without a seat.
+    pub guaranteed_for_s: u64,
+    /// Up to this age the count fades only by what is kept back.
     pub trusted_s: u64,
-    /// A count this old is not trusted at all; between the two the cap
-    /// falls in a straight line.
+    /// A count this old is not trusted at all; between `trusted_s` and
+    /// `gone_s` it falls in a straight line as well.
     pub gone_s: u64,
     /// Past the cap, or when the operator's answers carry no count.
     pub past_the_cap: PastTheCap,
@@ -45,6 +65,8 @@ pub struct SeatGuard {
 impl Default for SeatGuard {
     fn default() -> Self {
         Self {
+            sold_elsewhere_per_hour: 60,
+            guaranteed_for_s: 30 * 60,
             trusted_s: 15 * 60,
             gone_s: 6 * 3600,
             past_the_cap: PastTheCap::OnRequest,
@@ -67,16 +89,22 @@ impl SeatGuard {
     /// was `left`, at `now`.
     pub fn cap(&self, left: SeatsLeft, now: DateTime<Utc>) -> u32 {
         let age = u64::try_from((now - left.as_of).num_seconds()).unwrap_or(0);
-        if age <= self.trusted_s {
-            return left.seats;
-        }
-        if age >= self.gone_s || self.gone_s <= self.trusted_s {
-            return 0;
-        }
-        let remaining = u128::from(self.gone_s - age);
-        let span = u128::from(self.gone_s - self.trusted_s);
-        // Rounded down: a fraction of a seat is not a seat.
-        u32::try_from(u128::from(left.seats) * remaining / span).unwrap_or(u32::MAX)
+        // Rounded up: a seat that may have sold is not offered.
+        let until_booked = u128::from(age) + u128::from(self.guaranteed_for_s);
+        let sold_elsewhere =
+            (u128::from(self.sold_elsewhere_per_hour) * until_booked).div_ceil(3600);
+        let kept = u128::from(left.seats).saturating_sub(sold_elsewhere);
+        let faded = if age <= self.trusted_s {
+            kept
+        } else if age >= self.gone_s || self.gone_s <= self.trusted_s {
+            0
+        } else {
+            let remaining = u128::from(self.gone_s - age);
+            let span = u128::from(self.gone_s - self.trusted_s);
+            // Rounded down: a fraction of a seat is not a seat.
+            u128::from(left.seats) * remaining / span
+        };
+        u32::try_from(kept.min(faded)).unwrap_or(u32::MAX)
     }
 
     /// Whether `passengers` more may be held on a sailing whose held orders
@@ -115,6 +143,8 @@ mod tests {
 
     fn guard() -> SeatGuard {
         SeatGuard {
+            sold_elsewhere_per_hour: 0,
+            guaranteed_for_s: 0,
             trusted_s: 600,
             gone_s: 3600,
             past_the_cap: PastTheCap::NotOffered,
@@ -137,16 +167,59 @@ mod tests {
     }
 
     #[test]
+    fn what_other_channels_may_sell_before_the_booking_is_kept_back() {
+        let g = SeatGuard {
+            sold_elsewhere_per_hour: 60,
+            ..guard()
+        };
+        let left = SeatsLeft {
+            seats: 30,
+            as_of: at(0),
+        };
+        assert_eq!(g.cap(left, at(0)), 30);
+        // A second old: a seat may have gone.
+        assert_eq!(g.cap(left, at(1)), 29);
+        assert_eq!(g.cap(left, at(60)), 29);
+        assert_eq!(g.cap(left, at(61)), 28);
+        // Ten minutes: ten seats, the count still trusted otherwise.
+        assert_eq!(g.cap(left, at(600)), 20);
+        // Past `trusted_s` the fading count is the smaller: half-way to
+        // `gone_s` half the seats (15), while 35 minutes kept back 35.
+        assert_eq!(g.cap(left, at(2100)), 0);
+        // Twenty minutes the operator may yet stay away: twenty more.
+        let guaranteed = SeatGuard {
+            guaranteed_for_s: 1200,
+            ..g
+        };
+        assert_eq!(guaranteed.cap(left, at(0)), 10);
+        assert_eq!(guaranteed.cap(left, at(1)), 9);
+        assert_eq!(guaranteed.cap(left, at(600)), 0);
+        let slow = SeatGuard {
+            sold_elsewhere_per_hour: 6,
+            ..g
+        };
+        assert_eq!(slow.cap(left, at(2100)), 15);
+        // Twenty minutes: 2 kept back (28), faded to 24.
+        assert_eq!(slow.cap(left, at(1200)), 24);
+    }
+
+    #[test]
     fn the_cap_only_falls_as_the_count_ages() {
         let left = SeatsLeft {
             seats: 7,
             as_of: at(0),
         };
-        let caps: Vec<u32> = (0..=4000)
-            .step_by(50)
-            .map(|s| guard().cap(left, at(s)))
-            .collect();
-        assert!(caps.windows(2).all(|w| w[1] <= w[0]), "{caps:?}");
+        for per_hour in [0, 7, 60, u32::MAX] {
+            let g = SeatGuard {
+                sold_elsewhere_per_hour: per_hour,
+                ..guard()
+            };
+            let caps: Vec<u32> = (0..=4000)
+                .step_by(50)
+                .map(|s| g.cap(left, at(s)))
+                .collect();
+            assert!(caps.windows(2).all(|w| w[1] <= w[0]), "{per_hour}: {caps:?}");
+        }
     }
 
     #[test]
