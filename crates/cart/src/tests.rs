@@ -1433,11 +1433,10 @@ async fn an_old_count_of_seats_is_not_trusted() {
 
 #[tokio::test(start_paused = true)]
 async fn past_the_cap_a_confirm_is_refused_when_the_policy_says_so() {
-    let settings =
-        CartSettings::from_json(
-            r#"{"default": {"seats": {"past_the_cap": "not_offered", "sold_elsewhere_per_hour": 0}}}"#,
-        )
-        .unwrap();
+    let settings = CartSettings::from_json(
+        r#"{"default": {"seats": {"past_the_cap": "not_offered", "sold_elsewhere_per_hour": 0}}}"#,
+    )
+    .unwrap();
     let mut w = world(seats(3), settings);
     let sailing = searched(&mut w).await;
     let first = priced_cart(&mut w, &sailing).await;

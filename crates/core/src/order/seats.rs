@@ -214,11 +214,11 @@ mod tests {
                 sold_elsewhere_per_hour: per_hour,
                 ..guard()
             };
-            let caps: Vec<u32> = (0..=4000)
-                .step_by(50)
-                .map(|s| g.cap(left, at(s)))
-                .collect();
-            assert!(caps.windows(2).all(|w| w[1] <= w[0]), "{per_hour}: {caps:?}");
+            let caps: Vec<u32> = (0..=4000).step_by(50).map(|s| g.cap(left, at(s))).collect();
+            assert!(
+                caps.windows(2).all(|w| w[1] <= w[0]),
+                "{per_hour}: {caps:?}"
+            );
         }
     }
 
