@@ -64,24 +64,32 @@ fn selling_fast() -> SeatModel {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn trusting_an_old_seat_count_oversells_and_keeping_back_or_trusting_none_does_not() {
+/// The orders of a short day on sailings that sell fast, the cart's seats
+/// guarded by `seat_guard` (orders past its cap taken on request).
+async fn selling_fast_with(seat_guard: SeatGuard) -> Orders {
     let script = Script {
         seat_model: selling_fast(),
+        seat_guard,
         ..short_day()
     };
-    let trusting = demo::run(&Script {
-        seat_guard: SeatGuard {
-            sold_elsewhere_per_hour: 0,
-            guaranteed_for_s: 0,
-            trusted_s: 86_400,
-            gone_s: 2 * 86_400,
-            past_the_cap: PastTheCap::OnRequest,
-        },
-        ..script.clone()
-    })
-    .await
-    .orders;
+    demo::run(&script).await.orders
+}
+
+/// A guard trusting a count for `trusted_s` (then fading to nothing at
+/// twice that), keeping back `per_hour` for the count's age and `for_s`.
+fn guard(per_hour: u32, for_s: u64, trusted_s: u64) -> SeatGuard {
+    SeatGuard {
+        sold_elsewhere_per_hour: per_hour,
+        guaranteed_for_s: for_s,
+        trusted_s,
+        gone_s: (2 * trusted_s).max(1),
+        past_the_cap: PastTheCap::OnRequest,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn trusting_an_old_seat_count_oversells_and_keeping_back_or_trusting_none_does_not() {
+    let trusting = selling_fast_with(guard(0, 0, 86_400)).await;
     assert!(trusting.refunded.sold_out > 0, "{trusting:?}");
     assert!(trusting.oversold_sailings > 0, "{trusting:?}");
 
@@ -90,18 +98,7 @@ async fn trusting_an_old_seat_count_oversells_and_keeping_back_or_trusting_none_
     // times their mean rate), for the count's age and the ten minutes the
     // operator may yet stay away (the outage is three, its orders booked
     // within two of its end): orders are still booked, none is oversold.
-    let keeping_back = demo::run(&Script {
-        seat_guard: SeatGuard {
-            sold_elsewhere_per_hour: 180,
-            guaranteed_for_s: 600,
-            trusted_s: 86_400,
-            gone_s: 2 * 86_400,
-            past_the_cap: PastTheCap::OnRequest,
-        },
-        ..script.clone()
-    })
-    .await
-    .orders;
+    let keeping_back = selling_fast_with(guard(180, 600, 86_400)).await;
     assert!(
         keeping_back.booked_at_held_price + keeping_back.booked_at_other_price > 0,
         "{keeping_back:?}"
@@ -110,18 +107,7 @@ async fn trusting_an_old_seat_count_oversells_and_keeping_back_or_trusting_none_
 
     // No count trusted: every order is taken on request, and a sold-out
     // sailing promised nothing it did not have.
-    let wary = demo::run(&Script {
-        seat_guard: SeatGuard {
-            sold_elsewhere_per_hour: 0,
-            guaranteed_for_s: 0,
-            trusted_s: 0,
-            gone_s: 1,
-            past_the_cap: PastTheCap::OnRequest,
-        },
-        ..script
-    })
-    .await
-    .orders;
+    let wary = selling_fast_with(guard(0, 0, 0)).await;
     assert!(wary.refunded.sold_out > 0, "{wary:?}");
     assert_eq!(wary.oversold_sailings, 0, "{wary:?}");
 }
