@@ -104,12 +104,18 @@ async fn trusting_an_old_seat_count_oversells_and_keeping_back_or_trusting_none_
         "{keeping_back:?}"
     );
     assert_eq!(keeping_back.oversold_sailings, 0, "{keeping_back:?}");
+    // What keeping back costs: more orders taken on request.
+    assert!(
+        keeping_back.on_request > trusting.on_request,
+        "{keeping_back:?} {trusting:?}"
+    );
 
     // No count trusted: every order is taken on request, and a sold-out
     // sailing promised nothing it did not have.
     let wary = selling_fast_with(guard(0, 0, 0)).await;
     assert!(wary.refunded.sold_out > 0, "{wary:?}");
     assert_eq!(wary.oversold_sailings, 0, "{wary:?}");
+    assert_eq!(wary.on_request, wary.held, "{wary:?}");
 }
 
 /// The orders that ended: booked, refunded or parked.

@@ -22,6 +22,8 @@ pub struct OrdersEnded {
     /// Orders the cart held (carts confirmed while their operator could not
     /// book).
     pub held: usize,
+    /// Of those, taken on request ([`Orders::on_request`]).
+    pub on_request: usize,
     /// Booked, at the held price or another.
     pub booked: usize,
     /// Refunded: sold out, no longer bookable, or the price declined.
@@ -88,6 +90,7 @@ impl OrdersEnded {
         let open = seen.orders.iter().filter(|o| !o.state.is_final());
         OrdersEnded {
             held: figures.held,
+            on_request: figures.on_request,
             booked: figures.booked_at_held_price + figures.booked_at_other_price,
             refunded: figures.refunded.sold_out + figures.refunded.refused + figures.refunded.price,
             parked: figures.parked,
@@ -112,8 +115,9 @@ impl OrdersEnded {
     pub fn render(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "  orders held {}: booked {}, refunded {}, parked {}, open {} ({} of operators back); {} booking calls, {} answered again, {} duplicate bookings, {} oversold sailings; booking worker runs {} ({} with a failed call)",
+            "  orders held {} ({} on request): booked {}, refunded {}, parked {}, open {} ({} of operators back); {} booking calls, {} answered again, {} duplicate bookings, {} oversold sailings; booking worker runs {} ({} with a failed call)",
             self.held,
+            self.on_request,
             self.booked,
             self.refunded,
             self.parked,

@@ -18,6 +18,10 @@ pub struct Orders {
     /// book); each is counted below by where it ended, or not at all while
     /// it is still open.
     pub held: usize,
+    /// Of those, orders taken on request (past the sailing's seat cap, or
+    /// with no count of seats left, docs/orders.md "No overselling"): not
+    /// guaranteed, and counted below by where they ended as well.
+    pub on_request: usize,
     /// Booked at the price the customer paid.
     pub booked_at_held_price: usize,
     /// Booked at another price: a rise within the tolerance absorbed, or a
@@ -103,6 +107,7 @@ impl Orders {
     pub(crate) fn of(orders: &[HeldOrder], desk: &DeskSeen<'_>, back: DateTime<Utc>) -> Self {
         let mut figures = Orders {
             held: orders.len(),
+            on_request: orders.iter().filter(|o| o.on_request).count(),
             ..Orders::default()
         };
         let mut minutes = Vec::new();
@@ -409,6 +414,7 @@ pub(crate) mod tests {
         let figures = Orders::of(&orders, &desk, at(900));
         assert_eq!(figures.oversold_sailings, 1);
         assert_eq!(figures.refunded.sold_out, 2);
+        assert_eq!(figures.on_request, 1, "b alone was taken on request");
         // Asked about a new price, accepted, and sold out while the
         // customer decided: the operator had the seats when it answered.
         let mut accepted = answered(
