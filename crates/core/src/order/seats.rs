@@ -89,13 +89,13 @@ impl SeatGuard {
     /// was `left`, at `now`.
     pub fn cap(&self, left: SeatsLeft, now: DateTime<Utc>) -> u32 {
         let age = u64::try_from((now - left.as_of).num_seconds()).unwrap_or(0);
-        // Rounded up: a seat that may have sold is not offered.
         let until_booked = u128::from(age) + u128::from(self.guaranteed_for_s);
+        // Rounded up: a seat that may have sold is not offered.
         let sold_elsewhere =
             (u128::from(self.sold_elsewhere_per_hour) * until_booked).div_ceil(3600);
         let kept = u128::from(left.seats).saturating_sub(sold_elsewhere);
         let faded = if age <= self.trusted_s {
-            kept
+            u128::from(left.seats)
         } else if age >= self.gone_s || self.gone_s <= self.trusted_s {
             0
         } else {
