@@ -32,8 +32,14 @@ fn config(name: &str) -> LocalConfig {
     config.exit_after_recovery = true;
     config.recovery_limit = Duration::from_secs(120);
     config.state_file = state_file(name);
+    // Back on sale 5 s after the close rather than the template's 60 s
+    // (SaleOnSaleHoldSeconds), which a run with exit_after_recovery would
+    // wait out; the off-sale listener's own tests hold the 60 s.
+    config.on_sale_hold = ON_SALE_HOLD;
     config
 }
+
+const ON_SALE_HOLD: Duration = Duration::from_secs(5);
 
 fn state_file(name: &str) -> PathBuf {
     std::env::temp_dir()
@@ -137,6 +143,12 @@ async fn lifeboat_local_rides_out_an_outage() {
         "off sale {off_sale} s after the open"
     );
     assert!(m.closed.is_some() && m.mapping_real.is_some() && m.on_sale.is_some());
+    // Milestones are polled (every 250 ms): a second's leeway.
+    let on_sale = secs(m.on_sale) - secs(m.closed);
+    assert!(
+        on_sale >= ON_SALE_HOLD.as_secs_f64() - 1.0,
+        "back on sale no sooner than the hold after the close: {on_sale}"
+    );
     // The switch's probes (LOCAL_SETTINGS) close it soon after the operator
     // is back, whatever is left of the open period.
     let recovery = secs(m.closed) - secs(m.outage_ended);

@@ -93,6 +93,11 @@ pub struct LocalConfig {
     /// Endpoints and settings in the operator config table's item, not the
     /// environment ([`SuiteOptions::operator_config_in_table`]).
     pub operator_config_in_table: bool,
+    /// `SALE_ON_SALE_HOLD_S` of the off-sale listener (the template's
+    /// `SaleOnSaleHoldSeconds` unless set): how long the breaker stays
+    /// closed before the operator is back on sale, which a run with
+    /// `exit_after_recovery` waits for.
+    pub on_sale_hold: Duration,
 }
 
 impl LocalConfig {
@@ -116,6 +121,9 @@ impl LocalConfig {
             run_for: None,
             log_level: "INFO".to_owned(),
             operator_config_in_table: false,
+            on_sale_hold: Duration::from_secs(u64::from(
+                lifeboat_local::template::SALE_ON_SALE_HOLD_S,
+            )),
         }
     }
 }
@@ -278,7 +286,10 @@ pub async fn run(config: LocalConfig, progress: &Progress) -> Result<LocalReport
     let mut options = SuiteOptions::new(config.operator.clone());
     options.attach = config.attach.clone();
     let alarm = options.alarm.clone();
-    options.customer = Some(CustomerOptions::default());
+    options.customer = Some(CustomerOptions {
+        sale_on_sale_hold_s: u32::try_from(config.on_sale_hold.as_secs()).unwrap_or(u32::MAX),
+        ..CustomerOptions::default()
+    });
     options.operator_settings = config.operator_settings.clone();
     options.concurrency = config.concurrency;
     options.tick_every = config.tick_every;
