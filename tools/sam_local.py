@@ -1248,8 +1248,10 @@ def schemathesis(inv, base, api_log):
                 str(inv.contract_examples),
                 "--seed",
                 "1",
+                # Two requests at a time: each starts a container, and
+                # SAM's server (threaded) waits on it mostly.
                 "--workers",
-                "1",
+                "2",
                 "--generation-database",
                 "none",
                 "--request-timeout",
