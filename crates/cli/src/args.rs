@@ -179,11 +179,11 @@ pub(crate) struct StatusArgs {
     #[arg(long)]
     pub(crate) requests_mapping_uuid: Option<String>,
     /// The real consumer's name or ARN [default: env
-    /// REAL_CONSUMER_FUNCTION, else the stack's RealConsumerFunction].
+    /// REAL_CONSUMER_FUNCTION, else the stack's RealConsumerAlias].
     #[arg(long)]
     pub(crate) real_consumer_function: Option<String>,
     /// The fallback consumer's name or ARN [default: env
-    /// FALLBACK_CONSUMER_FUNCTION, else the stack's FallbackConsumerFunction].
+    /// FALLBACK_CONSUMER_FUNCTION, else the stack's FallbackConsumerAlias].
     #[arg(long)]
     pub(crate) fallback_consumer_function: Option<String>,
     #[command(flatten)]

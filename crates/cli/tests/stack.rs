@@ -8,11 +8,11 @@
 //!
 //! What moto_server 5.2.1 cannot do here, as checked:
 //!
-//! * its CloudFormation does not create `AWS::CloudWatch::Alarm` (moto's
-//!   cloudformation/parsing.py warns "Tried to parse AWS::CloudWatch::Alarm
-//!   but it's not supported by moto's CloudFormation implementation" and
-//!   leaves it out of the stack's resources), so the stack below has no
-//!   `RealConsumerErrorsAlarm` and `detection` is given `--alarm`;
+//! * its CloudFormation makes no function version or alias (the consumers'
+//!   `live` aliases here): moto runs with lifeboat-local's launcher, whose
+//!   CloudFormation changes (crates/local/src/suite/moto_cloudformation.py)
+//!   make them, as `lifeboat local` and the template's own deploy into moto
+//!   do. The stack below has no alarm, so `detection` is given `--alarm`;
 //! * it answers CloudWatch's Smithy RPC v2 CBOR calls in a way the SDK cannot
 //!   decode, so `lifeboat detection` on moto ends in the error that says so.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -29,6 +29,7 @@ use lifeboat_core::order::{HeldOrder, HoldReason};
 use lifeboat_core::ports::{BreakerStore, Held, OrderStore};
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, OperatorId};
 use lifeboat_local::moto::MotoServer;
+use lifeboat_local::suite::moto_launcher;
 
 mod support;
 
@@ -36,7 +37,8 @@ mod support;
 /// logical ids (the lane of operator `nordic`: `RequestsTable&{Operator}`
 /// stamped as `RequestsTablenordic`), the `AlarmOperators` parameter and the
 /// `RequestsTablePrefix` output. The functions are stand-ins: nothing runs
-/// in them; the lane's mapping points at the real consumer.
+/// in them; the lane's mapping points at the real consumer's alias `live`,
+/// as the template's do.
 const TEMPLATE: &str = r#"
 AWSTemplateFormatVersion: "2010-09-09"
 Parameters:
@@ -127,15 +129,39 @@ Resources:
       Handler: index.handler
       Role: !GetAtt FunctionRole.Arn
       Code: {ZipFile: "def handler(event, context): pass"}
+  RealConsumerVersion:
+    Type: AWS::Lambda::Version
+    Properties:
+      FunctionName: !Ref RealConsumerFunction
+  RealConsumerAlias:
+    Type: AWS::Lambda::Alias
+    Properties:
+      FunctionName: !Ref RealConsumerFunction
+      FunctionVersion: !GetAtt RealConsumerVersion.Version
+      Name: live
+  FallbackConsumerVersion:
+    Type: AWS::Lambda::Version
+    Properties:
+      FunctionName: !Ref FallbackConsumerFunction
+  FallbackConsumerAlias:
+    Type: AWS::Lambda::Alias
+    Properties:
+      FunctionName: !Ref FallbackConsumerFunction
+      FunctionVersion: !GetAtt FallbackConsumerVersion.Version
+      Name: live
   RequestsMappingnordic:
     Type: AWS::Lambda::EventSourceMapping
     Properties:
       EventSourceArn: !GetAtt RequestsTablenordic.StreamArn
-      FunctionName: !Ref RealConsumerFunction
+      FunctionName: !Ref RealConsumerAlias
       StartingPosition: LATEST
 Outputs:
   RequestsTablePrefix:
     Value: !Sub "${AWS::StackName}.requests."
+  RealConsumerAlias:
+    Value: !Ref RealConsumerAlias
+  FallbackConsumerAlias:
+    Value: !Ref FallbackConsumerAlias
 "#;
 
 /// A stack with only the Breaker table: what a failed or partial deploy
@@ -201,7 +227,9 @@ async fn create_stack(moto: &MotoServer, name: &str, template: &str) {
 /// moto with stack `lifeboat` deployed and nordic's breaker forced open in
 /// its Breaker table; the table's name, which moto makes up.
 async fn deployed() -> (MotoServer, String) {
-    let moto = MotoServer::start().await.expect("moto_server starts");
+    let moto = MotoServer::start_program(&moto_launcher().unwrap())
+        .await
+        .expect("moto_server starts");
     create_stack(&moto, "lifeboat", TEMPLATE).await;
     let sdk = moto.sdk_config().await;
     let named = stack::name_stack(Some("lifeboat"), Path::new(".")).unwrap();
@@ -266,10 +294,19 @@ async fn status_resolves_everything_from_the_stack_and_gathers() {
             prefix: "lifeboat.requests.".into()
         }
     );
+    // The consumers' aliases, which the lanes' mappings name.
     assert_eq!(
         mapping.real_consumer,
-        description.resources["RealConsumerFunction"]
+        format!(
+            "arn:aws:lambda:us-east-1:123456789012:function:{}:live",
+            description.resources["RealConsumerFunction"]
+        )
     );
+    assert_eq!(
+        mapping.fallback_consumer,
+        description.outputs["FallbackConsumerAlias"]
+    );
+    assert!(mapping.fallback_consumer.ends_with(":live"));
 
     let adapters = config.adapters(&Clients::new(&sdk)).await;
     let report = status::gather(&adapters.sources(), None, chrono::Utc::now())
@@ -388,7 +425,9 @@ async fn the_binary_finds_the_stack_by_flag_or_samconfig_and_says_what_is_wrong(
 
 #[tokio::test]
 async fn a_stack_missing_a_resource_names_it() {
-    let moto = MotoServer::start().await.expect("moto_server starts");
+    let moto = MotoServer::start_program(&moto_launcher().unwrap())
+        .await
+        .expect("moto_server starts");
     create_stack(&moto, "partial", PARTIAL).await;
     let dir = workdir("partial");
     let out = lifeboat(&moto, &dir, &["carts", "--minutes", "--stack", "partial"]).await;

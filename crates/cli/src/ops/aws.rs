@@ -245,7 +245,13 @@ mod tests {
         );
     }
 
-    /// The stack of the template: its tables, functions and lanes' prefix.
+    const REAL_ALIAS: &str =
+        "arn:aws:lambda:us-east-1:123456789012:function:lifeboat-RealConsumerFunction-1:live";
+    const FALLBACK_ALIAS: &str =
+        "arn:aws:lambda:us-east-1:123456789012:function:lifeboat-FallbackConsumerFunction-1:live";
+
+    /// The stack of the template: its tables, the consumers' aliases and
+    /// the lanes' prefix.
     fn deployed() -> Stack {
         Stack::Read(StackDescription {
             name: "lifeboat".into(),
@@ -253,18 +259,15 @@ mod tests {
             resources: [
                 ("BreakerTable", "lifeboat-BreakerTable-1"),
                 ("SaleStatusTable", "lifeboat-SaleStatusTable-1"),
-                ("RealConsumerFunction", "lifeboat-RealConsumerFunction-1"),
-                (
-                    "FallbackConsumerFunction",
-                    "lifeboat-FallbackConsumerFunction-1",
-                ),
             ]
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .into(),
-            outputs: [(
-                "RequestsTablePrefix".to_owned(),
-                "lifeboat.requests.".to_owned(),
-            )]
+            outputs: [
+                ("RequestsTablePrefix", "lifeboat.requests."),
+                ("RealConsumerAlias", REAL_ALIAS),
+                ("FallbackConsumerAlias", FALLBACK_ALIAS),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .into(),
             parameters: Default::default(),
         })
@@ -287,11 +290,8 @@ mod tests {
                 prefix: "lifeboat.requests.".into()
             }
         );
-        assert_eq!(mapping.real_consumer, "lifeboat-RealConsumerFunction-1");
-        assert_eq!(
-            mapping.fallback_consumer,
-            "lifeboat-FallbackConsumerFunction-1"
-        );
+        assert_eq!(mapping.real_consumer, REAL_ALIAS);
+        assert_eq!(mapping.fallback_consumer, FALLBACK_ALIAS);
 
         // A flag, then a variable, wins over the stack, name by name.
         let flags = StatusFlags {
@@ -305,10 +305,7 @@ mod tests {
         let config = StatusConfig::resolve(&flags, &env, &deployed()).unwrap();
         assert_eq!(config.breaker_table, "FromFlag");
         assert_eq!(config.sale_status_table.unwrap(), "SaleFromEnv");
-        assert_eq!(
-            config.mapping.unwrap().real_consumer,
-            "lifeboat-RealConsumerFunction-1"
-        );
+        assert_eq!(config.mapping.unwrap().real_consumer, REAL_ALIAS);
 
         // A shared mapping the environment names wins over the stack's lanes.
         let env = Env::from_pairs([("REQUESTS_MAPPING_UUID", "u-1")]);

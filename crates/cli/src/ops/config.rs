@@ -69,13 +69,14 @@ pub const REAL_CONSUMER_FUNCTION: Setting = Setting {
     what: "real consumer function",
     flag: "real-consumer-function",
     var: lifeboat_aws::clients::REAL_CONSUMER_FUNCTION,
-    stack: Some(FromStack::Resource("RealConsumerFunction")),
+    // the alias `live`, which the lanes' mappings name (a deploy shifts it)
+    stack: Some(FromStack::Output("RealConsumerAlias")),
 };
 pub const FALLBACK_CONSUMER_FUNCTION: Setting = Setting {
     what: "fallback consumer function",
     flag: "fallback-consumer-function",
     var: lifeboat_aws::clients::FALLBACK_CONSUMER_FUNCTION,
-    stack: Some(FromStack::Resource("FallbackConsumerFunction")),
+    stack: Some(FromStack::Output("FallbackConsumerAlias")),
 };
 /// Which operator each alarm watches, `alarm=operator,…`: the circuit
 /// switch's `ALARM_OPERATORS`. Optional for `lifeboat detection`.

@@ -474,6 +474,120 @@ fn differences(
     found
 }
 
+/// What `value` names when it is a `Ref` or a `Fn::GetAtt`: a logical id.
+fn named_resource(value: &Value) -> Option<&str> {
+    value.get("Ref").and_then(Value::as_str).or_else(|| {
+        value
+            .get("Fn::GetAtt")
+            .and_then(|g| g.get(0))
+            .and_then(Value::as_str)
+    })
+}
+
+/// Every `${Name}` placeholder in the `Fn::Sub` strings under `value`.
+fn sub_placeholders<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(text)) = map.get("Fn::Sub") {
+                found.extend(
+                    text.split("${")
+                        .skip(1)
+                        .filter_map(|rest| rest.split_once('}').map(|(name, _)| name)),
+                );
+            }
+            map.values().for_each(|v| sub_placeholders(v, found));
+        }
+        Value::Array(items) => items.iter().for_each(|v| sub_placeholders(v, found)),
+        _ => {}
+    }
+}
+
+/// Where the translated `template` invokes a function by the function
+/// itself rather than its `live` alias, one line each: a gradual deploy
+/// shifts the alias, so an invocation past it would reach the new code at
+/// once and untested by the canary. The places: event source mappings,
+/// permissions, rule targets, alarm actions, the HTTP API's integrations
+/// and the functions' environment (the circuit switch re-points the lanes
+/// to what REAL_CONSUMER_FUNCTION and FALLBACK_CONSUMER_FUNCTION name).
+/// CapacityCheck's ServiceToken is the one function ARN allowed (see the
+/// template). A function without an alias is named too.
+fn invocations_past_the_alias(template: &Value) -> Vec<String> {
+    let resources = template["Resources"].as_object().unwrap();
+    let of_type = |wanted: &str| -> BTreeSet<&str> {
+        resources
+            .iter()
+            .filter(|(_, r)| r["Type"] == wanted)
+            .map(|(id, _)| id.as_str())
+            .collect()
+    };
+    let functions = of_type("AWS::Lambda::Function");
+    let aliased: BTreeSet<&str> = resources
+        .values()
+        .filter(|r| r["Type"] == "AWS::Lambda::Alias")
+        .filter_map(|r| named_resource(&r["Properties"]["FunctionName"]))
+        .collect();
+    let mut found: Vec<String> = functions
+        .difference(&aliased)
+        .map(|f| format!("{f} has no alias"))
+        .collect();
+    // A Ref or GetAtt of a function, or a `${Function.Arn}` not followed by
+    // `:live` in a Fn::Sub.
+    let past_alias = |value: &Value| -> Option<String> {
+        if let Some(id) = named_resource(value).filter(|id| functions.contains(id)) {
+            return Some(id.to_owned());
+        }
+        let text = value.get("Fn::Sub").and_then(Value::as_str)?;
+        text.split("${").skip(1).find_map(|rest| {
+            let (name, after) = rest.split_once('}')?;
+            let name = name.strip_suffix(".Arn").unwrap_or(name);
+            (functions.contains(name) && !after.starts_with(":live")).then(|| name.to_owned())
+        })
+    };
+    let mut check = |place: String, value: &Value| {
+        if let Some(id) = past_alias(value) {
+            found.push(format!("{place} names {id} itself"));
+        }
+    };
+    for (id, r) in resources {
+        let properties = &r["Properties"];
+        let list = |key: &str| properties[key].as_array().cloned().unwrap_or_default();
+        match r["Type"].as_str().unwrap_or_default() {
+            "AWS::Lambda::EventSourceMapping" | "AWS::Lambda::Permission" => {
+                check(format!("{id}'s FunctionName"), &properties["FunctionName"]);
+            }
+            "AWS::Events::Rule" => {
+                for target in list("Targets") {
+                    check(format!("{id}'s target {}", target["Id"]), &target["Arn"]);
+                }
+            }
+            "AWS::CloudWatch::Alarm" => {
+                for action in list("AlarmActions").iter().chain(&list("OKActions")) {
+                    check(format!("{id}'s action"), action);
+                }
+            }
+            "AWS::Lambda::Function" => {
+                let variables = properties["Environment"]["Variables"].as_object();
+                for (name, value) in variables.into_iter().flatten() {
+                    check(format!("{id}'s {name}"), value);
+                }
+            }
+            "AWS::ApiGatewayV2::Api" => {
+                let mut placeholders = Vec::new();
+                sub_placeholders(&properties["Body"], &mut placeholders);
+                for name in placeholders {
+                    let name = name.strip_suffix(".Arn").unwrap_or(name);
+                    check(
+                        format!("{id}'s integration"),
+                        &serde_json::json!({ "Ref": name }),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
 /// Deploy `template` as `stack` in `moto` and read its wiring.
 async fn deploy_and_read(sdk: &SdkConfig, stack: &str, template: &Path) -> (Deployed, Wiring) {
     let deployed = deploy(sdk, stack, template, &parameters())
@@ -510,7 +624,8 @@ async fn the_template_deploys_into_moto_as_the_local_suite_runs_it() {
     for resource_type in [
         "AWS::CloudWatch::Alarm",
         "AWS::SQS::QueuePolicy",
-        "AWS::Events::EventBusPolicy",
+        "AWS::Lambda::Alias",
+        "AWS::CodeDeploy::DeploymentGroup",
         "AWS::Lambda::EventInvokeConfig",
         "AWS::ApiGatewayV2::Api",
         "AWS::ApiGatewayV2::Stage",
@@ -555,7 +670,76 @@ async fn the_template_deploys_into_moto_as_the_local_suite_runs_it() {
     let env = suite_env(&moto, &sdk).await;
     let found = differences(&deployed, &wiring, &env);
     assert!(found.is_empty(), "{found:#?}");
+
+    // Gradual deploys: every function behind its alias, invoked only
+    // through it, each alias under a deployment group that the functions'
+    // errors alarm rolls back.
+    let past = invocations_past_the_alias(&deployed.template);
+    assert!(past.is_empty(), "{past:#?}");
+    assert!(deployed.of_type("AWS::Lambda::Alias").count() == binaries.len());
+    assert_eq!(
+        deployed
+            .of_type("AWS::CodeDeploy::DeploymentGroup")
+            .filter(|id| {
+                let group = &deployed.definition(id).unwrap()["Properties"];
+                group["AlarmConfiguration"]["Alarms"][0]["Name"]["Ref"] == "FunctionErrorsAlarm"
+            })
+            .count(),
+        binaries.len()
+    );
+
+    // A stack holds 500 resources; the template promises 200 operators at
+    // two each (a Requests table and its mapping). Every resource counts,
+    // conditional or not.
+    let all = deployed.template["Resources"].as_object().unwrap().len();
+    let per_stack = all - 2 * OPERATORS.len();
+    assert!(
+        per_stack + 2 * 200 <= 500,
+        "{per_stack} resources besides the lanes: 200 operators no longer fit"
+    );
     moto.stop().await;
+}
+
+/// A template that invokes a function past its alias, in a lane's mapping
+/// or a rule's target, is named by the check above.
+#[tokio::test]
+async fn an_invocation_past_the_alias_is_named() {
+    let original = std::fs::read_to_string(template_path()).unwrap();
+    let dir = crate::watch::local_dir(&crate::watch::workspace_root());
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(format!("template-past-alias-{}.yaml", std::process::id()));
+    let mut broken = original.clone();
+    for (from, to) in [
+        (
+            "          FunctionName: !Ref RealConsumerFunction.Alias\n",
+            "          FunctionName: !Ref RealConsumerFunction\n",
+        ),
+        (
+            "          Arn: !Ref BookingWorkerFunction.Alias\n",
+            "          Arn: !GetAtt BookingWorkerFunction.Arn\n",
+        ),
+        (
+            "FALLBACK_CONSUMER_FUNCTION: !Sub \"${FallbackConsumerFunction.Arn}:live\"",
+            "FALLBACK_CONSUMER_FUNCTION: !GetAtt FallbackConsumerFunction.Arn",
+        ),
+    ] {
+        assert_eq!(original.matches(from).count(), 1, "{from:?}");
+        broken = broken.replacen(from, to, 1);
+    }
+    std::fs::write(&copy, broken).unwrap();
+    let translated = translate(&copy, &parameters()).await;
+    let _ = std::fs::remove_file(&copy);
+    let mut found = invocations_past_the_alias(&translated.unwrap());
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "BookingScheduleRule's target \"booking-worker\" names BookingWorkerFunction itself",
+            "CircuitSwitchFunction's FALLBACK_CONSUMER_FUNCTION names FallbackConsumerFunction itself",
+            "RequestsMappingbaltic's FunctionName names RealConsumerFunction itself",
+            "RequestsMappingnordic's FunctionName names RealConsumerFunction itself",
+        ]
+    );
 }
 
 /// A copy of template.yaml with one thing changed, each a mistake that

@@ -68,15 +68,20 @@ pub struct Wiring {
 }
 
 impl Deployed {
-    /// The logical id of the resource `arn` names (a function: its binary),
-    /// or the ARN itself when it names none of the stack's.
+    /// The logical id of the resource `arn` names (a function, or a version
+    /// or alias of one: its binary), or the ARN itself when it names none of
+    /// the stack's.
     pub fn name_of_arn(&self, arn: &str) -> String {
         let binaries = self.binaries();
         let named = self.resources.iter().find_map(|(id, r)| {
             let id = id.as_str();
             let physical = r.physical_id.as_str();
             let hit = match r.resource_type.as_str() {
-                "AWS::Lambda::Function" => arn.ends_with(&format!(":function:{physical}")),
+                // The function, or one of its versions or aliases (the
+                // stack invokes each through its alias `live`).
+                "AWS::Lambda::Function" => arn
+                    .split_once(":function:")
+                    .is_some_and(|(_, name)| name.split(':').next() == Some(physical)),
                 "AWS::DynamoDB::Table" => {
                     arn.ends_with(&format!(":table/{physical}"))
                         || arn.contains(&format!(":table/{physical}/stream/"))

@@ -20,19 +20,20 @@ EventBus.physical_resource_id = property(lambda self: self.name)
 
 
 # 2. moto's CloudFormation cannot create AWS::CloudWatch::Alarm,
-#    AWS::SQS::QueuePolicy, AWS::Events::EventBusPolicy,
-#    AWS::Lambda::EventInvokeConfig, AWS::ApiGatewayV2::Api or
+#    AWS::SQS::QueuePolicy, AWS::Lambda::EventInvokeConfig,
+#    AWS::ApiGatewayV2::Api or
 #    AWS::ApiGatewayV2::Stage: it logs "No Moto CloudFormation support",
 #    skips the resource, and then refuses the stack at the first Ref or
 #    GetAtt naming one ("Fn::GetAtt references undefined resource").
 #    The patch: a model for each that CloudFormation can create, list, Ref and
 #    GetAtt as on AWS (name or id, Arn), keeping its properties. Where moto has
 #    the thing itself, it is applied too: a queue policy becomes the queues'
-#    Policy attribute, an EventInvokeConfig the function's. Alarms, bus
-#    policies and the HTTP API exist only as stack resources: moto's
-#    CloudWatch does not evaluate alarms (lifeboat-local's alarm evaluator
-#    does), moto does not enforce resource policies, and the API is played by
-#    the functions' own HTTP endpoints under cargo lambda watch.
+#    Policy attribute, an EventInvokeConfig the function's. Alarms and the
+#    HTTP API exist only as stack resources: moto's CloudWatch does not
+#    evaluate alarms (lifeboat-local's alarm evaluator does), and the API is
+#    played by the functions' own HTTP endpoints under cargo lambda watch.
+#    (moto does not enforce resource policies either: the event bus's
+#    Policy is kept nowhere.)
 #    (moto finds CloudFormation's models among the direct subclasses of
 #    CloudFormationModel, hence the mixin; and files every model under the
 #    service its module names, hence MODULE.)
@@ -123,12 +124,6 @@ class QueuePolicy(StackOnlyResource, CloudFormationModel):
             sqs_backends[self.account_id][self.region].set_queue_attributes(
                 queue_name, {"Policy": json.dumps(policy)}
             )
-
-
-class EventBusPolicy(StackOnlyResource, CloudFormationModel):
-    __module__ = MODULE
-    TYPE = "AWS::Events::EventBusPolicy"
-    NAME_PROPERTY = "StatementId"
 
 
 class EventInvokeConfig(StackOnlyResource, CloudFormationModel):
@@ -237,3 +232,127 @@ class NoThreads:
 
 
 custom_model.threading = NoThreads
+
+
+# 5. Gradual deploys (the functions' AutoPublishAlias and
+#    DeploymentPreference): SAM makes an AWS::Lambda::Version, an
+#    AWS::Lambda::Alias `live` on it, and CodeDeploy's application and a
+#    deployment group per function. moto's AWS::Lambda::Version publishes the
+#    version, but has no physical id for Ref (the version's ARN on AWS) and
+#    no Version attribute for the alias's `!GetAtt …Version`; it has no
+#    model for AWS::Lambda::Alias, AWS::CodeDeploy::Application or
+#    AWS::CodeDeploy::DeploymentGroup. The patch: a version's Ref and
+#    Version as on AWS; an alias made with moto's own CreateAlias, Ref its
+#    ARN; the CodeDeploy resources exist only as stack resources (moto shifts
+#    no traffic and evaluates no alarm: a deploy here is all at once).
+from moto.awslambda.models import LambdaVersion, lambda_backends
+
+
+def _version_create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+    properties = cloudformation_json["Properties"]
+    published = lambda_backends[account_id][region_name].publish_version(properties["FunctionName"])
+    version = LambdaVersion({"Version": published.version})
+    version.arn = published.function_arn
+    return version
+
+
+LambdaVersion.create_from_cloudformation_json = classmethod(_version_create)
+LambdaVersion.physical_resource_id = property(lambda self: self.arn)
+LambdaVersion.has_cfn_attr = classmethod(lambda cls, attr: attr == "Version")
+LambdaVersion.get_cfn_attribute = lambda self, attribute_name: str(self.version)
+
+
+class Alias(StackOnlyResource, CloudFormationModel):
+    __module__ = MODULE
+    TYPE = "AWS::Lambda::Alias"
+
+    @classmethod
+    def attributes(cls):
+        return []
+
+    def apply(self):
+        alias = lambda_backends[self.account_id][self.region].create_alias(
+            self.properties["Name"],
+            self.properties["FunctionName"],
+            str(self.properties["FunctionVersion"]),
+            self.properties.get("Description", ""),
+            self.properties.get("RoutingConfig"),
+        )
+        self.name = alias.arn
+
+
+class CodeDeployApplication(StackOnlyResource, CloudFormationModel):
+    __module__ = MODULE
+    TYPE = "AWS::CodeDeploy::Application"
+    NAME_PROPERTY = "ApplicationName"
+
+    @classmethod
+    def attributes(cls):
+        return []
+
+
+class CodeDeployDeploymentGroup(StackOnlyResource, CloudFormationModel):
+    __module__ = MODULE
+    TYPE = "AWS::CodeDeploy::DeploymentGroup"
+    NAME_PROPERTY = "DeploymentGroupName"
+
+    @classmethod
+    def attributes(cls):
+        return []
+
+
+# 6. An event source mapping made or re-pointed with a qualified function
+#    (an alias's ARN, as the template's lanes and queue mappings name the
+#    functions' `live` alias): AWS reports the qualified ARN as its
+#    FunctionArn; moto reports the ARN of the version the alias points at
+#    (`…:function:<name>:1`). And ListEventSourceMappings with a FunctionName
+#    keeps only the mappings created with that very text, where AWS takes a
+#    name or an ARN of the same function and qualifier.
+#    The patch: FunctionArn as on AWS (the function's ARN, with the
+#    qualifier it was named with); the FunctionName filter compares the
+#    function's name and qualifier, however either is written.
+from moto.awslambda.models import LambdaBackend
+
+
+def _function_and_qualifier(name_or_arn):
+    """(name, qualifier or None) of a function's name, partial or full ARN."""
+    tail = name_or_arn.split(":function:")[-1]
+    name, _, qualifier = tail.partition(":")
+    return name, (qualifier or None)
+
+
+def _qualified_arn(backend, name_or_arn):
+    name, qualifier = _function_and_qualifier(name_or_arn)
+    arn = backend.get_function(name).function_arn
+    return f"{arn}:{qualifier}" if qualifier else arn
+
+
+_create_mapping = LambdaBackend.create_event_source_mapping
+_update_mapping = LambdaBackend.update_event_source_mapping
+_list_mappings = LambdaBackend.list_event_source_mappings
+
+
+def _create_mapping_qualified(self, spec):
+    esm = _create_mapping(self, spec)
+    esm.function_arn = _qualified_arn(self, spec["FunctionName"])
+    return esm
+
+
+def _update_mapping_qualified(self, uuid, spec):
+    esm = _update_mapping(self, uuid, spec)
+    if esm is not None and spec.get("FunctionName"):
+        esm.function_arn = _qualified_arn(self, spec["FunctionName"])
+    return esm
+
+
+def _list_mappings_by_function(self, event_source_arn, function_name):
+    esms = _list_mappings(self, event_source_arn, None)
+    if not function_name:
+        return esms
+    wanted = _function_and_qualifier(function_name)
+    return [esm for esm in esms if _function_and_qualifier(esm.function_arn) == wanted]
+
+
+LambdaBackend.create_event_source_mapping = _create_mapping_qualified
+LambdaBackend.update_event_source_mapping = _update_mapping_qualified
+LambdaBackend.list_event_source_mappings = _list_mappings_by_function

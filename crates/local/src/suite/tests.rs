@@ -314,7 +314,7 @@ fn the_public_api_is_authenticated_throttled_and_capped() {
 
 #[test]
 fn only_lifeboats_functions_put_events_and_the_listener_checks_changes() {
-    let policy = entry("EventBusPolicy");
+    let policy = bus_statement("OnlyLifeboatFunctionsPutEvents");
     assert!(policy.contains("Effect: Deny") && policy.contains("ArnNotEquals"));
     for function in [
         "RealConsumerFunction",
@@ -417,7 +417,7 @@ fn each_function_puts_only_the_detail_types_it_publishes() {
     ];
     let mut covered = Vec::new();
     for (function, types) in &publishes {
-        let statement = entry(&format!("{function}PutsItsOwnEvents"));
+        let statement = bus_statement(&format!("{function}PutsOnlyItsOwnEvents"));
         assert!(statement.contains("Effect: Deny"), "{function}");
         assert!(
             statement.contains(&format!(
@@ -455,6 +455,17 @@ fn each_function_puts_only_the_detail_types_it_publishes() {
     }
 }
 
+/// The statement `sid` of the bus's policy (`EventBus`'s `Policy`): from
+/// its `- Sid:` line to the next.
+fn bus_statement(sid: &str) -> &'static str {
+    let bus = entry("EventBus");
+    let start = bus
+        .find(&format!("- Sid: {sid}\n"))
+        .unwrap_or_else(|| panic!("the bus's policy has no statement {sid}"));
+    let rest = &bus[start + 2..];
+    rest.find("- Sid: ").map_or(rest, |end| &rest[..end])
+}
+
 /// The text of one top-level entry (a parameter or a resource): up to
 /// the next line indented by two spaces only.
 fn entry(name: &str) -> &'static str {
@@ -485,7 +496,7 @@ fn the_timer_queue_has_the_templates_settings() {
     )));
     let mapping = entry("BreakerTimerQueueMapping");
     assert!(mapping.contains("EventSourceArn: !GetAtt BreakerTimerQueue.Arn"));
-    assert!(mapping.contains("FunctionName: !Ref CircuitSwitchFunction"));
+    assert!(mapping.contains("FunctionName: !Ref CircuitSwitchFunction.Alias\n"));
     assert!(mapping.contains(&format!("BatchSize: {}", template::TIMER_BATCH_SIZE)));
     assert!(mapping.contains("FunctionResponseTypes: [ReportBatchItemFailures]"));
     let switch = entry("CircuitSwitchFunction");
@@ -575,7 +586,7 @@ fn the_booking_worker_has_the_templates_settings() {
     let rule = entry("BookingScheduleRule");
     assert!(rule.contains("ScheduleExpression: rate(1 minute)"));
     assert!(rule.contains(&format!("- Id: {BOOKING_WORKER}")));
-    assert!(rule.contains("Arn: !GetAtt BookingWorkerFunction.Arn"));
+    assert!(rule.contains("Arn: !Ref BookingWorkerFunction.Alias"));
     let customer = CustomerOptions::default();
     assert_eq!(customer.booking_run_ms, template::BOOKING_RUN_MS);
     assert_eq!(customer.order_settings, "");
