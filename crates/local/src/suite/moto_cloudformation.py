@@ -45,6 +45,8 @@ class StackOnlyResource:
 
     TYPE = ""
     NAME_PROPERTY = ""
+    # what GetAtt may ask of it
+    ATTRIBUTES = ("Arn",)
 
     def __init__(self, name, properties, account_id, region):
         self.name = name
@@ -70,7 +72,7 @@ class StackOnlyResource:
 
     @classmethod
     def attributes(cls):
-        return ["Arn"]
+        return list(cls.ATTRIBUTES)
 
     def get_cfn_attribute(self, attribute_name):
         from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
@@ -142,14 +144,11 @@ class EventInvokeConfig(StackOnlyResource, CloudFormationModel):
 class HttpApi(StackOnlyResource, CloudFormationModel):
     __module__ = MODULE
     TYPE = "AWS::ApiGatewayV2::Api"
+    ATTRIBUTES = ("ApiEndpoint", "ApiId")
 
     def __init__(self, name, properties, account_id, region):
         # An API's id, as API Gateway makes them: ten lowercase characters.
         super().__init__(random_suffix()[:10].lower(), properties, account_id, region)
-
-    @classmethod
-    def attributes(cls):
-        return ["ApiEndpoint", "ApiId"]
 
     def get_cfn_attribute(self, attribute_name):
         if attribute_name == "ApiId":
@@ -163,10 +162,7 @@ class HttpApiStage(StackOnlyResource, CloudFormationModel):
     __module__ = MODULE
     TYPE = "AWS::ApiGatewayV2::Stage"
     NAME_PROPERTY = "StageName"
-
-    @classmethod
-    def attributes(cls):
-        return []
+    ATTRIBUTES = ()
 
 
 # 3. CloudFormation hands a resource a parameter's value as text ("4" for
@@ -265,10 +261,7 @@ LambdaVersion.get_cfn_attribute = lambda self, attribute_name: str(self.version)
 class Alias(StackOnlyResource, CloudFormationModel):
     __module__ = MODULE
     TYPE = "AWS::Lambda::Alias"
-
-    @classmethod
-    def attributes(cls):
-        return []
+    ATTRIBUTES = ()
 
     def apply(self):
         alias = lambda_backends[self.account_id][self.region].create_alias(
@@ -285,20 +278,14 @@ class CodeDeployApplication(StackOnlyResource, CloudFormationModel):
     __module__ = MODULE
     TYPE = "AWS::CodeDeploy::Application"
     NAME_PROPERTY = "ApplicationName"
-
-    @classmethod
-    def attributes(cls):
-        return []
+    ATTRIBUTES = ()
 
 
 class CodeDeployDeploymentGroup(StackOnlyResource, CloudFormationModel):
     __module__ = MODULE
     TYPE = "AWS::CodeDeploy::DeploymentGroup"
     NAME_PROPERTY = "DeploymentGroupName"
-
-    @classmethod
-    def attributes(cls):
-        return []
+    ATTRIBUTES = ()
 
 
 # 6. An event source mapping made or re-pointed with a qualified function
