@@ -484,22 +484,27 @@ fn named_resource(value: &Value) -> Option<&str> {
     })
 }
 
-/// Every `${Name}` placeholder in the `Fn::Sub` strings under `value`.
-fn sub_placeholders<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+/// The `Fn::Sub` strings under `value`.
+fn sub_texts<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
     match value {
         Value::Object(map) => {
             if let Some(Value::String(text)) = map.get("Fn::Sub") {
-                found.extend(
-                    text.split("${")
-                        .skip(1)
-                        .filter_map(|rest| rest.split_once('}').map(|(name, _)| name)),
-                );
+                found.push(text);
             }
-            map.values().for_each(|v| sub_placeholders(v, found));
+            map.values().for_each(|v| sub_texts(v, found));
         }
-        Value::Array(items) => items.iter().for_each(|v| sub_placeholders(v, found)),
+        Value::Array(items) => items.iter().for_each(|v| sub_texts(v, found)),
         _ => {}
     }
+}
+
+/// Each `${Name}` (or `${Name.Arn}`) placeholder of a `Fn::Sub` string:
+/// the name, and the text after the placeholder.
+fn placeholders(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.split("${").skip(1).filter_map(|rest| {
+        let (name, after) = rest.split_once('}')?;
+        Some((name.strip_suffix(".Arn").unwrap_or(name), after))
+    })
 }
 
 /// Where the translated `template` invokes a function by the function
@@ -530,61 +535,66 @@ fn invocations_past_the_alias(template: &Value) -> Vec<String> {
         .difference(&aliased)
         .map(|f| format!("{f} has no alias"))
         .collect();
-    // A Ref or GetAtt of a function, or a `${Function.Arn}` not followed by
-    // `:live` in a Fn::Sub.
+    // A function named in a Fn::Sub string and not followed by `:live`.
+    let past_alias_in = |text: &str| -> Option<String> {
+        placeholders(text)
+            .find(|(name, after)| functions.contains(name) && !after.starts_with(":live"))
+            .map(|(name, _)| name.to_owned())
+    };
+    // A Ref or GetAtt of a function, or a Fn::Sub naming one past its alias.
     let past_alias = |value: &Value| -> Option<String> {
-        if let Some(id) = named_resource(value).filter(|id| functions.contains(id)) {
-            return Some(id.to_owned());
-        }
-        let text = value.get("Fn::Sub").and_then(Value::as_str)?;
-        text.split("${").skip(1).find_map(|rest| {
-            let (name, after) = rest.split_once('}')?;
-            let name = name.strip_suffix(".Arn").unwrap_or(name);
-            (functions.contains(name) && !after.starts_with(":live")).then(|| name.to_owned())
-        })
-    };
-    let mut check = |place: String, value: &Value| {
-        if let Some(id) = past_alias(value) {
-            found.push(format!("{place} names {id} itself"));
+        match named_resource(value) {
+            Some(id) => functions.contains(id).then(|| id.to_owned()),
+            None => past_alias_in(value.get("Fn::Sub").and_then(Value::as_str)?),
         }
     };
+    // Each place an invocation names, with the function it names past its
+    // alias, if any.
+    let mut places: Vec<(String, Option<String>)> = Vec::new();
     for (id, r) in resources {
         let properties = &r["Properties"];
         let list = |key: &str| properties[key].as_array().cloned().unwrap_or_default();
         match r["Type"].as_str().unwrap_or_default() {
             "AWS::Lambda::EventSourceMapping" | "AWS::Lambda::Permission" => {
-                check(format!("{id}'s FunctionName"), &properties["FunctionName"]);
+                places.push((
+                    format!("{id}'s FunctionName"),
+                    past_alias(&properties["FunctionName"]),
+                ));
             }
             "AWS::Events::Rule" => {
                 for target in list("Targets") {
-                    check(format!("{id}'s target {}", target["Id"]), &target["Arn"]);
+                    places.push((
+                        format!("{id}'s target {}", target["Id"]),
+                        past_alias(&target["Arn"]),
+                    ));
                 }
             }
             "AWS::CloudWatch::Alarm" => {
                 for action in list("AlarmActions").iter().chain(&list("OKActions")) {
-                    check(format!("{id}'s action"), action);
+                    places.push((format!("{id}'s action"), past_alias(action)));
                 }
             }
             "AWS::Lambda::Function" => {
                 let variables = properties["Environment"]["Variables"].as_object();
                 for (name, value) in variables.into_iter().flatten() {
-                    check(format!("{id}'s {name}"), value);
+                    places.push((format!("{id}'s {name}"), past_alias(value)));
                 }
             }
             "AWS::ApiGatewayV2::Api" => {
-                let mut placeholders = Vec::new();
-                sub_placeholders(&properties["Body"], &mut placeholders);
-                for name in placeholders {
-                    let name = name.strip_suffix(".Arn").unwrap_or(name);
-                    check(
-                        format!("{id}'s integration"),
-                        &serde_json::json!({ "Ref": name }),
-                    );
+                let mut texts = Vec::new();
+                sub_texts(&properties["Body"], &mut texts);
+                for text in texts {
+                    places.push((format!("{id}'s integration"), past_alias_in(text)));
                 }
             }
             _ => {}
         }
     }
+    found.extend(
+        places
+            .into_iter()
+            .filter_map(|(place, id)| Some(format!("{place} names {} itself", id?))),
+    );
     found
 }
 
@@ -676,7 +686,10 @@ async fn the_template_deploys_into_moto_as_the_local_suite_runs_it() {
     // errors alarm rolls back.
     let past = invocations_past_the_alias(&deployed.template);
     assert!(past.is_empty(), "{past:#?}");
-    assert!(deployed.of_type("AWS::Lambda::Alias").count() == binaries.len());
+    assert_eq!(
+        deployed.of_type("AWS::Lambda::Alias").count(),
+        binaries.len()
+    );
     assert_eq!(
         deployed
             .of_type("AWS::CodeDeploy::DeploymentGroup")
