@@ -236,7 +236,7 @@ async fn a_fault_campaign_on_moto_keeps_every_promise() {
     // Every request written gets its outcome (the consumers', or the
     // search's expired close).
     let tables = [
-        gateway.resources().requests_table.clone(),
+        gateway.resources().lane().requests_table.clone(),
         gateway.neighbours()[0].requests_table.clone(),
     ];
     let limit = Instant::now() + Duration::from_secs(60);
@@ -270,6 +270,7 @@ async fn a_fault_campaign_on_moto_keeps_every_promise() {
     println!(
         "nordic opened during the hang: {seen_open}; at the truth {converged_after:?} after the faults stopped"
     );
+    let names = gateway.resources().names.clone();
     Arc::try_unwrap(gateway)
         .expect("every search is done")
         .stop()
@@ -285,7 +286,6 @@ async fn a_fault_campaign_on_moto_keeps_every_promise() {
     assert!(converged <= CONVERGENCE);
     assert!(injected.injected_total() > 0, "the proxy injected nothing");
     // Each class of fault shows in the metric, under its dependencies.
-    let names = lifeboat_local::suite::SuiteNames::default();
     for class in injected.injected.keys() {
         let families: &[&str] = match class.strip_prefix("table:") {
             Some(table) if table.starts_with(&names.requests_table_prefix) => &["requests."],

@@ -211,7 +211,7 @@ async fn sale_record(gateway: &LocalSuite) -> Option<SaleRecord> {
 /// Items in the Requests table, by a consistent `Select: COUNT` scan.
 async fn count_requests(gateway: &LocalSuite) -> i64 {
     let client = aws_sdk_dynamodb::Client::new(gateway.sdk_config());
-    let table = &gateway.resources().requests_table;
+    let table = &gateway.resources().lane().requests_table;
     let mut count = 0_i64;
     let mut start = None;
     loop {
@@ -235,7 +235,7 @@ async fn count_requests(gateway: &LocalSuite) -> i64 {
 /// Requests in the table that have no outcome yet (consistent scan).
 async fn requests_without_outcome(gateway: &LocalSuite) -> usize {
     let client = aws_sdk_dynamodb::Client::new(gateway.sdk_config());
-    let table = &gateway.resources().requests_table;
+    let table = &gateway.resources().lane().requests_table;
     let mut open = 0;
     let mut start = None;
     loop {

@@ -198,7 +198,7 @@ async fn breaker(gateway: &LocalSuite) -> Option<BreakerRecord> {
 /// Every item of the Requests table.
 async fn scan_requests(gateway: &LocalSuite) -> Vec<StoredRequest> {
     let client = aws_sdk_dynamodb::Client::new(gateway.sdk_config());
-    let table = &gateway.resources().requests_table;
+    let table = &gateway.resources().lane().requests_table;
     let mut items = Vec::new();
     let mut start = None;
     loop {

@@ -262,8 +262,35 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
 
 /// `lifeboat <args>` with the environment `lifeboat local env` exports.
 fn lifeboat(state: &LocalState, args: &[&str]) -> (bool, String, String) {
+    lifeboat_with(state, args, |_| true, false)
+}
+
+/// `lifeboat <args>` as an on-call shell runs it on the local stack: with
+/// AWS's variables from `lifeboat local env` (moto's endpoint, region and
+/// credentials) and nothing naming a resource.
+fn lifeboat_on_stack(state: &LocalState, args: &[&str]) -> (bool, String, String) {
+    lifeboat_with(
+        state,
+        args,
+        |key| key.starts_with("AWS_") && key != "AWS_LAMBDA_LOG_LEVEL",
+        true,
+    )
+}
+
+fn lifeboat_with(
+    state: &LocalState,
+    args: &[&str],
+    keep: impl Fn(&str) -> bool,
+    clear: bool,
+) -> (bool, String, String) {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_lifeboat"));
     command.args(args);
+    if clear {
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", std::env::var("HOME").unwrap_or_default());
+    }
     for line in state.env_script().lines() {
         let (key, value) = line
             .strip_prefix("export ")
@@ -274,7 +301,9 @@ fn lifeboat(state: &LocalState, args: &[&str]) -> (bool, String, String) {
             .and_then(|v| v.strip_suffix('\''))
             .unwrap_or(value)
             .replace(r"'\''", "'");
-        command.env(key, value);
+        if keep(key) {
+            command.env(key, value);
+        }
     }
     let out = command.output().unwrap();
     (
@@ -285,14 +314,15 @@ fn lifeboat(state: &LocalState, args: &[&str]) -> (bool, String, String) {
 }
 
 /// A moto_server (as `lifeboat local moto` runs it) and a `cargo lambda
-/// watch` that outlive `lifeboat local`: the first run creates the
-/// resources, writes the functions' environment and waits for the watch,
-/// started here with that `--env-file`; customers' requests reach the
-/// operator through the stream; `lifeboat breaker` and `lifeboat status`
-/// work on the suite with the environment `lifeboat local env` prints; a
-/// second run finds everything in place; a run whose environment would
-/// differ is refused while the watch runs; and a moto_server that empties
-/// its streams is refused.
+/// watch` that outlive `lifeboat local`: the first run deploys the
+/// template's stack, writes the functions' environment and waits for the
+/// watch, started here with that `--env-file`; customers' requests reach
+/// the operator through the stream; `lifeboat breaker` and `lifeboat
+/// status` work on the suite with the environment `lifeboat local env`
+/// prints, and `lifeboat status --stack lifeboat` with nothing but AWS's
+/// endpoint and credentials; a second run finds the stack in place; a run
+/// that would deploy it with other parameters is refused; and a
+/// moto_server that empties its streams is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lifeboat_local_uses_a_running_moto_and_watch() {
     use lifeboat_local::moto::MotoServer;
@@ -395,6 +425,12 @@ async fn lifeboat_local_uses_a_running_moto_and_watch() {
         status["operators"][0]["breaker"]["state"], "forced_open",
         "{status}"
     );
+    // The same from the stack alone: every table and function found from
+    // the stack `lifeboat local` deployed.
+    let (ok, out, err) = lifeboat_on_stack(&state, &["status", "--stack", "lifeboat", "--json"]);
+    assert!(ok, "{out}{err}");
+    let from_stack: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(from_stack["operators"], status["operators"], "{from_stack}");
     tokio::time::timeout(Duration::from_secs(30), async {
         while !has(&lines.lock().unwrap(), "drill on the local suite") {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -452,13 +488,14 @@ async fn lifeboat_local_uses_a_running_moto_and_watch() {
         "the alarm reads the watch's log: {report:?}"
     );
 
-    // Another operator port would give the functions another environment.
+    // Another operator port would deploy the stack with another
+    // `OperatorEndpoints`, and give the functions another environment.
     let mut third = second;
     third.attach.operator_port = free_port().unwrap();
     let (progress, _) = Progress::memory();
     let e = run(third, &progress).await.unwrap_err();
     assert!(
-        e.to_string().contains("(OPERATOR_ENDPOINTS)") && e.to_string().contains("stop it"),
+        e.to_string().contains("OperatorEndpoints is") && e.to_string().contains("--operator-port"),
         "{e}"
     );
 

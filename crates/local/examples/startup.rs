@@ -64,8 +64,7 @@ use lifeboat_local::moto::{MotoServer, REGION};
 use lifeboat_local::pump::{TickerConfig, schedule_event};
 use lifeboat_local::suite::{
     BOOKING_WORKER, CART, CIRCUIT_SWITCH, CustomerOptions, FALLBACK_CONSUMER, OFFSALE_LISTENER,
-    REAL_CONSUMER, SEARCH, SuiteNames, SuiteOptions, create_customer_resources, create_resources,
-    function_env, moto_launcher,
+    REAL_CONSUMER, SEARCH, SuiteOptions, function_env, moto_launcher, stack_resources,
 };
 use lifeboat_local::watch::{Watch, watch_target_dir, workspace_root};
 use lifeboat_operator::{SimConfig, SimServer};
@@ -145,21 +144,14 @@ async fn main() -> Result<(), BoxError> {
 
     let moto = MotoServer::start_program(&moto_launcher()?).await?;
     let sdk = moto.sdk_config().await;
-    let names = SuiteNames::default();
     let operator = OperatorId::new("nordic")?;
-    let mut resources = create_resources(&sdk, &names, &operator).await?;
-    resources.customer = Some(create_customer_resources(&sdk, &names).await?);
     let sim = SimServer::start_with(operator.clone(), SimConfig::default(), 0).await?;
     // Every function's environment exactly as `LocalSuite` gives it with
-    // the customer half and the template's settings.
+    // the customer half: the template's stack, deployed in moto.
     let mut options = SuiteOptions::new(operator.clone());
     options.customer = Some(CustomerOptions::default());
-    let env = function_env(
-        &moto,
-        &resources,
-        &options,
-        &[(operator.clone(), sim.base_url())],
-    );
+    let resources = stack_resources(&sdk, &options, &[(operator.clone(), sim.base_url())]).await?;
+    let env = function_env(&moto.endpoint(), &resources, &options)?;
 
     // The tables, unless `--json` asked for the object instead.
     let say = |line: String| {
@@ -295,7 +287,7 @@ fn event_for(function: &str) -> Result<Value, BoxError> {
             &TickerConfig::new(
                 BOOKING_WORKER,
                 Duration::from_secs(60),
-                &SuiteNames::default().booking_schedule_rule,
+                "BookingScheduleRule",
             ),
             &uuid::Uuid::new_v4().to_string(),
             chrono::Utc::now(),

@@ -120,6 +120,9 @@ pub struct Deployed {
     pub resources: BTreeMap<String, StackResource>,
     /// The stack's outputs by key.
     pub outputs: BTreeMap<String, String>,
+    /// The parameters it was created with (those given; the others have
+    /// the template's defaults).
+    pub parameters: BTreeMap<String, String>,
     /// The document the stack was created from ([`translate`]'s).
     pub template: Value,
 }
@@ -244,6 +247,50 @@ pub async fn deploy(
     }
 }
 
+/// The stack `stack_name` as it stands in the moto `sdk` points at, or
+/// `None` when there is none: what an earlier run on the same moto created
+/// (its document is the template CloudFormation keeps).
+pub async fn existing(sdk: &SdkConfig, stack_name: &str) -> Result<Option<Deployed>, StackError> {
+    let cloudformation = aws_sdk_cloudformation::Client::new(sdk);
+    let described = cloudformation
+        .describe_stacks()
+        .stack_name(stack_name)
+        .send()
+        .await;
+    let stack = match described {
+        Ok(output) => output.stacks.unwrap_or_default().into_iter().next(),
+        Err(e)
+            if e.as_service_error().is_some_and(|s| {
+                s.meta()
+                    .message()
+                    .is_some_and(|m| m.contains("does not exist"))
+            }) =>
+        {
+            None
+        }
+        Err(e) => return Err(api_error(format!("DescribeStacks {stack_name}"), e)),
+    };
+    let Some(stack) = stack else {
+        return Ok(None);
+    };
+    let body = cloudformation
+        .get_template()
+        .stack_name(stack_name)
+        .send()
+        .await
+        .map_err(|e| api_error(format!("GetTemplate {stack_name}"), e))?
+        .template_body
+        .unwrap_or_default();
+    let document: Value = serde_json::from_str(&body).map_err(|e| StackError::Api {
+        what: format!("GetTemplate {stack_name}"),
+        detail: format!("not the JSON document lifeboat-local created: {e}"),
+    })?;
+    let stack_id = stack.stack_id().unwrap_or_default().to_owned();
+    read(&cloudformation, stack_name, &stack_id, &document)
+        .await
+        .map(Some)
+}
+
 /// Whether the stack lists every resource of the document that has no
 /// condition (moto lists a resource once it is created).
 fn all_listed(deployed: &Deployed, document: &Value) -> bool {
@@ -284,6 +331,16 @@ async fn read(
         .iter()
         .filter_map(|o| Some((o.output_key()?.to_owned(), o.output_value()?.to_owned())))
         .collect();
+    let parameters = stack
+        .parameters()
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p.parameter_key()?.to_owned(),
+                parameter_text(p.parameter_value()?),
+            ))
+        })
+        .collect();
     let mut resources = BTreeMap::new();
     let mut next = None;
     loop {
@@ -320,8 +377,26 @@ async fn read(
             .unwrap_or_default(),
         resources,
         outputs,
+        parameters,
         template: document.clone(),
     })
+}
+
+/// A parameter's value as it was given. moto answers a
+/// `CommaDelimitedList` parameter with Python's text of the list
+/// (`['nordic', 'baltic']`); AWS with the text given (`nordic,baltic`).
+fn parameter_text(value: &str) -> String {
+    match value
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+    {
+        Some(items) => items
+            .split(", ")
+            .map(|item| item.trim_matches('\''))
+            .collect::<Vec<_>>()
+            .join(","),
+        None => value.to_owned(),
+    }
 }
 
 /// What the stack's events say went wrong, for an error message.

@@ -1,9 +1,9 @@
-//! What template.yaml says, as the local suite plays it: the functions'
-//! names, `LifeboatHttpApi`'s routes, and the settings of the mappings,
-//! rules, queues and alarm it creates in moto. `crate::stack`'s tests deploy
-//! template.yaml itself into moto and hold the mappings', rules' and
-//! queues' settings here, and the functions' environment, to what the
-//! stack wires.
+//! What lifeboat's code and simulations assume template.yaml says: the
+//! functions' binaries, `LifeboatHttpApi`'s routes, and the settings of the
+//! mappings, rules, queues and alarm. The local suite runs the template
+//! itself (`crate::suite::SuiteResources::from_stack`); `crate::stack`'s
+//! tests deploy it into moto and hold the settings here to what the stack
+//! wires.
 
 /// The real consumer's binary (and function) name.
 pub const REAL_CONSUMER: &str = "real-consumer";
@@ -36,8 +36,7 @@ pub fn api_function(path: &str) -> Option<&'static str> {
 }
 
 // The Requests stream mapping's settings in template.yaml (each lane's
-// `RequestsMapping&{Operator}`); the local suite runs one lane for its
-// operator's requests. Then the rules', queues' and alarm's.
+// `RequestsMapping&{Operator}`). Then the rules', queues' and alarm's.
 pub const BATCH_SIZE: i32 = 50;
 pub const MAXIMUM_BATCHING_WINDOW_IN_SECONDS: i32 = 0;
 pub const PARALLELIZATION_FACTOR: i32 = 4;

@@ -8,11 +8,11 @@
 //!
 //! Meant for moto (see the module above), where nothing but the API exists:
 //! the functions have no code that runs and the queue needs no policy. What
-//! already exists under a name (a moto that outlives `lifeboat local` runs)
-//! is used as it is: tables, bus, role, functions, queues and rules (the
-//! gateway's Requests mapping too; [`create_stream_mapping`] always adds
-//! one). The end-to-end harness and the adapter tests build on
-//! [`stack::Stack::create`] or the single steps.
+//! already exists under a name is used as it is: tables, bus, role,
+//! functions, queues and rules ([`create_stream_mapping`] always adds a
+//! mapping). The adapter tests build on [`stack::Stack::create`] or the
+//! single steps; the local suite runs template.yaml itself
+//! ([`crate::suite::SuiteResources`]) and only adds its queues here.
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 
@@ -21,12 +21,10 @@ mod messaging;
 pub mod stack;
 mod tables;
 
-pub use functions::{
-    create_lambda_role, create_stream_mapping, create_stub_function, existing_mapping,
-};
+pub use functions::{create_lambda_role, create_stream_mapping, create_stub_function};
 pub use messaging::{
     Queue, QueueTarget, create_event_bus, create_queue, create_queue_target, create_queue_with,
-    create_rule_to_queue, redrive_policy,
+    create_rule_to_queue,
 };
 pub use tables::{
     RequestsTable, create_breaker_table, create_cache_table, create_carts_table,

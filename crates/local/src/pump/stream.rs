@@ -56,6 +56,10 @@ pub struct PumpConfig {
     /// Every record read, in stream order and in Lambda's shape, before
     /// filtering: for tests and live views.
     pub tap: Option<mpsc::UnboundedSender<Value>>,
+    /// The binary under `cargo lambda watch` of each function the mapping
+    /// may name, by function name (a stack's functions are named
+    /// `<stack>-<LogicalId>-<suffix>`); a name not here is the binary's.
+    pub binaries: BTreeMap<String, String>,
 }
 
 impl PumpConfig {
@@ -67,7 +71,16 @@ impl PumpConfig {
             retry_backoff: Duration::from_millis(200),
             read_limit: 1000,
             tap: None,
+            binaries: BTreeMap::new(),
         }
+    }
+
+    /// The mapping as the pump plays it: its function named by its binary.
+    fn resolve(&self, mut mapping: MappingView) -> MappingView {
+        if let Some(binary) = self.binaries.get(&mapping.function) {
+            mapping.function.clone_from(binary);
+        }
+        mapping
     }
 }
 
@@ -365,7 +378,9 @@ impl Runner {
     /// Read the mapping, read the stream, deliver one batch. Returns whether
     /// a batch was delivered.
     async fn step(&mut self) -> Result<bool, PumpError> {
-        let mapping = read_mapping(&self.lambda, &self.config.mapping_uuid).await?;
+        let mapping = self
+            .config
+            .resolve(read_mapping(&self.lambda, &self.config.mapping_uuid).await?);
         if !mapping.delivers() {
             self.stat(|s| s.paused_polls += 1);
             return Ok(false);

@@ -1,8 +1,9 @@
-//! template.yaml deployed into moto, checked against what the local suite
-//! runs today: its hand provisioning (`suite/provision.rs`, the settings in
-//! `template.rs`) and the environment it gives the functions
-//! (`suite::function_env`). A copy of the template broken in one place
-//! fails the same check.
+//! template.yaml deployed into moto, checked against what lifeboat's code
+//! expects of it: the variables each function reads, the lanes' and
+//! queues' mappings, the rules the circuit switch and the off-sale listener
+//! need (the settings in `template.rs`), and the environment the local
+//! suite gives the functions from the stack (`suite::function_env`). A copy
+//! of the template broken in one place fails the same check.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -16,8 +17,7 @@ use super::wiring::{self, Mapping, Wiring};
 use super::*;
 use crate::moto::MotoServer;
 use crate::suite::{
-    CustomerOptions, OperatorCredential, SuiteNames, SuiteOptions, create_customer_resources,
-    create_resources, function_env, moto_launcher,
+    CustomerOptions, OperatorCredential, SuiteOptions, SuiteResources, function_env, moto_launcher,
 };
 use crate::template::{
     self, BOOKING_WORKER, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER,
@@ -188,42 +188,36 @@ const SETTINGS_FROM_DEFAULTS: [&str; 10] = [
     "BOOKING_RUN_MS",
 ];
 
-/// The environment the local suite gives the functions, from its own
-/// provisioning in the same moto (names prefixed `hand-`).
-async fn suite_env(moto: &MotoServer, sdk: &SdkConfig) -> BTreeMap<String, String> {
-    let operator = OperatorId::new(OPERATORS[0]).unwrap();
-    let mut options = SuiteOptions::new(operator.clone());
-    options.names = SuiteNames::prefixed("hand-");
+/// The environment the local suite gives the functions when it runs
+/// `deployed` (the customer half too, and a credential).
+async fn suite_env(
+    moto: &MotoServer,
+    sdk: &SdkConfig,
+    deployed: &Deployed,
+) -> BTreeMap<String, String> {
+    let mut options = SuiteOptions::new(OperatorId::new(OPERATORS[0]).unwrap());
     options.customer = Some(CustomerOptions::default());
-    // The suite sets OPERATOR_CREDENTIALS_PATH only for a credential.
     options.operator_credential = Some(OperatorCredential {
         path: "/lifeboat/local/operators".to_owned(),
         header: "x-api-key".to_owned(),
         value: "local".to_owned(),
     });
-    let mut resources = create_resources(sdk, &options.names, &operator)
+    let operators: Vec<OperatorId> = OPERATORS
+        .iter()
+        .map(|o| OperatorId::new(*o).unwrap())
+        .collect();
+    let wiring = wiring::read(sdk, deployed).await.unwrap();
+    let resources = SuiteResources::from_stack(sdk, deployed.clone(), wiring, &operators)
         .await
         .unwrap();
-    resources.customer = Some(
-        create_customer_resources(sdk, &options.names)
-            .await
-            .unwrap(),
-    );
-    let endpoints: Vec<(OperatorId, String)> = OPERATORS
-        .iter()
-        .map(|o| {
-            (
-                OperatorId::new(*o).unwrap(),
-                format!("http://127.0.0.1:1/{o}"),
-            )
-        })
-        .collect();
-    function_env(moto, &resources, &options, &endpoints)
+    function_env(&moto.endpoint(), &resources, &options)
+        .unwrap()
         .into_iter()
         .collect()
 }
 
-/// The local suite's Requests lane mapping, as `provision.rs` creates it.
+/// A lane's Requests mapping as lifeboat's code and simulations assume it
+/// (the settings in `template.rs`).
 fn lane_mapping(operator: &str) -> Mapping {
     Mapping {
         source: format!("RequestsTable{}", operator.replace('-', "")),
@@ -309,7 +303,7 @@ fn differences(
                     &mut found,
                     format!("{binary}'s {name}"),
                     &deployed.name_of_arn(arn),
-                    &suite_env.get(name).cloned().unwrap_or_default(),
+                    &deployed.name_of_arn(suite_env.get(name).map_or("", String::as_str)),
                 );
             }
         }
@@ -677,7 +671,7 @@ async fn the_template_deploys_into_moto_as_the_local_suite_runs_it() {
         .unwrap();
     assert_eq!(config.maximum_retry_attempts(), Some(2));
 
-    let env = suite_env(&moto, &sdk).await;
+    let env = suite_env(&moto, &sdk, &deployed).await;
     let found = differences(&deployed, &wiring, &env);
     assert!(found.is_empty(), "{found:#?}");
 
@@ -797,7 +791,6 @@ async fn a_broken_template_copy_fails_the_check() {
         .await
         .unwrap();
     let sdk = moto.sdk_config().await;
-    let env = suite_env(&moto, &sdk).await;
     let dir = crate::watch::local_dir(&crate::watch::workspace_root());
     std::fs::create_dir_all(&dir).unwrap();
     for (n, (what, from, to, named)) in breaks.into_iter().enumerate() {
@@ -806,6 +799,7 @@ async fn a_broken_template_copy_fails_the_check() {
         std::fs::write(&copy, original.replacen(from, to, 1)).unwrap();
         let (deployed, wiring) = deploy_and_read(&sdk, &format!("broken{n}"), &copy).await;
         let _ = std::fs::remove_file(&copy);
+        let env = suite_env(&moto, &sdk, &deployed).await;
         let found = differences(&deployed, &wiring, &env);
         assert_eq!(found.len(), named.len(), "{what}: {found:#?}");
         for (line, named) in found.iter().zip(named) {

@@ -4,36 +4,37 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use lifeboat_aws::clients;
-use lifeboat_core::{OperatorId, operator_config, settings};
+use lifeboat_core::OperatorId;
 use serde_json::{Value, json};
 
-use crate::moto::{MotoServer, REGION};
+use crate::moto::REGION;
 use crate::pump::TickerConfig;
 use crate::template::{
-    self, BOOKING_WORKER, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER,
+    BOOKING_WORKER, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER,
     SEARCH,
 };
 use crate::watch::{Watch, WatchError};
 
 use super::{AttachWatch, SuiteError, SuiteOptions, SuiteResources};
 
-/// The environment of every function: AWS at moto, the resources, the
-/// operator, and the settings.
-/// `endpoints` are every operator's base URL, `options.operator` first.
+/// The environment of every function: the stack's (see
+/// [`SuiteResources::environment`]), for the functions the suite runs, with
+/// what makes it local: AWS at moto (`moto_endpoint`) with moto's region
+/// and credentials, and the functions' log level.
 pub fn function_env(
-    moto: &MotoServer,
+    moto_endpoint: &str,
     resources: &SuiteResources,
     options: &SuiteOptions,
-    endpoints: &[(OperatorId, String)],
-) -> Vec<(String, String)> {
-    let operator = options.operator.as_str();
-    let join = |item: &dyn Fn(&(OperatorId, String)) -> String| {
-        endpoints.iter().map(item).collect::<Vec<_>>().join(",")
-    };
-    let names = &resources.names;
-    let mut env: Vec<(String, String)> = [
-        ("AWS_ENDPOINT_URL", moto.endpoint()),
+) -> Result<Vec<(String, String)>, SuiteError> {
+    let running: Vec<&str> = resources
+        .binaries
+        .values()
+        .map(String::as_str)
+        .filter(|binary| super::from_stack::runs(options, binary))
+        .collect();
+    let mut env = resources.environment(&running)?;
+    for (key, value) in [
+        ("AWS_ENDPOINT_URL", moto_endpoint.to_owned()),
         ("AWS_REGION", REGION.to_owned()),
         ("AWS_DEFAULT_REGION", REGION.to_owned()),
         ("AWS_ACCESS_KEY_ID", "test".to_owned()),
@@ -43,104 +44,10 @@ pub fn function_env(
             lifeboat_core::metrics::AWS_LAMBDA_LOG_LEVEL,
             options.log_level.clone(),
         ),
-        (
-            clients::REQUESTS_TABLE_PREFIX,
-            names.requests_table_prefix.clone(),
-        ),
-        (clients::BREAKER_TABLE, names.breaker_table.clone()),
-        (clients::CACHE_TABLE, names.cache_table.clone()),
-        (clients::EVENT_BUS_NAME, names.bus.clone()),
-        (clients::REAL_CONSUMER_FUNCTION, REAL_CONSUMER.to_owned()),
-        (
-            clients::FALLBACK_CONSUMER_FUNCTION,
-            FALLBACK_CONSUMER.to_owned(),
-        ),
-        (
-            lifeboat_operator::OPERATOR_ENDPOINTS,
-            if options.operator_config_in_table {
-                String::new()
-            } else {
-                endpoints_text(endpoints)
-            },
-        ),
-        (settings::OPERATORS, join(&|(o, _)| o.to_string())),
-        (
-            settings::OPERATOR_SETTINGS,
-            if options.operator_config_in_table {
-                String::new()
-            } else {
-                options.operator_settings.clone()
-            },
-        ),
-        (
-            operator_config::OPERATOR_CONFIG_TABLE,
-            names.operator_config_table.clone(),
-        ),
-        (
-            operator_config::OPERATOR_CONFIG_REVISION,
-            "local".to_owned(),
-        ),
-        ("BREAKER_TIMER_QUEUE_URL", resources.timer_queue.url.clone()),
-        (
-            "ALARM_OPERATORS",
-            options
-                .alarm
-                .as_ref()
-                .map(|name| format!("{name}={operator}"))
-                .unwrap_or_default(),
-        ),
-        ("CALL_CONCURRENCY", template::CALL_CONCURRENCY.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    if let Some(credential) = &options.operator_credential {
-        env.push((
-            clients::OPERATOR_CREDENTIALS_PATH.to_owned(),
-            credential.path.clone(),
-        ));
+    ] {
+        env.insert(key.to_owned(), value);
     }
-    if let (Some(customer), Some(created)) = (&options.customer, &resources.customer) {
-        env.extend(
-            [
-                (clients::CARTS_TABLE, names.carts_table.clone()),
-                (clients::ORDERS_TABLE, names.orders_table.clone()),
-                (clients::SALE_STATUS_TABLE, names.sale_status_table.clone()),
-                ("SALE_STATUS_STORE", "dynamodb".to_owned()),
-                (
-                    clients::OFFSALE_QUEUE_URL,
-                    created.offsale_queue.url.clone(),
-                ),
-                ("SALE_SWITCH", "table".to_owned()),
-                ("CART_SETTINGS", customer.cart_settings.clone()),
-                ("BREAKER_CACHE_MS", customer.breaker_cache_ms.to_string()),
-                (
-                    "SALE_RETRY_MAX_ATTEMPTS",
-                    customer.sale_retry_max_attempts.to_string(),
-                ),
-                (
-                    "SALE_SWITCH_TIMEOUT_MS",
-                    customer.sale_switch_timeout_ms.to_string(),
-                ),
-                (
-                    "SALE_ON_SALE_HOLD_S",
-                    customer.sale_on_sale_hold_s.to_string(),
-                ),
-                (
-                    "SALE_OFF_SALE_HOLD_S",
-                    customer.sale_off_sale_hold_s.to_string(),
-                ),
-                (
-                    lifeboat_core::order::booking::ORDER_SETTINGS,
-                    customer.order_settings.clone(),
-                ),
-                ("BOOKING_RUN_MS", customer.booking_run_ms.to_string()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v)),
-        );
-    }
-    env
+    Ok(env.into_iter().collect())
 }
 
 /// `OPERATOR_ENDPOINTS`'s text for `endpoints`.

@@ -1,4 +1,4 @@
-//! The moto_server launcher: moto without its own stream delivery, and with
+//! The moto_server launcher: moto without its own delivery to functions, and with
 //! a CloudFormation that creates template.yaml.
 
 use std::path::{Path, PathBuf};
@@ -7,20 +7,20 @@ use crate::moto::find_moto_server;
 
 use super::SuiteError;
 
-/// moto_server with one change: DynamoDB tables forget the event source
-/// mappings on their streams.
-///
-/// moto 5.2.1 registers a mapping created on a table's stream with the
-/// table, and on every write to the table it invokes the mapped function in
-/// Docker with every stream record not yet handed over. Without Docker that
-/// invocation "returns" its error message, which moto takes for success: it
-/// empties the stream after every write (the next record even reuses the
-/// sequence number), so nothing else can read it, and every write pays for a
-/// failed Docker call. The mapping itself (Get / Update / List through the
-/// Lambda API) is untouched; delivering the stream is the [`crate::pump::StreamPump`]'s
-/// job.
-pub(super) const MOTO_WITHOUT_STREAM_DELIVERY: &str = "from moto.dynamodb.models.table import Table
-Table.lambda_event_source_mappings = property(lambda self: {}, lambda self, value: None)";
+/// moto_server without its own delivery to functions: tables and queues
+/// forget the event source mappings on them, a rule's Lambda target goes to
+/// the queue `lifeboat-target-<function>` the harness drains, and the names
+/// CloudFormation makes up are the same for the same stack. moto would
+/// invoke the functions itself, in Docker, and take the failure for
+/// success; delivering to them under `cargo lambda watch` is the pumps'
+/// job. Each change, with what moto does, is described in the file.
+pub(super) const MOTO_DELIVERY: &str = include_str!("moto_delivery.py");
+
+/// The queue a rule's Lambda target `function` (its name) delivers to under
+/// [`MOTO_DELIVERY`].
+pub fn lambda_target_queue(function: &str) -> String {
+    format!("lifeboat-target-{function}")
+}
 
 /// moto_server's CloudFormation made to create template.yaml as
 /// [`crate::stack`] translates it: a bus's `Ref` is its name; alarms, queue
@@ -59,7 +59,7 @@ pub fn shell_quoted(text: &str) -> String {
 
 /// Write (atomically) an executable that runs `moto_server` as found by
 /// [`find_moto_server`] with the changes described at
-/// [`MOTO_WITHOUT_STREAM_DELIVERY`] and [`MOTO_CLOUDFORMATION`], for
+/// [`MOTO_DELIVERY`] and [`MOTO_CLOUDFORMATION`], for
 /// [`crate::moto::MotoServer::start_program`].
 pub fn moto_launcher() -> Result<PathBuf, SuiteError> {
     use std::os::unix::fs::PermissionsExt;
@@ -67,10 +67,9 @@ pub fn moto_launcher() -> Result<PathBuf, SuiteError> {
     let python = moto_python(&find_moto_server()?);
     let dir = crate::watch::local_dir(&crate::watch::workspace_root());
     let path = dir.join("moto-server-for-lifeboat");
-    let program =
-        format!("{MOTO_WITHOUT_STREAM_DELIVERY}\n{MOTO_CLOUDFORMATION}\n{RUN_MOTO_SERVER}\n");
+    let program = format!("{MOTO_DELIVERY}\n{MOTO_CLOUDFORMATION}\n{RUN_MOTO_SERVER}\n");
     let script = format!(
-        "#!/bin/sh\n# moto_server for lifeboat-local: see MOTO_WITHOUT_STREAM_DELIVERY and MOTO_CLOUDFORMATION in crates/local/src/suite/launcher.rs\nexec {} -c {} \"$@\"\n",
+        "#!/bin/sh\n# moto_server for lifeboat-local: see MOTO_DELIVERY and MOTO_CLOUDFORMATION in crates/local/src/suite/launcher.rs\nexec {} -c {} \"$@\"\n",
         shell_quoted(&python.display().to_string()),
         shell_quoted(&program)
     );

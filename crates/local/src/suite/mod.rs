@@ -7,10 +7,11 @@
 //! does it gracefully.
 
 mod env;
+mod from_stack;
+mod in_moto;
 mod launcher;
 mod options;
 mod orders;
-mod provision;
 #[cfg(test)]
 mod tests;
 
@@ -19,15 +20,15 @@ pub use crate::template::{
     SEARCH, api_function,
 };
 pub use env::{env_file_text, function_env};
-pub(crate) use launcher::moto_python;
-pub use launcher::{moto_launcher, shell_quoted};
-pub use options::{
-    ApiReply, Attach, AttachWatch, CustomerOptions, CustomerResources, Neighbour,
-    OperatorCredential, StartupTimes, SuiteError, SuiteNames, SuiteOptions, SuiteResources,
+pub use from_stack::{
+    CUSTOMER_FUNCTIONS, Lane, QueueMapping, RuleTarget, STACK_NAME, Schedule, SuiteResources,
+    stack_parameters, stack_resources,
 };
-pub use provision::{
-    LaneResources, create_customer_resources, create_lane, create_requests_mapping,
-    create_resources,
+pub(crate) use launcher::moto_python;
+pub use launcher::{lambda_target_queue, moto_launcher, shell_quoted};
+pub use options::{
+    ApiReply, Attach, AttachWatch, CustomerOptions, Neighbour, OperatorCredential, StartupTimes,
+    SuiteError, SuiteNames, SuiteOptions,
 };
 
 use std::time::{Duration, Instant};
@@ -51,7 +52,8 @@ use crate::pump::{
 };
 use crate::watch::Watch;
 use env::{attach_watch, warm_up, warm_up_customer};
-use provision::{check_stream_keeps_records, purge_queues, put_operator_credential};
+use from_stack::runs;
+use in_moto::{check_stream_keeps_records, purge_queues, put_operator_credential};
 
 /// Long-poll wait of the `BreakerTimerQueue` pump: a timer that comes due
 /// reaches the switch within it.
@@ -63,13 +65,13 @@ pub struct LocalSuite {
     // Field order is drop order: the harness's tasks first, then the
     // functions, the operator, and moto last.
     pump: StreamPump,
-    drain: BusDrain,
-    ticker: Ticker,
-    /// `BookingScheduleRule`, with the customer half.
-    booking: Option<Ticker>,
+    /// A drain per function a rule targets, by its binary.
+    drains: Vec<(String, BusDrain)>,
+    /// A ticker per scheduled rule, by its function's binary.
+    tickers: Vec<(String, Ticker)>,
     alarm: Option<LocalAlarm>,
-    offsale: Option<QueuePump>,
-    timers: QueuePump,
+    /// A pump per queue mapping, by its function's binary.
+    queues: Vec<(String, QueuePump)>,
     neighbours: Vec<Neighbour>,
     watch: Watch,
     operator: SimServer,
@@ -82,6 +84,8 @@ pub struct LocalSuite {
     api_http: reqwest::Client,
     startup: StartupTimes,
     faults: Option<FaultProxy>,
+    /// Whether the customer half runs.
+    customer: bool,
 }
 
 impl LocalSuite {
@@ -94,19 +98,9 @@ impl LocalSuite {
             None => MotoServer::start_program_with(&moto_launcher()?, attach.aws_port).await?,
         };
         let sdk = moto.sdk_config().await;
-        let mut resources = create_resources(&sdk, &options.names, &options.operator).await?;
-        if options.customer.is_some() {
-            resources.customer = Some(create_customer_resources(&sdk, &options.names).await?);
-        }
-        if let Some(credential) = &options.operator_credential {
-            put_operator_credential(&sdk, &options.operator, credential).await?;
-        }
-        if moto.is_attached() {
-            check_stream_keeps_records(&sdk, &resources).await?;
-            purge_queues(&sdk, &resources).await?;
-        }
-        let moto_and_resources = started.elapsed();
 
+        // The operators first: the stack's parameters say where each is
+        // served.
         let operator = SimServer::start_with(
             options.operator.clone(),
             options.sim.clone(),
@@ -117,17 +111,8 @@ impl LocalSuite {
         if let Some(credential) = &options.operator_credential {
             operator.require_header(&credential.header, &credential.value);
         }
-        // The neighbours' lanes exist before the switch starts: it finds
-        // every operator's mapping when it starts.
-        let mut lanes = Vec::new();
+        let mut sims = Vec::new();
         for (n, neighbour) in options.neighbours.iter().enumerate() {
-            let lane = create_lane(
-                &sdk,
-                &resources.names,
-                neighbour,
-                &resources.failed_queue_arn,
-            )
-            .await?;
             let sim = SimServer::start_with(
                 neighbour.clone(),
                 SimConfig {
@@ -139,23 +124,40 @@ impl LocalSuite {
             )
             .await
             .map_err(SuiteError::Operator)?;
-            lanes.push((
-                neighbour.clone(),
-                lane.requests_table,
-                lane.mapping_uuid,
-                sim,
-            ));
+            sims.push((neighbour.clone(), sim));
         }
         let endpoints: Vec<(OperatorId, String)> =
             std::iter::once((options.operator.clone(), operator.base_url()))
-                .chain(
-                    lanes
-                        .iter()
-                        .map(|(o, _, _, sim)| (o.clone(), sim.base_url())),
-                )
+                .chain(sims.iter().map(|(o, sim)| (o.clone(), sim.base_url())))
                 .collect();
+
+        let resources = match stack_resources(&sdk, &options, &endpoints).await {
+            Err(SuiteError::Stack(e)) if moto.is_attached() => {
+                return Err(SuiteError::StreamProbe {
+                    detail: format!(
+                        "it cannot create the template's stack ({e}); start it with `lifeboat local moto`"
+                    ),
+                });
+            }
+            resources => resources?,
+        };
+        let targets = resources.create_target_queues(&sdk).await?;
+        if let Some(credential) = &options.operator_credential {
+            put_operator_credential(&sdk, &options.operator, credential).await?;
+        }
+        if moto.is_attached() {
+            check_stream_keeps_records(&sdk, &resources).await?;
+            let drained: Vec<String> = targets
+                .iter()
+                .map(|(_, queue)| queue.url.clone())
+                .chain(resources.queue_mappings.iter().map(|m| m.queue.url.clone()))
+                .collect();
+            purge_queues(&sdk, &drained).await?;
+        }
         env::put_operator_config(&sdk, &resources, &options, &endpoints).await?;
-        let mut env = function_env(&moto, &resources, &options, &endpoints);
+        let moto_and_resources = started.elapsed();
+
+        let mut env = function_env(&moto.endpoint(), &resources, &options)?;
         let faults = match options.aws_faults {
             Some(seed) => {
                 let proxy = FaultProxy::start(&moto.endpoint(), seed)
@@ -189,8 +191,13 @@ impl LocalSuite {
         let warm_up_time = warm_started.elapsed();
 
         let invoker = Invoker::for_endpoint(&watch.invoke_endpoint(), options.invoke_timeout).await;
-        let mut pump_config = PumpConfig::new(&resources.mapping_uuid);
-        pump_config.poll_every = options.poll_every;
+        let lane_pump = |uuid: &str| {
+            let mut config = PumpConfig::new(uuid);
+            config.poll_every = options.poll_every;
+            config.binaries.clone_from(&resources.binaries);
+            config
+        };
+        let mut pump_config = lane_pump(&resources.lane().mapping_uuid);
         pump_config.tap = options.stream_tap.clone();
         let pump = StreamPump::start(
             aws_sdk_dynamodbstreams::Client::new(&sdk),
@@ -200,58 +207,50 @@ impl LocalSuite {
         )
         .await?;
         let mut neighbours = Vec::new();
-        for (operator, requests_table, mapping_uuid, sim) in lanes {
-            let mut config = PumpConfig::new(&mapping_uuid);
-            config.poll_every = options.poll_every;
+        for ((operator, sim), lane) in sims.into_iter().zip(resources.lanes.iter().skip(1)) {
             let pump = StreamPump::start(
                 aws_sdk_dynamodbstreams::Client::new(&sdk),
                 aws_sdk_lambda::Client::new(&sdk),
                 invoker.clone(),
-                config,
+                lane_pump(&lane.mapping_uuid),
             )
             .await?;
             neighbours.push(Neighbour {
                 operator,
-                requests_table,
-                mapping_uuid,
+                requests_table: lane.requests_table.clone(),
+                mapping_uuid: lane.mapping_uuid.clone(),
                 sim,
                 _pump: pump,
             });
         }
-        let drain = BusDrain::start(
-            aws_sdk_sqs::Client::new(&sdk),
-            invoker.clone(),
-            BusDrainConfig::new(&resources.switch_queue.queue_url, CIRCUIT_SWITCH),
-        );
-        let mut timer_config = QueuePumpConfig::new(
-            &resources.timer_queue.url,
-            &resources.timer_queue.arn,
-            CIRCUIT_SWITCH,
-        );
-        timer_config.batch_size = template::TIMER_BATCH_SIZE;
-        timer_config.wait = TIMER_QUEUE_WAIT;
-        let timers = QueuePump::start(
-            aws_sdk_sqs::Client::new(&sdk),
-            invoker.clone(),
-            timer_config,
-        );
-        let offsale = match (&options.customer, &resources.customer) {
-            (Some(customer), Some(created)) => {
-                let mut config = QueuePumpConfig::new(
-                    &created.offsale_queue.url,
-                    &created.offsale_queue.arn,
-                    OFFSALE_LISTENER,
-                );
-                config.batch_size = template::OFFSALE_BATCH_SIZE;
-                config.wait = customer.queue_wait;
-                Some(QueuePump::start(
+        let drains = targets
+            .into_iter()
+            .filter(|(target, _)| runs(&options, &target.function))
+            .map(|(target, queue)| {
+                let drain = BusDrain::start(
                     aws_sdk_sqs::Client::new(&sdk),
                     invoker.clone(),
-                    config,
-                ))
-            }
-            _ => None,
-        };
+                    BusDrainConfig::new(&queue.url, &target.function),
+                );
+                (target.function, drain)
+            })
+            .collect();
+        let queues = resources
+            .queue_mappings
+            .iter()
+            .filter(|m| runs(&options, &m.function))
+            .map(|m| {
+                let mut config = QueuePumpConfig::new(&m.queue.url, &m.queue.arn, &m.function);
+                config.batch_size = m.batch_size;
+                config.wait = match &options.customer {
+                    Some(customer) if m.function == OFFSALE_LISTENER => customer.queue_wait,
+                    _ => TIMER_QUEUE_WAIT,
+                };
+                let pump =
+                    QueuePump::start(aws_sdk_sqs::Client::new(&sdk), invoker.clone(), config);
+                (m.function.clone(), pump)
+            })
+            .collect();
         let alarm = options
             .alarm
             .as_ref()
@@ -266,28 +265,22 @@ impl LocalSuite {
                 config.filter = LogLevel::parse(&options.log_level).unwrap_or_default();
                 LocalAlarm::start(invoker.clone(), config)
             });
-        // The booking worker's schedule runs at the switch's period. A
-        // ticker invokes once at a time, as the worker's reserved
-        // concurrency of one runs it: a tick due while a run goes on waits
-        // for its end.
-        let booking = options.customer.as_ref().map(|_| {
-            Ticker::start(
-                invoker.clone(),
-                TickerConfig::new(
-                    BOOKING_WORKER,
-                    options.tick_every,
-                    &resources.names.booking_schedule_rule,
-                ),
-            )
-        });
-        let ticker = Ticker::start(
-            invoker,
-            TickerConfig::new(
-                CIRCUIT_SWITCH,
-                options.tick_every,
-                &resources.names.schedule_rule,
-            ),
-        );
+        // Every schedule runs at `tick_every` (the template's are a
+        // minute). A ticker invokes once at a time, as the booking worker's
+        // reserved concurrency of one runs it: a tick due while a run goes
+        // on waits for its end.
+        let tickers = resources
+            .schedules
+            .iter()
+            .filter(|schedule| runs(&options, &schedule.function))
+            .map(|schedule| {
+                let ticker = Ticker::start(
+                    invoker.clone(),
+                    TickerConfig::new(&schedule.function, options.tick_every, &schedule.rule_name),
+                );
+                (schedule.function.clone(), ticker)
+            })
+            .collect();
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(10))
@@ -300,12 +293,10 @@ impl LocalSuite {
             .map_err(SuiteError::Control)?;
         Ok(Self {
             pump,
-            drain,
-            ticker,
-            booking,
+            drains,
+            tickers,
             alarm,
-            offsale,
-            timers,
+            queues,
             neighbours,
             watch,
             operator,
@@ -322,6 +313,7 @@ impl LocalSuite {
                 total: started.elapsed(),
             },
             faults,
+            customer: options.customer.is_some(),
         })
     }
 
@@ -384,14 +376,20 @@ impl LocalSuite {
         )
     }
 
-    /// The function the Requests stream's mapping delivers to now.
+    /// The function (its binary) the operator's Requests stream's mapping
+    /// delivers to now.
     pub async fn mapping_function(&self) -> Result<String, SuiteError> {
         let mapping = read_mapping(
             &aws_sdk_lambda::Client::new(&self.sdk),
-            &self.resources.mapping_uuid,
+            &self.resources.lane().mapping_uuid,
         )
         .await?;
-        Ok(mapping.function)
+        Ok(self
+            .resources
+            .binaries
+            .get(&mapping.function)
+            .cloned()
+            .unwrap_or(mapping.function))
     }
 
     /// Switch the operator's mode through its control endpoint: `hang`,
@@ -424,17 +422,18 @@ impl LocalSuite {
             .map_err(SuiteError::Control)
     }
 
-    /// The customer half's resources, or [`SuiteError::NoCustomer`].
-    pub fn customer_resources(&self) -> Result<&CustomerResources, SuiteError> {
-        self.resources
-            .customer
-            .as_ref()
-            .ok_or(SuiteError::NoCustomer)
+    /// [`SuiteError::NoCustomer`] unless the customer half runs.
+    pub fn customer_half(&self) -> Result<(), SuiteError> {
+        if self.customer {
+            Ok(())
+        } else {
+            Err(SuiteError::NoCustomer)
+        }
     }
 
     /// The SaleStatus table in moto, as the cart and the listener see it.
     pub fn sale_status_store(&self) -> Result<DynamoSaleStatusStore, SuiteError> {
-        self.customer_resources()?;
+        self.customer_half()?;
         Ok(DynamoSaleStatusStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
             &self.resources.names.sale_status_table,
@@ -443,7 +442,7 @@ impl LocalSuite {
 
     /// The Carts table in moto, as the cart sees it.
     pub fn cart_store(&self) -> Result<DynamoCartStore, SuiteError> {
-        self.customer_resources()?;
+        self.customer_half()?;
         Ok(DynamoCartStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
             &self.resources.names.carts_table,
@@ -454,7 +453,7 @@ impl LocalSuite {
     /// function it routes to, under `cargo lambda watch` (see the module
     /// docs).
     pub fn api_url(&self, path_and_query: &str) -> Result<String, SuiteError> {
-        self.customer_resources()?;
+        self.customer_half()?;
         let function = api_function(path_and_query)
             .ok_or_else(|| SuiteError::NoRoute(path_and_query.to_owned()))?;
         Ok(self.watch.function_url(function, path_and_query))
@@ -532,36 +531,60 @@ impl LocalSuite {
         })
     }
 
+    /// What the queue pump into `function` (its binary) has done
+    /// (default stats when there is none).
+    fn queue_stats(&self, function: &str) -> QueueStats {
+        self.queues
+            .iter()
+            .find(|(f, _)| f == function)
+            .map(|(_, pump)| pump.stats())
+            .unwrap_or_default()
+    }
+
     /// What the `OffsaleQueue` pump has done (default stats without the
     /// customer half).
     pub fn offsale_stats(&self) -> QueueStats {
-        self.offsale
-            .as_ref()
-            .map(QueuePump::stats)
-            .unwrap_or_default()
+        self.queue_stats(OFFSALE_LISTENER)
     }
 
     pub fn pump_stats(&self) -> PumpStats {
         self.pump.stats()
     }
 
+    /// What the drain of the rules targeting the circuit switch
+    /// (`TripRequestedRule`, `AlarmStateChangeRule`) has done.
     pub fn drain_stats(&self) -> DrainStats {
-        self.drain.stats()
+        self.drains
+            .iter()
+            .find(|(f, _)| f == CIRCUIT_SWITCH)
+            .map(|(_, drain)| drain.stats())
+            .unwrap_or_default()
     }
 
+    /// What the scheduled rule of `function` (its binary) has done
+    /// (default stats when there is none).
+    fn schedule_stats(&self, function: &str) -> TickerStats {
+        self.tickers
+            .iter()
+            .find(|(f, _)| f == function)
+            .map(|(_, ticker)| ticker.stats())
+            .unwrap_or_default()
+    }
+
+    /// What the circuit switch's schedule (`HalfOpenScheduleRule`) has done.
     pub fn ticker_stats(&self) -> TickerStats {
-        self.ticker.stats()
+        self.schedule_stats(CIRCUIT_SWITCH)
     }
 
     /// What the booking worker's schedule has done (default stats without
     /// the customer half).
     pub fn booking_stats(&self) -> TickerStats {
-        self.booking.as_ref().map(Ticker::stats).unwrap_or_default()
+        self.schedule_stats(BOOKING_WORKER)
     }
 
     /// The Orders table in moto, as the cart and the booking worker see it.
     pub fn order_store(&self) -> Result<DynamoOrderStore, SuiteError> {
-        self.customer_resources()?;
+        self.customer_half()?;
         Ok(DynamoOrderStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
             &self.resources.names.orders_table,
@@ -573,16 +596,13 @@ impl LocalSuite {
         self.alarm.as_ref()
     }
 
-    /// Whether the pump, the drain, the tickers and (with the customer half)
-    /// the `OffsaleQueue` pump are all still running.
+    /// Whether every pump, drain, ticker and the alarm are still running.
     pub fn harness_running(&self) -> bool {
         self.pump.is_running()
-            && self.drain.is_running()
-            && self.ticker.is_running()
-            && self.booking.as_ref().is_none_or(Ticker::is_running)
+            && self.drains.iter().all(|(_, d)| d.is_running())
+            && self.tickers.iter().all(|(_, t)| t.is_running())
             && self.alarm.as_ref().is_none_or(LocalAlarm::is_running)
-            && self.offsale.as_ref().is_none_or(QueuePump::is_running)
-            && self.timers.is_running()
+            && self.queues.iter().all(|(_, q)| q.is_running())
     }
 
     /// Stop the harness's tasks (after their invocations in flight), the
@@ -590,41 +610,27 @@ impl LocalSuite {
     pub async fn stop(self) {
         let Self {
             pump,
-            drain,
-            ticker,
-            booking,
+            drains,
+            tickers,
             alarm,
-            offsale,
-            timers,
+            queues,
             watch,
             operator,
             moto,
             faults,
             ..
         } = self;
-        let offsale = async move {
-            if let Some(offsale) = offsale {
-                offsale.stop().await;
-            }
-        };
         let alarm = async move {
             if let Some(alarm) = alarm {
                 alarm.stop().await;
             }
         };
-        let booking = async move {
-            if let Some(booking) = booking {
-                booking.stop().await;
-            }
-        };
         tokio::join!(
             pump.stop(),
-            drain.stop(),
-            ticker.stop(),
-            booking,
+            futures::future::join_all(drains.into_iter().map(|(_, d)| d.stop())),
+            futures::future::join_all(tickers.into_iter().map(|(_, t)| t.stop())),
+            futures::future::join_all(queues.into_iter().map(|(_, q)| q.stop())),
             alarm,
-            offsale,
-            timers.stop()
         );
         watch.stop().await;
         if let Some(faults) = faults {

@@ -10,8 +10,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::moto::MotoError;
-use crate::moto::resources::{Queue, QueueTarget, ResourceError};
+use crate::moto::resources::ResourceError;
 use crate::pump::{PumpError, StreamPump};
+use crate::stack::StackError;
 use crate::template;
 use crate::watch::WatchError;
 
@@ -26,6 +27,18 @@ pub enum SuiteError {
     },
     #[error("creating resources in moto: {0}")]
     Resource(#[from] ResourceError),
+    #[error("the template's stack in moto: {0}")]
+    Stack(#[from] StackError),
+    #[error(
+        "the attached moto already has the stack {stack}, created with other parameters ({differing}): \
+         keep --operator-port, --settings and the operator the same between runs, or start a fresh moto"
+    )]
+    StackParameters { stack: String, differing: String },
+    #[error(
+        "the stack's functions disagree on {key} ({functions}): one cargo lambda watch runs them all \
+         with one environment"
+    )]
+    Environment { key: String, functions: String },
     #[error("starting the simulated operator: {0}")]
     Operator(#[source] std::io::Error),
     #[error(transparent)]
@@ -104,69 +117,23 @@ pub enum SuiteError {
     },
 }
 
-/// Names of the resources (the functions are always named after their
-/// binaries, which is how the pump finds them under `cargo lambda watch`).
+/// The names the stack gave the resources the harness and the tests read
+/// directly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SuiteNames {
     /// The operator's Requests table is `{requests_table_prefix}{operator}`
-    /// (`REQUESTS_TABLE_PREFIX`), as the template names each lane's table.
+    /// (the stack's `RequestsTablePrefix`).
     pub requests_table_prefix: String,
     pub breaker_table: String,
     pub cache_table: String,
     pub bus: String,
-    pub switch_rule: String,
-    pub switch_queue: String,
-    pub failed_queue: String,
-    pub schedule_rule: String,
-    /// `BookingScheduleRule`: the booking worker's tick (played by a
-    /// ticker, as `schedule_rule`'s; nothing is created for it in moto).
-    pub booking_schedule_rule: String,
-    /// `BreakerTimerQueue`: the circuit switch's timers.
-    pub timer_queue: String,
-    pub role: String,
-    /// The customer half's resources (created with
-    /// [`SuiteOptions::customer`]).
     pub carts_table: String,
     /// `OrdersTable`: the cart's held orders.
     pub orders_table: String,
     pub sale_status_table: String,
-    pub offsale_queue: String,
-    pub offsale_dead_letter_queue: String,
-    pub offsale_rule: String,
     /// `OperatorConfigTable`: the operators' endpoints and settings, when
     /// [`SuiteOptions::operator_config_in_table`] puts them there.
     pub operator_config_table: String,
-}
-
-impl SuiteNames {
-    pub fn prefixed(prefix: &str) -> Self {
-        Self {
-            requests_table_prefix: format!("{prefix}requests."),
-            breaker_table: format!("{prefix}Breaker"),
-            cache_table: format!("{prefix}Cache"),
-            bus: format!("{prefix}lifeboat-events"),
-            switch_rule: format!("{prefix}TripRequestedRule"),
-            switch_queue: format!("{prefix}TripRequestedRule-circuit-switch"),
-            failed_queue: format!("{prefix}RequestsFailedQueue"),
-            schedule_rule: format!("{prefix}HalfOpenScheduleRule"),
-            booking_schedule_rule: format!("{prefix}BookingScheduleRule"),
-            timer_queue: format!("{prefix}BreakerTimerQueue"),
-            role: format!("{prefix}lifeboat-functions"),
-            carts_table: format!("{prefix}Carts"),
-            orders_table: format!("{prefix}Orders"),
-            sale_status_table: format!("{prefix}SaleStatus"),
-            offsale_queue: format!("{prefix}OffsaleQueue"),
-            offsale_dead_letter_queue: format!("{prefix}OffsaleDeadLetterQueue"),
-            offsale_rule: format!("{prefix}BreakerStateChangedRule"),
-            operator_config_table: format!("{prefix}OperatorConfig"),
-        }
-    }
-}
-
-impl Default for SuiteNames {
-    fn default() -> Self {
-        Self::prefixed("")
-    }
 }
 
 /// How to run the gateway.
@@ -188,7 +155,10 @@ pub struct SuiteOptions {
     pub invoke_timeout: Duration,
     /// `AWS_LAMBDA_LOG_LEVEL` of the functions.
     pub log_level: String,
-    pub names: SuiteNames,
+    /// The stack the template is deployed as (default `lifeboat`).
+    pub stack_name: String,
+    /// The template (default the workspace's `template.yaml`).
+    pub template: PathBuf,
     /// Every stream record the pump reads, in Lambda's shape.
     pub stream_tap: Option<mpsc::UnboundedSender<Value>>,
     /// Also run search, cart, the off-sale listener and the booking worker
@@ -254,9 +224,9 @@ impl std::fmt::Debug for OperatorCredential {
 /// A watch that runs before the suite starts must have been given the
 /// functions' environment, so that environment must not change from one
 /// run to the next: with [`Attach::watch`], keep `moto`, `aws_port` and
-/// `operator_port` the same between runs. The resources the suite creates
-/// in an attached moto are left there when it stops, and the next run uses
-/// them again (the Requests stream's mapping keeps its UUID).
+/// `operator_port` the same between runs. The stack the suite deploys in
+/// an attached moto is left there when it stops, and the next run with the
+/// same parameters uses it again (the mappings keep their UUIDs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Attach {
     /// A moto_server already running (`http://127.0.0.1:5000`).
@@ -337,7 +307,8 @@ impl SuiteOptions {
             concurrency: 1,
             invoke_timeout: Duration::from_secs(60),
             log_level: "INFO".to_owned(),
-            names: SuiteNames::default(),
+            stack_name: super::from_stack::STACK_NAME.to_owned(),
+            template: crate::watch::workspace_root().join("template.yaml"),
             stream_tap: None,
             customer: None,
             alarm: Some(format!("lifeboat-{operator}-errors")),
@@ -360,38 +331,6 @@ pub struct Neighbour {
     pub sim: SimServer,
     /// Held for its drop, which stops the lane's pump.
     pub(super) _pump: StreamPump,
-}
-
-/// What was created in moto.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SuiteResources {
-    pub names: SuiteNames,
-    /// The operator's lane: its Requests table and that table's stream.
-    pub requests_table: String,
-    pub stream_arn: String,
-    pub bus_arn: String,
-    /// The `TripRequestedRule`'s stand-in target.
-    pub switch_queue: QueueTarget,
-    pub failed_queue_url: String,
-    pub failed_queue_arn: String,
-    /// `BreakerTimerQueue`, drained into the circuit switch.
-    pub timer_queue: Queue,
-    pub real_function_arn: String,
-    pub fallback_function_arn: String,
-    pub switch_function_arn: String,
-    /// The Requests stream's mapping.
-    pub mapping_uuid: String,
-    /// The customer half's resources, if it runs.
-    pub customer: Option<CustomerResources>,
-}
-
-/// The customer half's resources in moto.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CustomerResources {
-    pub offsale_queue: Queue,
-    pub offsale_dead_letter_queue: Queue,
-    /// `BreakerStateChangedRule`.
-    pub offsale_rule_arn: String,
 }
 
 /// An HTTP reply of search or cart through [`super::LocalSuite::api`].

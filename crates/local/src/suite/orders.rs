@@ -26,7 +26,7 @@ impl LocalSuite {
     /// `lifeboat orders` reads it (`DynamoOrderStore::all`). An item that
     /// does not read as an order is an error naming it.
     pub async fn orders(&self) -> Result<Vec<HeldOrder>, SuiteError> {
-        self.customer_resources()?;
+        self.customer_half()?;
         let table = &self.resources.names.orders_table;
         let store = DynamoOrderStore::new(aws_sdk_dynamodb::Client::new(&self.sdk), table);
         let read = |detail: String| SuiteError::Read {
@@ -43,8 +43,11 @@ impl LocalSuite {
     /// The order each idempotency key was sent for: the `book` requests of
     /// every lane, each key to the order its request id names.
     pub async fn booking_keys(&self) -> Result<BTreeMap<String, String>, SuiteError> {
-        let tables = std::iter::once(self.resources.requests_table.clone())
-            .chain(self.neighbours.iter().map(|n| n.requests_table.clone()));
+        let tables = self
+            .resources
+            .lanes
+            .iter()
+            .map(|l| l.requests_table.clone());
         let mut keys = BTreeMap::new();
         for table in tables {
             for item in self.scan(&table, Some(BOOK_REQUEST_PREFIX)).await? {

@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use super::env::changed_keys;
 use super::*;
 use crate::moto::resources;
@@ -20,73 +22,126 @@ fn resource(name: &str) -> &'static str {
     &rest[..end]
 }
 
-/// A moto that outlives a run: the second creation finds every resource
-/// in place, the same mapping and stream, and puts back a lost TTL.
+/// The options of the stacks here: `nordic` with a neighbour, `baltic`.
+fn stack_options() -> (SuiteOptions, Vec<(OperatorId, String)>) {
+    let mut options = SuiteOptions::new(nordic());
+    options.neighbours = vec![OperatorId::new("baltic").unwrap()];
+    let endpoints = vec![
+        (nordic(), "http://127.0.0.1:1".to_owned()),
+        (
+            OperatorId::new("baltic").unwrap(),
+            "http://127.0.0.1:2".to_owned(),
+        ),
+    ];
+    (options, endpoints)
+}
+
+/// The template's stack as the suite deploys it, read back.
+async fn deployed(
+    sdk: &SdkConfig,
+    options: &SuiteOptions,
+    endpoints: &[(OperatorId, String)],
+) -> SuiteResources {
+    let parameters = stack_parameters(options, endpoints);
+    let (stack, wiring) = from_stack::deploy_stack(sdk, options, &parameters)
+        .await
+        .unwrap();
+    let operators: Vec<OperatorId> = endpoints.iter().map(|(o, _)| o.clone()).collect();
+    SuiteResources::from_stack(sdk, stack, wiring, &operators)
+        .await
+        .unwrap()
+}
+
+/// A moto that outlives a run keeps the stack: the next run finds it, with
+/// the same names, and refuses it when it would deploy other parameters.
 #[tokio::test]
-async fn resources_already_in_moto_are_used_again() {
+async fn the_stack_in_moto_is_used_again() {
     let moto = MotoServer::start_program(&moto_launcher().unwrap())
         .await
         .unwrap();
     let sdk = moto.sdk_config().await;
-    let names = SuiteNames::prefixed("again-");
-    let first = create_resources(&sdk, &names, &nordic()).await.unwrap();
-    let customer = create_customer_resources(&sdk, &names).await.unwrap();
-    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-    let spec = aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
-        .attribute_name(resources::TTL_ATTRIBUTE)
-        .enabled(false)
-        .build()
-        .unwrap();
-    dynamodb
-        .update_time_to_live()
-        .table_name(&names.cache_table)
-        .time_to_live_specification(spec)
-        .send()
-        .await
-        .unwrap();
-    let ttl_status = || async {
-        dynamodb
-            .describe_time_to_live()
-            .table_name(&names.cache_table)
-            .send()
-            .await
-            .unwrap()
-            .time_to_live_description
-            .and_then(|d| d.time_to_live_status)
-    };
-    assert_eq!(
-        ttl_status().await,
-        Some(aws_sdk_dynamodb::types::TimeToLiveStatus::Disabled)
-    );
-
-    let second = create_resources(&sdk, &names, &nordic()).await.unwrap();
+    let (options, endpoints) = stack_options();
+    let first = deployed(&sdk, &options, &endpoints).await;
+    assert_eq!(first.lanes.len(), 2);
+    assert_eq!(first.lane().requests_table, "lifeboat.requests.nordic");
+    let second = deployed(&sdk, &options, &endpoints).await;
     assert_eq!(second, first);
-    assert_eq!(
-        create_customer_resources(&sdk, &names).await.unwrap(),
-        customer
-    );
-    assert_eq!(
-        ttl_status().await,
-        Some(aws_sdk_dynamodb::types::TimeToLiveStatus::Enabled)
+
+    let mut other = endpoints.clone();
+    other[0].1 = "http://127.0.0.1:3".to_owned();
+    let parameters = stack_parameters(&options, &other);
+    let e = from_stack::deploy_stack(&sdk, &options, &parameters)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, SuiteError::StackParameters { differing, .. } if differing.contains("OperatorEndpoints")),
+        "{e}"
     );
     moto.stop().await;
 }
 
-/// With moto's own delivery attempt, every write emptied the stream.
+/// The stack's functions run with one environment; every variable each
+/// sets is there, with the stack's values (the customer half's only with
+/// it).
 #[tokio::test]
-async fn the_stream_keeps_its_records_with_a_mapping_on_it() {
+async fn the_functions_run_with_the_stacks_environment() {
     let moto = MotoServer::start_program(&moto_launcher().unwrap())
         .await
         .unwrap();
     let sdk = moto.sdk_config().await;
-    let resources = create_resources(&sdk, &SuiteNames::prefixed("keep-"), &nordic())
+    let (mut options, endpoints) = stack_options();
+    options.customer = Some(CustomerOptions {
+        sale_on_sale_hold_s: 2,
+        ..CustomerOptions::default()
+    });
+    let resources = deployed(&sdk, &options, &endpoints).await;
+    let env: BTreeMap<String, String> = function_env(&moto.endpoint(), &resources, &options)
+        .unwrap()
+        .into_iter()
+        .collect();
+    for variables in resources.wiring.environments.values() {
+        for (key, value) in variables {
+            assert_eq!(env.get(key), Some(value), "{key}");
+        }
+    }
+    assert_eq!(env["SALE_ON_SALE_HOLD_S"], "2");
+    assert_eq!(
+        env["OPERATOR_ENDPOINTS"],
+        "nordic=http://127.0.0.1:1,baltic=http://127.0.0.1:2"
+    );
+    assert!(env["REAL_CONSUMER_FUNCTION"].ends_with(":live"), "{env:?}");
+    assert_eq!(env["AWS_ENDPOINT_URL"], moto.endpoint());
+
+    // Without the customer half, none of its functions' own variables.
+    options.customer = None;
+    let gateway: BTreeMap<String, String> = function_env(&moto.endpoint(), &resources, &options)
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert!(!gateway.contains_key("CART_SETTINGS"), "{gateway:?}");
+    assert!(gateway.contains_key("BREAKER_TIMER_QUEUE_URL"));
+    moto.stop().await;
+}
+
+/// With moto's own delivery attempts, every write emptied the stream, every
+/// message sent to a mapped queue vanished, and an event for a rule with a
+/// Lambda target failed PutEvents as a whole. Under the launcher each stays
+/// for the harness: the stream keeps its records, the timer queue its
+/// message, and a Trip Requested lands in the switch's target queue.
+#[tokio::test]
+async fn what_moto_would_deliver_itself_waits_for_the_harness() {
+    let moto = MotoServer::start_program(&moto_launcher().unwrap())
         .await
         .unwrap();
+    let sdk = moto.sdk_config().await;
+    let (options, endpoints) = stack_options();
+    let resources = deployed(&sdk, &options, &endpoints).await;
+    let lane = resources.lane().clone();
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     for id in ["a", "b", "c"] {
         dynamodb
             .put_item()
-            .table_name(&resources.requests_table)
+            .table_name(&lane.requests_table)
             .item(
                 "request_id",
                 aws_sdk_dynamodb::types::AttributeValue::S(id.into()),
@@ -98,7 +153,7 @@ async fn the_stream_keeps_its_records_with_a_mapping_on_it() {
     let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
     let shards = streams
         .describe_stream()
-        .stream_arn(&resources.stream_arn)
+        .stream_arn(&lane.stream_arn)
         .send()
         .await
         .unwrap()
@@ -108,7 +163,7 @@ async fn the_stream_keeps_its_records_with_a_mapping_on_it() {
         .unwrap();
     let iterator = streams
         .get_shard_iterator()
-        .stream_arn(&resources.stream_arn)
+        .stream_arn(&lane.stream_arn)
         .shard_id(shards[0].shard_id().unwrap())
         .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
         .send()
@@ -129,14 +184,72 @@ async fn the_stream_keeps_its_records_with_a_mapping_on_it() {
         .filter_map(|r| r.dynamodb()?.sequence_number())
         .collect();
     assert_eq!((records.len(), sequences.len()), (3, 3));
-    let mapping = read_mapping(&aws_sdk_lambda::Client::new(&sdk), &resources.mapping_uuid)
+    let mapping = read_mapping(&aws_sdk_lambda::Client::new(&sdk), &lane.mapping_uuid)
         .await
         .unwrap();
-    assert_eq!(mapping.stream_arn, resources.stream_arn);
-    assert_eq!(mapping.function, REAL_CONSUMER);
+    assert_eq!(mapping.stream_arn, lane.stream_arn);
+    assert_eq!(resources.binaries[&mapping.function], REAL_CONSUMER);
     assert_eq!(mapping.batch_size, 50);
-    assert_eq!(mapping.max_retry_attempts, Some(3));
     assert!(mapping.report_item_failures && mapping.bisect_on_error);
+
+    // The timer queue's mapping into the switch leaves its messages alone.
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let timers = resources
+        .queue_mappings
+        .iter()
+        .find(|m| m.function == CIRCUIT_SWITCH)
+        .unwrap();
+    sqs.send_message()
+        .queue_url(&timers.queue.url)
+        .message_body("{}")
+        .send()
+        .await
+        .unwrap();
+    let kept = sqs
+        .receive_message()
+        .queue_url(&timers.queue.url)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(kept.len(), 1);
+
+    // TripRequestedRule targets the switch's alias: the event waits in
+    // the switch's queue.
+    let targets = resources.create_target_queues(&sdk).await.unwrap();
+    let (target, queue) = targets
+        .iter()
+        .find(|(t, _)| t.function == CIRCUIT_SWITCH)
+        .unwrap();
+    assert!(
+        target.rules.contains(&"TripRequestedRule".to_owned()),
+        "{target:?}"
+    );
+    let put = aws_sdk_eventbridge::Client::new(&sdk)
+        .put_events()
+        .entries(
+            aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                .event_bus_name(&resources.names.bus)
+                .source("lifeboat")
+                .detail_type("Trip Requested")
+                .detail(r#"{"operator":"nordic"}"#)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.failed_entry_count(), 0);
+    let delivered = sqs
+        .receive_message()
+        .queue_url(&queue.url)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(delivered[0].body().unwrap().contains("Trip Requested"));
     moto.stop().await;
 }
 
@@ -716,4 +829,78 @@ fn every_function_logs_to_a_group_with_retention_and_never_at_trace() {
         .find_map(|line| line.trim().strip_prefix("AllowedValues: "))
         .unwrap();
     assert_eq!(allowed, "[DEBUG, INFO, WARN, ERROR, FATAL]");
+}
+
+/// What the suite runs is what the template says: a copy of template.yaml
+/// changed in three places (search and cart's breaker cache, a lane's batch
+/// size, the trip rule's target) changes the functions' environment, the
+/// mapping the lane's pump reads and the rules the harness drains.
+#[tokio::test]
+async fn a_changed_template_changes_what_the_suite_runs() {
+    let original =
+        std::fs::read_to_string(crate::watch::workspace_root().join("template.yaml")).unwrap();
+    let changed = original
+        .replace(
+            "          BREAKER_CACHE_MS: !Ref BreakerCacheMs",
+            "          BREAKER_CACHE_MS: \"250\"",
+        )
+        .replacen("          BatchSize: 50\n", "          BatchSize: 25\n", 1)
+        .replacen(
+            "detail-type: [Trip Requested, Trials Passed]\n      State: ENABLED\n      Targets:\n        - Id: circuit-switch\n          Arn: !Ref CircuitSwitchFunction.Alias\n",
+            "detail-type: [Trip Requested, Trials Passed]\n      State: ENABLED\n      Targets:\n        - Id: circuit-switch\n          Arn: !GetAtt DeliveryDeadLetterQueue.Arn\n",
+            1,
+        );
+    assert_eq!(
+        changed.matches("BREAKER_CACHE_MS: \"250\"").count(),
+        2,
+        "both functions' variable changed"
+    );
+    assert!(changed.contains("BatchSize: 25\n"));
+    assert!(
+        changed
+            .contains("- Id: circuit-switch\n          Arn: !GetAtt DeliveryDeadLetterQueue.Arn\n")
+    );
+    let dir = crate::watch::local_dir(&crate::watch::workspace_root());
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(format!("template-changed-{}.yaml", std::process::id()));
+    std::fs::write(&copy, changed).unwrap();
+
+    let moto = MotoServer::start_program(&moto_launcher().unwrap())
+        .await
+        .unwrap();
+    let sdk = moto.sdk_config().await;
+    let (mut options, endpoints) = stack_options();
+    options.customer = Some(CustomerOptions::default());
+    let original = deployed(&sdk, &options, &endpoints).await;
+    options.template = copy.clone();
+    options.stack_name = "changed".to_owned();
+    let resources = deployed(&sdk, &options, &endpoints).await;
+    let _ = std::fs::remove_file(&copy);
+
+    let env = |resources: &SuiteResources| -> BTreeMap<String, String> {
+        function_env(&moto.endpoint(), resources, &options)
+            .unwrap()
+            .into_iter()
+            .collect()
+    };
+    assert_eq!(env(&original)["BREAKER_CACHE_MS"], "1000");
+    assert_eq!(env(&resources)["BREAKER_CACHE_MS"], "250");
+    let lambda = aws_sdk_lambda::Client::new(&sdk);
+    let batch = |resources: &SuiteResources| {
+        let uuid = resources.lane().mapping_uuid.clone();
+        let lambda = lambda.clone();
+        async move { read_mapping(&lambda, &uuid).await.unwrap().batch_size }
+    };
+    assert_eq!(batch(&original).await, 50);
+    assert_eq!(batch(&resources).await, 25);
+    let drained = |resources: &SuiteResources| -> Vec<String> {
+        resources
+            .rule_targets
+            .iter()
+            .flat_map(|t| t.rules.clone())
+            .collect()
+    };
+    assert!(drained(&original).contains(&"TripRequestedRule".to_owned()));
+    assert!(!drained(&resources).contains(&"TripRequestedRule".to_owned()));
+    moto.stop().await;
 }

@@ -84,37 +84,6 @@ pub async fn create_stub_function(
     arn.ok_or_else(|| ResourceError::new(format!("CreateFunction {name}"), "no function ARN"))
 }
 
-/// The UUID of a mapping already reading `stream_arn` into one of
-/// `functions`, if there is one: a moto the suite attached to keeps its
-/// mapping (and where it points) from one run to the next. A mapping on the
-/// stream into anything else is an error.
-pub async fn existing_mapping(
-    lambda: &aws_sdk_lambda::Client,
-    stream_arn: &str,
-    functions: &[&str],
-) -> Result<Option<String>, ResourceError> {
-    let mappings = lambda
-        .list_event_source_mappings()
-        .event_source_arn(stream_arn)
-        .send()
-        .await
-        .map_err(|e| ResourceError::from_sdk("ListEventSourceMappings", e))?
-        .event_source_mappings
-        .unwrap_or_default();
-    let Some(mapping) = mappings.into_iter().next() else {
-        return Ok(None);
-    };
-    let function = mapping.function_arn.clone().unwrap_or_default();
-    let name = function.rsplit(':').next().unwrap_or_default();
-    if !functions.contains(&name) {
-        return Err(ResourceError::new(
-            "the Requests stream's mapping",
-            format!("the stream already has a mapping into {function:?}, not one of {functions:?}"),
-        ));
-    }
-    Ok(mapping.uuid)
-}
-
 /// The Requests stream's event source mapping, as in the template: from the
 /// latest record, batches of 50, new request items only, partial batch
 /// failures. Returns its UUID.

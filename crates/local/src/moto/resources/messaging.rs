@@ -58,16 +58,6 @@ pub async fn create_queue_with(
     Ok(Queue { url, arn })
 }
 
-/// The `RedrivePolicy` attribute that moves a message to `dead_letter_arn`
-/// after `max_receive_count` receives.
-pub fn redrive_policy(dead_letter_arn: &str, max_receive_count: u32) -> String {
-    serde_json::json!({
-        "deadLetterTargetArn": dead_letter_arn,
-        "maxReceiveCount": max_receive_count,
-    })
-    .to_string()
-}
-
 /// A custom event bus (an existing one of that name is reused). Returns its
 /// ARN.
 pub async fn create_event_bus(
