@@ -36,6 +36,15 @@ fn stack_options() -> (SuiteOptions, Vec<(OperatorId, String)>) {
     (options, endpoints)
 }
 
+/// moto as the suite runs it, and an SDK configuration for it.
+async fn launcher_moto() -> (MotoServer, SdkConfig) {
+    let moto = MotoServer::start_program(&moto_launcher().unwrap())
+        .await
+        .unwrap();
+    let sdk = moto.sdk_config().await;
+    (moto, sdk)
+}
+
 /// The template's stack as the suite deploys it, read back.
 async fn deployed(
     sdk: &SdkConfig,
@@ -56,10 +65,7 @@ async fn deployed(
 /// the same names, and refuses it when it would deploy other parameters.
 #[tokio::test]
 async fn the_stack_in_moto_is_used_again() {
-    let moto = MotoServer::start_program(&moto_launcher().unwrap())
-        .await
-        .unwrap();
-    let sdk = moto.sdk_config().await;
+    let (moto, sdk) = launcher_moto().await;
     let (options, endpoints) = stack_options();
     let first = deployed(&sdk, &options, &endpoints).await;
     assert_eq!(first.lanes.len(), 2);
@@ -85,10 +91,7 @@ async fn the_stack_in_moto_is_used_again() {
 /// it).
 #[tokio::test]
 async fn the_functions_run_with_the_stacks_environment() {
-    let moto = MotoServer::start_program(&moto_launcher().unwrap())
-        .await
-        .unwrap();
-    let sdk = moto.sdk_config().await;
+    let (moto, sdk) = launcher_moto().await;
     let (mut options, endpoints) = stack_options();
     options.customer = Some(CustomerOptions {
         sale_on_sale_hold_s: 2,
@@ -130,10 +133,7 @@ async fn the_functions_run_with_the_stacks_environment() {
 /// message, and a Trip Requested lands in the switch's target queue.
 #[tokio::test]
 async fn what_moto_would_deliver_itself_waits_for_the_harness() {
-    let moto = MotoServer::start_program(&moto_launcher().unwrap())
-        .await
-        .unwrap();
-    let sdk = moto.sdk_config().await;
+    let (moto, sdk) = launcher_moto().await;
     let (options, endpoints) = stack_options();
     let resources = deployed(&sdk, &options, &endpoints).await;
     let lane = resources.lane().clone();
@@ -865,10 +865,7 @@ async fn a_changed_template_changes_what_the_suite_runs() {
     let copy = dir.join(format!("template-changed-{}.yaml", std::process::id()));
     std::fs::write(&copy, changed).unwrap();
 
-    let moto = MotoServer::start_program(&moto_launcher().unwrap())
-        .await
-        .unwrap();
-    let sdk = moto.sdk_config().await;
+    let (moto, sdk) = launcher_moto().await;
     let (mut options, endpoints) = stack_options();
     options.customer = Some(CustomerOptions::default());
     let original = deployed(&sdk, &options, &endpoints).await;
