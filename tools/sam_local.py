@@ -310,8 +310,8 @@ def provision(moto):
     for stream in streams.values():
         lam.create_event_source_mapping(
             EventSourceArn=stream,
-            # by name, as lifeboat-local does: moto lists a function's
-            # mappings only under the name they were created with
+            # by name: moto lists a function's mappings only under the
+            # name they were created with
             FunctionName="real-consumer",
             StartingPosition="LATEST",
             BatchSize=50,

@@ -175,6 +175,26 @@ impl Deployed {
     }
 }
 
+/// The document [`deploy`] creates the stack `stack_name` from:
+/// `template` translated with `parameters` and the stack's name, moto's
+/// region and account.
+pub async fn document(
+    template: &Path,
+    stack_name: &str,
+    parameters: &BTreeMap<String, String>,
+) -> Result<Value, StackError> {
+    let mut given = parameters.clone();
+    for (name, value) in [
+        ("AWS::StackName", stack_name),
+        ("AWS::Region", REGION),
+        ("AWS::AccountId", ACCOUNT_ID),
+        ("AWS::URLSuffix", "amazonaws.com"),
+    ] {
+        given.insert(name.to_owned(), value.to_owned());
+    }
+    translate(template, &given).await
+}
+
 /// Translate `template` with `parameters` (see [`translate`]; the stack's
 /// name, moto's region and account are added) and create it as the stack
 /// `stack_name` in the moto `sdk` points at, with the same parameters.
@@ -185,16 +205,7 @@ pub async fn deploy(
     template: &Path,
     parameters: &BTreeMap<String, String>,
 ) -> Result<Deployed, StackError> {
-    let mut given = parameters.clone();
-    for (name, value) in [
-        ("AWS::StackName", stack_name),
-        ("AWS::Region", REGION),
-        ("AWS::AccountId", ACCOUNT_ID),
-        ("AWS::URLSuffix", "amazonaws.com"),
-    ] {
-        given.insert(name.to_owned(), value.to_owned());
-    }
-    let document = translate(template, &given).await?;
+    let document = document(template, stack_name, parameters).await?;
     let cloudformation = aws_sdk_cloudformation::Client::new(sdk);
     let create = parameters.iter().fold(
         cloudformation
@@ -286,9 +297,21 @@ pub async fn existing(sdk: &SdkConfig, stack_name: &str) -> Result<Option<Deploy
         detail: format!("not the JSON document lifeboat-local created: {e}"),
     })?;
     let stack_id = stack.stack_id().unwrap_or_default().to_owned();
-    read(&cloudformation, stack_name, &stack_id, &document)
-        .await
-        .map(Some)
+    let deployed = read(&cloudformation, stack_name, &stack_id, &document).await?;
+    let whole = match StackStatus::from(deployed.status.as_str()) {
+        StackStatus::CreateComplete => true,
+        StackStatus::CreateInProgress => all_listed(&deployed, &document),
+        _ => false,
+    };
+    if !whole {
+        return Err(StackError::Failed {
+            stack: stack_name.to_owned(),
+            status: deployed.status,
+            reasons: "an earlier creation did not finish: delete the stack or restart moto"
+                .to_owned(),
+        });
+    }
+    Ok(Some(deployed))
 }
 
 /// Whether the stack lists every resource of the document that has no
@@ -387,10 +410,12 @@ async fn read(
 /// (`['nordic', 'baltic']`); AWS with the text given (`nordic,baltic`).
 fn parameter_text(value: &str) -> String {
     match value
-        .strip_prefix('[')
-        .and_then(|rest| rest.strip_suffix(']'))
+        .strip_prefix("['")
+        .and_then(|rest| rest.strip_suffix("']"))
+        .map(|items| format!("'{items}'"))
     {
         Some(items) => items
+            .as_str()
             .split(", ")
             .map(|item| item.trim_matches('\''))
             .collect::<Vec<_>>()

@@ -90,11 +90,12 @@ pub struct LocalArgs {
     #[arg(long, requires = "watch", value_name = "FILE")]
     pub env_file: Option<PathBuf>,
     /// The port of the proxy in front of moto that the functions call
-    /// [default: a free one; 9571 with --watch, whose functions keep it].
+    /// [default: a free one; 9571 with --moto or --watch, whose functions
+    /// keep it].
     #[arg(long)]
     pub aws_port: Option<u16>,
     /// The simulated operator's port [default: a free one; 9572 with
-    /// --watch].
+    /// --moto, whose stack is deployed with it, or --watch].
     #[arg(long)]
     pub operator_port: Option<u16>,
     /// End the run this long after the suite is up (e.g. 5m) and stop what
@@ -104,7 +105,8 @@ pub struct LocalArgs {
 }
 
 /// The proxy port the functions call when they run in a watch started
-/// beforehand: their environment must be the same on every run.
+/// beforehand, or on a moto that keeps the stack: their environment and the
+/// stack's parameters must be the same on every run.
 pub const ATTACHED_AWS_PORT: u16 = 9571;
 /// The simulated operator's port in the same case.
 pub const ATTACHED_OPERATOR_PORT: u16 = 9572;
@@ -158,7 +160,10 @@ fn attach(
     operator_port: Option<u16>,
     state_file: &std::path::Path,
 ) -> Attach {
-    let fixed = watch.is_some();
+    // An attached moto keeps the stack, deployed with the operator's
+    // endpoint as a parameter, and an attached watch the environment: both
+    // need the same ports from run to run.
+    let fixed = moto.is_some() || watch.is_some();
     Attach {
         moto,
         watch: watch.map(|endpoint| AttachWatch {

@@ -63,16 +63,20 @@ pub fn stack_parameters(
         ),
         ("OperatorConfigRevision".to_owned(), "local".to_owned()),
     ]);
-    if let Some(alarm) = &options.alarm {
-        parameters.insert(
-            "AlarmOperators".to_owned(),
-            format!("{alarm}={}", options.operator),
-        );
-        // The errors alarm the suite evaluates is the stack's
-        // `RealConsumerErrorsAlarm`.
-        parameters.insert("ErrorsAlarmName".to_owned(), alarm.clone());
-        parameters.insert("AlarmedOperator".to_owned(), options.operator.to_string());
-    }
+    // The errors alarm the suite evaluates is the stack's
+    // `RealConsumerErrorsAlarm`, on the suite's operator. Without one
+    // evaluated, it still watches that operator: the circuit switch refuses
+    // an `ALARM_OPERATORS` naming an operator it does not serve.
+    let alarm = options
+        .alarm
+        .clone()
+        .unwrap_or_else(|| format!("lifeboat-{}-errors", options.operator));
+    parameters.insert(
+        "AlarmOperators".to_owned(),
+        format!("{alarm}={}", options.operator),
+    );
+    parameters.insert("ErrorsAlarmName".to_owned(), alarm);
+    parameters.insert("AlarmedOperator".to_owned(), options.operator.to_string());
     if let Some(OperatorCredential { path, .. }) = &options.operator_credential {
         parameters.insert("OperatorCredentialsPath".to_owned(), path.clone());
     }
@@ -107,8 +111,8 @@ pub fn stack_parameters(
 
 /// The stack `options.stack_name` in the moto `sdk` points at: created from
 /// `options.template` with `parameters`, or, on a moto that already has it
-/// (an earlier run's), that one when it was created with the same
-/// parameters. Returns it with its wiring.
+/// (an earlier run's), that one when it was created, whole, from the same
+/// template with the same parameters. Returns it with its wiring.
 pub async fn deploy_stack(
     sdk: &SdkConfig,
     options: &SuiteOptions,
@@ -130,6 +134,14 @@ pub async fn deploy_stack(
                 return Err(SuiteError::StackParameters {
                     stack: options.stack_name.clone(),
                     differing: differing.join("; "),
+                });
+            }
+            let wanted =
+                stack::document(&options.template, &options.stack_name, parameters).await?;
+            if wanted != deployed.template {
+                return Err(SuiteError::StackTemplate {
+                    stack: options.stack_name.clone(),
+                    template: options.template.clone(),
                 });
             }
             deployed
@@ -399,6 +411,31 @@ impl SuiteResources {
             }
         }
         Ok(env.into_iter().map(|(k, (_, v))| (k, v)).collect())
+    }
+}
+
+impl Schedule {
+    /// How often the suite ticks it: `tick_every` for each minute of its
+    /// `rate(…)` (the template's minute ticks at `tick_every`, its
+    /// five-minute sweep five times as far apart); `tick_every` for an
+    /// expression that is not a rate.
+    pub fn period(&self, tick_every: std::time::Duration) -> std::time::Duration {
+        let minutes = self
+            .expression
+            .strip_prefix("rate(")
+            .and_then(|rest| rest.strip_suffix(')'))
+            .and_then(|rate| {
+                let (n, unit) = rate.split_once(' ')?;
+                let n: u32 = n.parse().ok()?;
+                match unit.trim_end_matches('s') {
+                    "minute" => Some(n),
+                    "hour" => n.checked_mul(60),
+                    "day" => n.checked_mul(24 * 60),
+                    _ => None,
+                }
+            })
+            .unwrap_or(1);
+        tick_every.saturating_mul(minutes.max(1))
     }
 }
 

@@ -265,8 +265,7 @@ impl LocalSuite {
                 config.filter = LogLevel::parse(&options.log_level).unwrap_or_default();
                 LocalAlarm::start(invoker.clone(), config)
             });
-        // Every schedule runs at `tick_every` (the template's are a
-        // minute). A ticker invokes once at a time, as the booking worker's
+        // A minute of a schedule's rate is `tick_every` here. A ticker invokes once at a time, as the booking worker's
         // reserved concurrency of one runs it: a tick due while a run goes
         // on waits for its end.
         let tickers = resources
@@ -276,7 +275,11 @@ impl LocalSuite {
             .map(|schedule| {
                 let ticker = Ticker::start(
                     invoker.clone(),
-                    TickerConfig::new(&schedule.function, options.tick_every, &schedule.rule_name),
+                    TickerConfig::new(
+                        &schedule.function,
+                        schedule.period(options.tick_every),
+                        &schedule.rule_name,
+                    ),
                 );
                 (schedule.function.clone(), ticker)
             })

@@ -38,7 +38,9 @@ Queue.lambda_event_source_mappings = property(lambda self: {}, lambda self, valu
 #    invokes the function with it, as EventBridge would; without that queue
 #    the event is dropped (EventBridge's delivery to a function that cannot
 #    take it fails after the rule's retries, and PutEvents succeeds either
-#    way). Every other target is moto's.
+#    way). A scheduled rule sends nothing (moto would match every event to
+#    it: it has no pattern). Input and InputTransformer are not applied: no
+#    Lambda target of the template has one. Every other target is moto's.
 import copy
 
 from moto.events.models import Rule
@@ -58,7 +60,9 @@ def _send_to_targets_with_lambdas(self, original_event, transform_input=True):
     others = copy.copy(self)
     others.targets = [t for t in targets if t not in lambdas]
     _send_to_targets(others, original_event, transform_input)
-    if not self.event_pattern.matches_event(original_event):
+    # A scheduled rule has no pattern, which moto takes for "every event";
+    # EventBridge sends it only its schedule's ticks (played by the harness).
+    if self.scheduled_expression or not self.event_pattern.matches_event(original_event):
         return
     backend = sqs_backends[self.account_id][self.region_name]
     for target in lambdas:

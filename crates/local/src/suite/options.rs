@@ -31,9 +31,16 @@ pub enum SuiteError {
     Stack(#[from] StackError),
     #[error(
         "the attached moto already has the stack {stack}, created with other parameters ({differing}): \
-         keep --operator-port, --settings and the operator the same between runs, or start a fresh moto"
+         keep the operator, --operator-port, --settings and the other options the same between runs, \
+         or restart moto"
     )]
     StackParameters { stack: String, differing: String },
+    #[error(
+        "the attached moto already has the stack {stack}, deployed from another template than {}: \
+         restart moto to deploy this one",
+        template.display()
+    )]
+    StackTemplate { stack: String, template: PathBuf },
     #[error(
         "the stack's functions disagree on {key} ({functions}): one cargo lambda watch runs them all \
          with one environment"
@@ -167,7 +174,8 @@ pub struct SuiteOptions {
     /// The errors alarm's name (default `lifeboat-<operator>-errors`, the
     /// template's default for nordic): evaluated by a [`crate::alarm::LocalAlarm`] on the
     /// functions' metrics and mapped to the operator in `ALARM_OPERATORS`.
-    /// `None`: no alarm, the breaker opens by the failure window alone.
+    /// `None`: no alarm evaluated, the breaker opens by the failure window
+    /// alone (the stack's alarm keeps the default name, on the operator).
     pub alarm: Option<String>,
     /// Servers to use instead of starting them, and fixed ports.
     pub attach: Attach,

@@ -83,7 +83,40 @@ async fn the_stack_in_moto_is_used_again() {
         matches!(&e, SuiteError::StackParameters { differing, .. } if differing.contains("OperatorEndpoints")),
         "{e}"
     );
+
+    // Another template under the same name is refused too.
+    let dir = crate::watch::local_dir(&crate::watch::workspace_root());
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(format!("template-again-{}.yaml", std::process::id()));
+    let text = std::fs::read_to_string(&options.template).unwrap();
+    std::fs::write(
+        &copy,
+        text.replacen("BatchSize: 50\n", "BatchSize: 25\n", 1),
+    )
+    .unwrap();
+    let mut changed = options.clone();
+    changed.template = copy.clone();
+    let e = from_stack::deploy_stack(&sdk, &changed, &stack_parameters(&changed, &endpoints))
+        .await
+        .unwrap_err();
+    let _ = std::fs::remove_file(&copy);
+    assert!(matches!(&e, SuiteError::StackTemplate { .. }), "{e}");
     moto.stop().await;
+}
+
+#[test]
+fn a_schedule_ticks_a_tick_period_for_each_minute_of_its_rate() {
+    let schedule = |expression: &str| Schedule {
+        rule: "SaleSweepRule".to_owned(),
+        rule_name: "lifeboat-SaleSweepRule".to_owned(),
+        expression: expression.to_owned(),
+        function: OFFSALE_LISTENER.to_owned(),
+    };
+    let tick = Duration::from_secs(2);
+    assert_eq!(schedule("rate(1 minute)").period(tick), tick);
+    assert_eq!(schedule("rate(5 minutes)").period(tick), tick * 5);
+    assert_eq!(schedule("rate(1 hour)").period(tick), tick * 60);
+    assert_eq!(schedule("cron(0 * * * ? *)").period(tick), tick);
 }
 
 /// The stack's functions run with one environment; every variable each
