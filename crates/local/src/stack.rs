@@ -231,21 +231,22 @@ pub async fn deploy(
         .unwrap_or_default();
     let deadline = tokio::time::Instant::now() + CREATE_LIMIT;
     loop {
-        let deployed = read(&cloudformation, stack_name, &stack_id, &document).await?;
-        let status = StackStatus::from(deployed.status.as_str());
-        match status {
-            StackStatus::CreateComplete => return Ok(deployed),
-            StackStatus::CreateInProgress if all_listed(&deployed, &document) => {
-                return Ok(deployed);
-            }
-            StackStatus::CreateInProgress => {}
-            _ => {
-                return Err(StackError::Failed {
-                    stack: stack_name.to_owned(),
-                    status: deployed.status,
-                    reasons: failure_reasons(&cloudformation, stack_name).await,
-                });
-            }
+        let stack = describe(&cloudformation, stack_name)
+            .await?
+            .ok_or_else(|| StackError::Api {
+                what: format!("DescribeStacks {stack_name}"),
+                detail: format!("no such stack (created as {stack_id})"),
+            })?;
+        let deployed = read(&cloudformation, &stack, &document).await?;
+        if created(&deployed, &document) {
+            return Ok(deployed);
+        }
+        if StackStatus::from(deployed.status.as_str()) != StackStatus::CreateInProgress {
+            return Err(StackError::Failed {
+                stack: stack_name.to_owned(),
+                status: deployed.status,
+                reasons: failure_reasons(&cloudformation, stack_name).await,
+            });
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(StackError::NotCreated {
@@ -263,25 +264,7 @@ pub async fn deploy(
 /// (its document is the template CloudFormation keeps).
 pub async fn existing(sdk: &SdkConfig, stack_name: &str) -> Result<Option<Deployed>, StackError> {
     let cloudformation = aws_sdk_cloudformation::Client::new(sdk);
-    let described = cloudformation
-        .describe_stacks()
-        .stack_name(stack_name)
-        .send()
-        .await;
-    let stack = match described {
-        Ok(output) => output.stacks.unwrap_or_default().into_iter().next(),
-        Err(e)
-            if e.as_service_error().is_some_and(|s| {
-                s.meta()
-                    .message()
-                    .is_some_and(|m| m.contains("does not exist"))
-            }) =>
-        {
-            None
-        }
-        Err(e) => return Err(api_error(format!("DescribeStacks {stack_name}"), e)),
-    };
-    let Some(stack) = stack else {
+    let Some(stack) = describe(&cloudformation, stack_name).await? else {
         return Ok(None);
     };
     let body = cloudformation
@@ -296,14 +279,8 @@ pub async fn existing(sdk: &SdkConfig, stack_name: &str) -> Result<Option<Deploy
         what: format!("GetTemplate {stack_name}"),
         detail: format!("not the JSON document lifeboat-local created: {e}"),
     })?;
-    let stack_id = stack.stack_id().unwrap_or_default().to_owned();
-    let deployed = read(&cloudformation, stack_name, &stack_id, &document).await?;
-    let whole = match StackStatus::from(deployed.status.as_str()) {
-        StackStatus::CreateComplete => true,
-        StackStatus::CreateInProgress => all_listed(&deployed, &document),
-        _ => false,
-    };
-    if !whole {
+    let deployed = read(&cloudformation, &stack, &document).await?;
+    if !created(&deployed, &document) {
         return Err(StackError::Failed {
             stack: stack_name.to_owned(),
             status: deployed.status,
@@ -312,6 +289,17 @@ pub async fn existing(sdk: &SdkConfig, stack_name: &str) -> Result<Option<Deploy
         });
     }
     Ok(Some(deployed))
+}
+
+/// Whether every resource of the stack is created: its creation is
+/// complete, or still in progress (a custom resource nobody answers here)
+/// with every resource listed.
+fn created(deployed: &Deployed, document: &Value) -> bool {
+    match StackStatus::from(deployed.status.as_str()) {
+        StackStatus::CreateComplete => true,
+        StackStatus::CreateInProgress => all_listed(deployed, document),
+        _ => false,
+    }
 }
 
 /// Whether the stack lists every resource of the document that has no
@@ -328,27 +316,39 @@ fn all_listed(deployed: &Deployed, document: &Value) -> bool {
         })
 }
 
-/// The stack's status, resources and outputs.
-async fn read(
+/// The stack `stack_name` as `DescribeStacks` has it, or `None` when there
+/// is none.
+async fn describe(
     cloudformation: &aws_sdk_cloudformation::Client,
     stack_name: &str,
-    stack_id: &str,
-    document: &Value,
-) -> Result<Deployed, StackError> {
-    let stack = cloudformation
+) -> Result<Option<aws_sdk_cloudformation::types::Stack>, StackError> {
+    match cloudformation
         .describe_stacks()
         .stack_name(stack_name)
         .send()
         .await
-        .map_err(|e| api_error(format!("DescribeStacks {stack_name}"), e))?
-        .stacks
-        .unwrap_or_default()
-        .into_iter()
-        .next()
-        .ok_or_else(|| StackError::Api {
-            what: format!("DescribeStacks {stack_name}"),
-            detail: "no such stack".to_owned(),
-        })?;
+    {
+        Ok(output) => Ok(output.stacks.unwrap_or_default().into_iter().next()),
+        Err(e)
+            if e.as_service_error().is_some_and(|s| {
+                s.meta()
+                    .message()
+                    .is_some_and(|m| m.contains("does not exist"))
+            }) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(api_error(format!("DescribeStacks {stack_name}"), e)),
+    }
+}
+
+/// The described `stack`'s status, resources, outputs and parameters.
+async fn read(
+    cloudformation: &aws_sdk_cloudformation::Client,
+    stack: &aws_sdk_cloudformation::types::Stack,
+    document: &Value,
+) -> Result<Deployed, StackError> {
+    let stack_name = stack.stack_name().unwrap_or_default();
     let outputs = stack
         .outputs()
         .iter()
@@ -393,7 +393,7 @@ async fn read(
     }
     Ok(Deployed {
         stack_name: stack_name.to_owned(),
-        stack_id: stack_id.to_owned(),
+        stack_id: stack.stack_id().unwrap_or_default().to_owned(),
         status: stack
             .stack_status()
             .map(|s| s.as_str().to_owned())
@@ -412,14 +412,8 @@ fn parameter_text(value: &str) -> String {
     match value
         .strip_prefix("['")
         .and_then(|rest| rest.strip_suffix("']"))
-        .map(|items| format!("'{items}'"))
     {
-        Some(items) => items
-            .as_str()
-            .split(", ")
-            .map(|item| item.trim_matches('\''))
-            .collect::<Vec<_>>()
-            .join(","),
+        Some(items) => items.split("', '").collect::<Vec<_>>().join(","),
         None => value.to_owned(),
     }
 }

@@ -16,9 +16,7 @@ use serde_json::Value;
 use super::wiring::{self, Mapping, Wiring};
 use super::*;
 use crate::moto::MotoServer;
-use crate::suite::{
-    CustomerOptions, OperatorCredential, SuiteOptions, SuiteResources, function_env, moto_launcher,
-};
+use crate::suite::{CustomerOptions, SuiteOptions, SuiteResources, function_env, moto_launcher};
 use crate::template::{
     self, BOOKING_WORKER, CART, CIRCUIT_SWITCH, FALLBACK_CONSUMER, OFFSALE_LISTENER, REAL_CONSUMER,
     SEARCH,
@@ -142,21 +140,6 @@ fn function_variables() -> BTreeMap<&'static str, Vec<&'static str>> {
     ])
 }
 
-/// Variables the template sets that the local suite's `function_env` leaves
-/// out, so the function runs on its code's default there (the same as the
-/// template's parameter default, or empty): the drift that reading the
-/// environment from the stack will end.
-const LEFT_TO_CODE_DEFAULTS: [&str; 8] = [
-    "CALL_LOG_SHARE",
-    "SALE_SWITCH_URL",
-    "SALE_SWITCH_METHOD",
-    "SALE_SWITCH_AUTH_HEADER",
-    "SALE_SWITCH_AUTH_VALUE",
-    "SALE_SWITCH_AUTH_PARAMETER",
-    "SALE_ON_SALE_AT",
-    "SELF_FAULT_SHARE",
-];
-
 /// Variables whose value names one of the stack's resources, and which.
 const RESOURCE_VARIABLES: [(&str, &str); 9] = [
     (clients::BREAKER_TABLE, "BreakerTable"),
@@ -173,41 +156,54 @@ const RESOURCE_VARIABLES: [(&str, &str); 9] = [
     ("BREAKER_TIMER_QUEUE_URL", "BreakerTimerQueue"),
 ];
 
-/// Settings the local suite gives the functions from the template's
-/// defaults (`template.rs`): the stack's value must be the suite's.
-const SETTINGS_FROM_DEFAULTS: [&str; 10] = [
-    "CALL_CONCURRENCY",
-    "BREAKER_CACHE_MS",
-    "SALE_RETRY_MAX_ATTEMPTS",
-    "SALE_SWITCH_TIMEOUT_MS",
-    "SALE_ON_SALE_HOLD_S",
-    "SALE_OFF_SALE_HOLD_S",
-    "SALE_STATUS_STORE",
-    "SALE_SWITCH",
-    "ORDER_SETTINGS",
-    "BOOKING_RUN_MS",
-];
+/// The settings the local suite's defaults stand for (`template.rs`,
+/// `CustomerOptions::default`): a stack deployed with the template's
+/// defaults must give the functions these values.
+fn default_settings() -> BTreeMap<&'static str, String> {
+    let customer = CustomerOptions::default();
+    BTreeMap::from([
+        ("CALL_CONCURRENCY", template::CALL_CONCURRENCY.to_string()),
+        ("BREAKER_CACHE_MS", customer.breaker_cache_ms.to_string()),
+        (
+            "SALE_RETRY_MAX_ATTEMPTS",
+            customer.sale_retry_max_attempts.to_string(),
+        ),
+        (
+            "SALE_SWITCH_TIMEOUT_MS",
+            customer.sale_switch_timeout_ms.to_string(),
+        ),
+        (
+            "SALE_ON_SALE_HOLD_S",
+            customer.sale_on_sale_hold_s.to_string(),
+        ),
+        (
+            "SALE_OFF_SALE_HOLD_S",
+            customer.sale_off_sale_hold_s.to_string(),
+        ),
+        ("SALE_STATUS_STORE", "dynamodb".to_owned()),
+        ("SALE_SWITCH", "table".to_owned()),
+        ("ORDER_SETTINGS", customer.order_settings),
+        ("BOOKING_RUN_MS", customer.booking_run_ms.to_string()),
+        (settings::OPERATORS, OPERATORS.join(",")),
+        (settings::OPERATOR_SETTINGS, String::new()),
+    ])
+}
 
 /// The environment the local suite gives the functions when it runs
-/// `deployed` (the customer half too, and a credential).
+/// `deployed` (with the customer half).
 async fn suite_env(
     moto: &MotoServer,
     sdk: &SdkConfig,
     deployed: &Deployed,
+    wiring: &Wiring,
 ) -> BTreeMap<String, String> {
     let mut options = SuiteOptions::new(OperatorId::new(OPERATORS[0]).unwrap());
     options.customer = Some(CustomerOptions::default());
-    options.operator_credential = Some(OperatorCredential {
-        path: "/lifeboat/local/operators".to_owned(),
-        header: "x-api-key".to_owned(),
-        value: "local".to_owned(),
-    });
     let operators: Vec<OperatorId> = OPERATORS
         .iter()
         .map(|o| OperatorId::new(*o).unwrap())
         .collect();
-    let wiring = wiring::read(sdk, deployed).await.unwrap();
-    let resources = SuiteResources::from_stack(sdk, deployed.clone(), wiring, &operators)
+    let resources = SuiteResources::from_stack(sdk, deployed.clone(), wiring.clone(), &operators)
         .await
         .unwrap();
     function_env(&moto.endpoint(), &resources, &options)
@@ -259,8 +255,9 @@ fn differences(
 ) -> Vec<String> {
     let mut found = Vec::new();
 
-    // Every function's environment: the variables it reads, each one the
-    // suite sets too, resources and settings with the suite's values.
+    // Every function's environment: the variables it reads, each one in the
+    // suite's too, resources naming the stack's, the consumers their
+    // functions, settings with the suite's defaults.
     let expected_functions: BTreeSet<&str> = function_variables().keys().copied().collect();
     let deployed_functions: BTreeSet<&str> =
         wiring.environments.keys().map(String::as_str).collect();
@@ -278,7 +275,7 @@ fn differences(
         let given: BTreeSet<&str> = env.keys().map(String::as_str).collect();
         differ(&mut found, format!("{binary}'s variables"), &given, &reads);
         for name in &given {
-            if !suite_env.contains_key(*name) && !LEFT_TO_CODE_DEFAULTS.contains(name) {
+            if !suite_env.contains_key(*name) {
                 found.push(format!(
                     "{binary}: the stack sets {name}, the local suite does not"
                 ));
@@ -294,30 +291,22 @@ fn differences(
                 );
             }
         }
-        for name in [
-            clients::REAL_CONSUMER_FUNCTION,
-            clients::FALLBACK_CONSUMER_FUNCTION,
+        for (name, consumer) in [
+            (clients::REAL_CONSUMER_FUNCTION, REAL_CONSUMER),
+            (clients::FALLBACK_CONSUMER_FUNCTION, FALLBACK_CONSUMER),
         ] {
             if let Some(arn) = env.get(name) {
                 differ(
                     &mut found,
                     format!("{binary}'s {name}"),
                     &deployed.name_of_arn(arn),
-                    &deployed.name_of_arn(suite_env.get(name).map_or("", String::as_str)),
+                    &consumer.to_owned(),
                 );
             }
         }
-        for name in SETTINGS_FROM_DEFAULTS
-            .iter()
-            .chain(&[settings::OPERATORS, settings::OPERATOR_SETTINGS])
-        {
-            if let Some(value) = env.get(*name) {
-                differ(
-                    &mut found,
-                    format!("{binary}'s {name}"),
-                    value,
-                    &suite_env[*name],
-                );
+        for (name, default) in default_settings() {
+            if let Some(value) = env.get(name) {
+                differ(&mut found, format!("{binary}'s {name}"), value, &default);
             }
         }
         if let Some(prefix) = env.get(clients::REQUESTS_TABLE_PREFIX) {
@@ -671,7 +660,7 @@ async fn the_template_deploys_into_moto_as_the_local_suite_runs_it() {
         .unwrap();
     assert_eq!(config.maximum_retry_attempts(), Some(2));
 
-    let env = suite_env(&moto, &sdk, &deployed).await;
+    let env = suite_env(&moto, &sdk, &deployed, &wiring).await;
     let found = differences(&deployed, &wiring, &env);
     assert!(found.is_empty(), "{found:#?}");
 
@@ -799,7 +788,7 @@ async fn a_broken_template_copy_fails_the_check() {
         std::fs::write(&copy, original.replacen(from, to, 1)).unwrap();
         let (deployed, wiring) = deploy_and_read(&sdk, &format!("broken{n}"), &copy).await;
         let _ = std::fs::remove_file(&copy);
-        let env = suite_env(&moto, &sdk, &deployed).await;
+        let env = suite_env(&moto, &sdk, &deployed, &wiring).await;
         let found = differences(&deployed, &wiring, &env);
         assert_eq!(found.len(), named.len(), "{what}: {found:#?}");
         for (line, named) in found.iter().zip(named) {

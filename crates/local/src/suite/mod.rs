@@ -534,20 +534,11 @@ impl LocalSuite {
         })
     }
 
-    /// What the queue pump into `function` (its binary) has done
-    /// (default stats when there is none).
-    fn queue_stats(&self, function: &str) -> QueueStats {
-        self.queues
-            .iter()
-            .find(|(f, _)| f == function)
-            .map(|(_, pump)| pump.stats())
-            .unwrap_or_default()
-    }
-
     /// What the `OffsaleQueue` pump has done (default stats without the
     /// customer half).
     pub fn offsale_stats(&self) -> QueueStats {
-        self.queue_stats(OFFSALE_LISTENER)
+        of_function(&self.queues, OFFSALE_LISTENER)
+            .map_or_else(QueueStats::default, QueuePump::stats)
     }
 
     pub fn pump_stats(&self) -> PumpStats {
@@ -557,32 +548,18 @@ impl LocalSuite {
     /// What the drain of the rules targeting the circuit switch
     /// (`TripRequestedRule`, `AlarmStateChangeRule`) has done.
     pub fn drain_stats(&self) -> DrainStats {
-        self.drains
-            .iter()
-            .find(|(f, _)| f == CIRCUIT_SWITCH)
-            .map(|(_, drain)| drain.stats())
-            .unwrap_or_default()
-    }
-
-    /// What the scheduled rule of `function` (its binary) has done
-    /// (default stats when there is none).
-    fn schedule_stats(&self, function: &str) -> TickerStats {
-        self.tickers
-            .iter()
-            .find(|(f, _)| f == function)
-            .map(|(_, ticker)| ticker.stats())
-            .unwrap_or_default()
+        of_function(&self.drains, CIRCUIT_SWITCH).map_or_else(DrainStats::default, BusDrain::stats)
     }
 
     /// What the circuit switch's schedule (`HalfOpenScheduleRule`) has done.
     pub fn ticker_stats(&self) -> TickerStats {
-        self.schedule_stats(CIRCUIT_SWITCH)
+        of_function(&self.tickers, CIRCUIT_SWITCH).map_or_else(TickerStats::default, Ticker::stats)
     }
 
     /// What the booking worker's schedule has done (default stats without
     /// the customer half).
     pub fn booking_stats(&self) -> TickerStats {
-        self.schedule_stats(BOOKING_WORKER)
+        of_function(&self.tickers, BOOKING_WORKER).map_or_else(TickerStats::default, Ticker::stats)
     }
 
     /// The Orders table in moto, as the cart and the booking worker see it.
@@ -642,4 +619,12 @@ impl LocalSuite {
         operator.shutdown().await;
         moto.stop().await;
     }
+}
+
+/// The pump, drain or ticker of `function` (its binary) among `tasks`.
+fn of_function<'a, T>(tasks: &'a [(String, T)], function: &str) -> Option<&'a T> {
+    tasks
+        .iter()
+        .find(|(f, _)| f == function)
+        .map(|(_, task)| task)
 }
