@@ -235,6 +235,11 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
             .is_err()
     );
 
+    // While the suite runs: `lifeboat detection` as on call, in the
+    // repository (samconfig.toml names the stack) with nothing but AWS's
+    // variables, reads the alarm's history and pairs it with the opening.
+    let incident = detected(&state, &run).await;
+
     let report = tokio::time::timeout(LIMIT, run)
         .await
         .expect("the run ends")
@@ -242,6 +247,22 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
     let lines = lines.lock().unwrap().clone();
     let report = recovered(&lines, report);
     print(&lines, &report);
+    eprintln!("lifeboat detection: {incident:#}");
+    assert_eq!(incident["operator"], "nordic");
+    let opened_by = &incident["breaker"]["opened_by"];
+    assert_eq!(opened_by["by"], "alarm", "{incident:#}");
+    assert_eq!(opened_by["alarm"], "lifeboat-nordic-errors", "{incident:#}");
+    let to_open = incident["alarm_to_open_s"].as_f64().unwrap();
+    assert!(
+        (0.0..5.0).contains(&to_open),
+        "the switch opens on the alarm's event: {to_open}"
+    );
+    // The first breaching period, from the history's reason data.
+    let to_alarm = incident["failure_to_alarm_s"].as_f64().unwrap();
+    assert!(
+        (10.0..40.0).contains(&to_alarm),
+        "two 10 s periods and more: {to_alarm}"
+    );
     let m = &report.milestones;
     let reason = m.open_reason.clone().unwrap_or_default();
     assert!(
@@ -260,14 +281,47 @@ async fn the_alarm_opens_the_breaker_when_the_detector_does_not() {
     assert!(report.alarm_transitions >= 2, "{report:?}");
 }
 
+/// The first incident `lifeboat detection --json` reports with both the
+/// alarm and the opening, asked of the running suite once a second until
+/// it has one; the test fails if the run ends first or the command fails.
+async fn detected(
+    state: &LocalState,
+    run: &tokio::task::JoinHandle<Result<LocalReport, lifeboat_harness::on_moto::LocalError>>,
+) -> serde_json::Value {
+    loop {
+        assert!(
+            !run.is_finished(),
+            "the run ended before lifeboat detection saw the incident"
+        );
+        let on_call = state.clone();
+        let (ok, out, err) = tokio::task::spawn_blocking(move || {
+            lifeboat_on_stack(&on_call, &["detection", "--json"])
+        })
+        .await
+        .unwrap();
+        assert!(ok, "lifeboat detection on the local stack: {err}");
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(report["alarm"], "lifeboat-nordic-errors", "{report:#}");
+        let both = report["incidents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i.get("alarm").is_some() && i.get("breaker").is_some());
+        if let Some(incident) = both {
+            return incident.clone();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// `lifeboat <args>` with the environment `lifeboat local env` exports.
 fn lifeboat(state: &LocalState, args: &[&str]) -> (bool, String, String) {
     lifeboat_with(state, args, |_| true, false)
 }
 
-/// `lifeboat <args>` as an on-call shell runs it on the local stack: with
-/// AWS's variables from `lifeboat local env` (moto's endpoint, region and
-/// credentials) and nothing naming a resource.
+/// `lifeboat <args>` as an on-call shell runs it on the local stack: in the
+/// repository, with AWS's variables from `lifeboat local env` (moto's
+/// endpoint, region and credentials) and nothing naming a resource.
 fn lifeboat_on_stack(state: &LocalState, args: &[&str]) -> (bool, String, String) {
     lifeboat_with(
         state,
@@ -289,7 +343,9 @@ fn lifeboat_with(
         command
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", std::env::var("HOME").unwrap_or_default());
+            .env("HOME", std::env::var("HOME").unwrap_or_default())
+            // where samconfig.toml is
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     }
     for line in state.env_script().lines() {
         let (key, value) = line

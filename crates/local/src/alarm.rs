@@ -37,8 +37,10 @@ use crate::pump::Invoker;
 use crate::pump::task::{StopSignal, TaskHandle};
 
 pub mod evaluator;
+pub mod history;
 
 use evaluator::AlarmEvaluator;
+use history::{AlarmHistoryBook, HistoryItem};
 
 /// An alarm's state, as CloudWatch spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -373,6 +375,9 @@ pub struct AlarmConfig {
     /// The functions' `AWS_LAMBDA_LOG_LEVEL`: lines Lambda's log-level
     /// filter would drop at it never reach CloudWatch, so they are not read.
     pub filter: LogLevel,
+    /// Where each transition is recorded as CloudWatch's history item
+    /// (the suite's proxy answers `DescribeAlarmHistory` from it).
+    pub history: AlarmHistoryBook,
 }
 
 impl AlarmConfig {
@@ -385,6 +390,7 @@ impl AlarmConfig {
             grace: Duration::from_secs(2),
             from_end: false,
             filter: LogLevel::Info,
+            history: AlarmHistoryBook::default(),
         }
     }
 }
@@ -469,7 +475,7 @@ impl LocalAlarm {
             .evaluator
             .force(value, reason, Utc::now());
         let sent = deliver(&self.invoker, &self.config, &self.shared, transition, true).await;
-        lock(&self.shared).stats.transitions.push(sent.clone());
+        record(&self.config, &self.shared, sent.clone());
         sent
     }
 
@@ -501,6 +507,15 @@ async fn deliver(
         delivered,
         forced,
     }
+}
+
+/// A transition made: counted, and kept in the alarm's history whether or
+/// not its events reached the switch, as CloudWatch keeps it.
+fn record(config: &AlarmConfig, shared: &Mutex<Shared>, sent: SentTransition) {
+    config
+        .history
+        .record(HistoryItem::state_update(&config.rule, &sent.transition));
+    lock(shared).stats.transitions.push(sent);
 }
 
 async fn run(
@@ -540,7 +555,7 @@ async fn run(
                 "alarm state changed"
             );
             let sent = deliver(&invoker, &config, &shared, transition, false).await;
-            lock(&shared).stats.transitions.push(sent);
+            record(&config, &shared, sent);
         }
         if stop.sleep(config.every).await {
             return;

@@ -49,6 +49,7 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;
 use tokio::process::{Child, Command};
 
+use crate::alarm::history::AlarmHistoryBook;
 use crate::net::{free_port, wait_for_port};
 use crate::watch::{local_dir, workspace_root};
 use serial::SerialProxy;
@@ -150,6 +151,8 @@ pub struct MotoServer {
     log: Option<PathBuf>,
     /// Where clients go; `None` only while starting.
     proxy: Option<SerialProxy>,
+    /// The alarm history the proxy answers `DescribeAlarmHistory` from.
+    alarm_history: AlarmHistoryBook,
 }
 
 impl MotoServer {
@@ -204,6 +207,7 @@ impl MotoServer {
             port,
             log,
             proxy: None,
+            alarm_history: AlarmHistoryBook::default(),
         };
         server.ready_behind_proxy(proxy_port).await
     }
@@ -220,6 +224,7 @@ impl MotoServer {
             port,
             log: None,
             proxy: None,
+            alarm_history: AlarmHistoryBook::default(),
         };
         server.ready_behind_proxy(proxy_port).await
     }
@@ -229,7 +234,7 @@ impl MotoServer {
     async fn ready_behind_proxy(mut self, proxy_port: u16) -> Result<Self, MotoError> {
         self.wait_ready().await?;
         self.proxy = Some(
-            SerialProxy::start(self.moto_endpoint(), proxy_port)
+            SerialProxy::start(self.moto_endpoint(), proxy_port, self.alarm_history.clone())
                 .await
                 .map_err(|source| MotoError::ProxyPort {
                     port: proxy_port,
@@ -237,6 +242,14 @@ impl MotoServer {
                 })?,
         );
         Ok(self)
+    }
+
+    /// The alarm history behind [`endpoint`](Self::endpoint)'s
+    /// `DescribeAlarmHistory`: a [`LocalAlarm`](crate::alarm::LocalAlarm)
+    /// given it (`AlarmConfig::history`) makes its transitions readable
+    /// with CloudWatch's API.
+    pub fn alarm_history(&self) -> AlarmHistoryBook {
+        self.alarm_history.clone()
     }
 
     /// Whether the server ran before this process attached to it

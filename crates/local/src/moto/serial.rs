@@ -10,6 +10,10 @@
 //! requests gives moto the same guarantee, so conditional writes and counters
 //! can be tested with real concurrent callers. Other services (SQS long polls,
 //! EventBridge, Lambda) pass through side by side.
+//!
+//! One call never reaches moto: CloudWatch's `DescribeAlarmHistory`, which
+//! moto does not have, is answered from the alarm history the suite's own
+//! alarm evaluation keeps ([`crate::alarm::history`]).
 
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -27,6 +31,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+use crate::alarm::history::{
+    AlarmHistoryBook, DESCRIBE_ALARM_HISTORY_PATH, describe_alarm_history,
+};
+
 /// The proxy task; stops when dropped.
 #[derive(Debug)]
 pub(super) struct SerialProxy {
@@ -36,8 +44,13 @@ pub(super) struct SerialProxy {
 
 impl SerialProxy {
     /// Listen on loopback `port` (0: a free one) and forward to `upstream`
-    /// (`http://127.0.0.1:PORT`).
-    pub(super) async fn start(upstream: String, port: u16) -> std::io::Result<Self> {
+    /// (`http://127.0.0.1:PORT`); answer `DescribeAlarmHistory` from
+    /// `history`.
+    pub(super) async fn start(
+        upstream: String,
+        port: u16,
+        history: AlarmHistoryBook,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await?;
         let port = listener.local_addr()?.port();
         let http = reqwest::Client::builder()
@@ -48,6 +61,7 @@ impl SerialProxy {
             upstream,
             http,
             dynamodb: Mutex::new(()),
+            history,
         });
         let task = tokio::spawn(serve(listener, shared));
         Ok(Self { port, task })
@@ -69,6 +83,7 @@ struct Shared {
     http: reqwest::Client,
     /// Held while one DynamoDB request is at moto.
     dynamodb: Mutex<()>,
+    history: AlarmHistoryBook,
 }
 
 async fn serve(listener: TcpListener, shared: Arc<Shared>) {
@@ -133,6 +148,22 @@ async fn forward(
         Ok(body) => body.to_bytes(),
         Err(e) => return Ok(bad_gateway(format!("moto proxy: reading the request: {e}"))),
     };
+    if parts.method == hyper::Method::POST && parts.uri.path() == DESCRIBE_ALARM_HISTORY_PATH {
+        let answer = describe_alarm_history(&shared.history, &body);
+        let mut response = Response::new(Full::new(Bytes::from(answer.body)));
+        *response.status_mut() =
+            StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/cbor"),
+        );
+        headers.insert(
+            HeaderName::from_static("smithy-protocol"),
+            header::HeaderValue::from_static("rpc-v2-cbor"),
+        );
+        return Ok(response);
+    }
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut upstream = shared
         .http
@@ -173,4 +204,139 @@ async fn forward(
         }
     }
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use super::*;
+    use crate::alarm::history::HistoryItem;
+    use aws_sdk_cloudwatch::error::ProvideErrorMetadata as _;
+    use aws_sdk_cloudwatch::primitives::DateTime as SmithyTime;
+    use aws_sdk_cloudwatch::types::{HistoryItemType, ScanBy};
+    use chrono::{DateTime, Utc};
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_796_000_000_000 + secs * 1_000 + 125).unwrap()
+    }
+
+    fn item(alarm: &str, secs: i64, to: &str) -> HistoryItem {
+        HistoryItem {
+            alarm: alarm.to_owned(),
+            at: at(secs),
+            summary: format!("Alarm updated from OK to {to}"),
+            data: format!(r#"{{"version":"1.0","newState":{{"stateValue":"{to}"}}}}"#),
+        }
+    }
+
+    /// The SDK's own CloudWatch client, at a proxy whose moto is not there:
+    /// only the alarm history can answer.
+    async fn cloudwatch(book: &AlarmHistoryBook) -> (SerialProxy, aws_sdk_cloudwatch::Client) {
+        let nowhere = format!("http://127.0.0.1:{}", crate::net::free_port().unwrap());
+        let proxy = SerialProxy::start(nowhere, 0, book.clone()).await.unwrap();
+        let config =
+            super::super::sdk_config_for(&format!("http://127.0.0.1:{}", proxy.port())).await;
+        (proxy, aws_sdk_cloudwatch::Client::new(&config))
+    }
+
+    #[tokio::test]
+    async fn the_sdk_reads_the_alarm_history_in_pages() {
+        let book = AlarmHistoryBook::default();
+        for (secs, to) in [(0, "ALARM"), (40, "OK"), (90, "ALARM")] {
+            book.record(item("lifeboat-nordic-errors", secs, to));
+        }
+        book.record(item("lifeboat-baltic-errors", 10, "ALARM"));
+        let (_proxy, cw) = cloudwatch(&book).await;
+
+        let page = |token: Option<String>| {
+            cw.describe_alarm_history()
+                .alarm_name("lifeboat-nordic-errors")
+                .history_item_type(HistoryItemType::StateUpdate)
+                .scan_by(ScanBy::TimestampAscending)
+                .max_records(2)
+                .set_next_token(token)
+                .send()
+        };
+        let first = page(None).await.unwrap();
+        let items = first.alarm_history_items();
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0].alarm_name(), Some("lifeboat-nordic-errors"));
+        assert_eq!(
+            items[0].timestamp(),
+            Some(&SmithyTime::from_millis(at(0).timestamp_millis()))
+        );
+        assert_eq!(
+            items[0].history_item_type(),
+            Some(&HistoryItemType::StateUpdate)
+        );
+        assert_eq!(
+            items[0].history_summary(),
+            Some("Alarm updated from OK to ALARM")
+        );
+        assert_eq!(
+            items[1].history_data(),
+            Some(item("x", 40, "OK").data.as_str())
+        );
+        let token = first.next_token().map(str::to_owned);
+        assert!(token.is_some(), "a page of 2 of 3 has a next");
+        let second = page(token).await.unwrap();
+        assert_eq!(second.alarm_history_items().len(), 1);
+        assert_eq!(
+            second.alarm_history_items()[0].timestamp(),
+            Some(&SmithyTime::from_millis(at(90).timestamp_millis()))
+        );
+        assert_eq!(second.next_token(), None);
+
+        // CloudWatch's default order is newest first; the dates bound it.
+        let newest = cw
+            .describe_alarm_history()
+            .alarm_name("lifeboat-nordic-errors")
+            .start_date(SmithyTime::from_millis(at(1).timestamp_millis()))
+            .send()
+            .await
+            .unwrap();
+        let times: Vec<_> = newest
+            .alarm_history_items()
+            .iter()
+            .map(|i| i.timestamp().unwrap().secs())
+            .collect();
+        assert_eq!(times, [at(90).timestamp(), at(40).timestamp()]);
+
+        // Every alarm without a name; none of another item type.
+        let all = cw.describe_alarm_history().send().await.unwrap();
+        assert_eq!(all.alarm_history_items().len(), 4);
+        let config = cw
+            .describe_alarm_history()
+            .history_item_type(HistoryItemType::ConfigurationUpdate)
+            .send()
+            .await
+            .unwrap();
+        assert!(config.alarm_history_items().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_bad_token_or_parameter_is_cloudwatchs_error() {
+        let book = AlarmHistoryBook::default();
+        book.record(item("lifeboat-nordic-errors", 0, "ALARM"));
+        let (_proxy, cw) = cloudwatch(&book).await;
+        let err = cw
+            .describe_alarm_history()
+            .next_token("not-a-token")
+            .send()
+            .await
+            .unwrap_err();
+        assert!(
+            err.as_service_error().unwrap().is_invalid_next_token(),
+            "{err:?}"
+        );
+        let err = cw
+            .describe_alarm_history()
+            .max_records(0)
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some("InvalidParameterValue"), "{err:?}");
+        assert!(err.message().unwrap().contains("MaxRecords 0"), "{err:?}");
+    }
 }

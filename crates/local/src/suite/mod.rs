@@ -263,6 +263,7 @@ impl LocalSuite {
                 );
                 config.from_end = watch.is_attached();
                 config.filter = LogLevel::parse(&options.log_level).unwrap_or_default();
+                config.history = moto.alarm_history();
                 LocalAlarm::start(invoker.clone(), config)
             });
         // A minute of a schedule's rate is `tick_every` here. A ticker invokes once at a time, as the booking worker's

@@ -190,9 +190,9 @@ fn chrono_time(t: &aws_sdk_cloudwatch::primitives::DateTime) -> Option<DateTime<
 /// Why `DescribeAlarmHistory` failed, on one line. CloudWatch's API is
 /// Smithy RPC v2 CBOR: an endpoint that answers another way is named as
 /// such, with what it answered, rather than with the decoder's error
-/// (`DeserializeError { … TypeMismatch … }`). moto_server 5.2.1 is one: it
-/// answers the CBOR call 404 with an HTML page, so `lifeboat detection`
-/// cannot run against moto.
+/// (`DeserializeError { … TypeMismatch … }`). moto_server 5.2.1 alone is
+/// one: it answers the CBOR call 404 with an HTML page (`lifeboat local`'s
+/// endpoint answers the call itself).
 fn history_error(err: &SdkError<DescribeAlarmHistoryError, HttpResponse>) -> String {
     match undecoded_answer(err) {
         Some(answer) => format!(
