@@ -321,7 +321,8 @@ fn lifeboat(state: &LocalState, args: &[&str]) -> (bool, String, String) {
 
 /// `lifeboat <args>` as an on-call shell runs it on the local stack: in the
 /// repository, with AWS's variables from `lifeboat local env` (moto's
-/// endpoint, region and credentials) and nothing naming a resource.
+/// endpoint, region and credentials) and nothing naming a resource or
+/// another endpoint.
 fn lifeboat_on_stack(state: &LocalState, args: &[&str]) -> (bool, String, String) {
     lifeboat_with(
         state,
@@ -494,7 +495,9 @@ async fn lifeboat_local_uses_a_running_moto_and_watch() {
     })
     .await
     .expect("the run prints the command's reason");
-    let (ok, out, err) = lifeboat(
+    // Released as on call: in the repository, the stack samconfig.toml
+    // names, nothing but AWS's variables.
+    let (ok, out, err) = lifeboat_on_stack(
         &state,
         &[
             "breaker",

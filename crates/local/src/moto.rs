@@ -41,6 +41,7 @@
 pub mod resources;
 mod serial;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -52,6 +53,7 @@ use tokio::process::{Child, Command};
 use crate::alarm::history::AlarmHistoryBook;
 use crate::net::{free_port, wait_for_port};
 use crate::watch::{local_dir, workspace_root};
+pub use serial::InvokeRoutes;
 use serial::SerialProxy;
 
 /// Environment variable naming the `moto_server` executable to run.
@@ -153,6 +155,8 @@ pub struct MotoServer {
     proxy: Option<SerialProxy>,
     /// The alarm history the proxy answers `DescribeAlarmHistory` from.
     alarm_history: AlarmHistoryBook,
+    /// Where the proxy sends an Invoke of the stack's functions.
+    invokes: InvokeRoutes,
 }
 
 impl MotoServer {
@@ -208,6 +212,7 @@ impl MotoServer {
             log,
             proxy: None,
             alarm_history: AlarmHistoryBook::default(),
+            invokes: InvokeRoutes::default(),
         };
         server.ready_behind_proxy(proxy_port).await
     }
@@ -225,6 +230,7 @@ impl MotoServer {
             log: None,
             proxy: None,
             alarm_history: AlarmHistoryBook::default(),
+            invokes: InvokeRoutes::default(),
         };
         server.ready_behind_proxy(proxy_port).await
     }
@@ -234,12 +240,17 @@ impl MotoServer {
     async fn ready_behind_proxy(mut self, proxy_port: u16) -> Result<Self, MotoError> {
         self.wait_ready().await?;
         self.proxy = Some(
-            SerialProxy::start(self.moto_endpoint(), proxy_port, self.alarm_history.clone())
-                .await
-                .map_err(|source| MotoError::ProxyPort {
-                    port: proxy_port,
-                    source,
-                })?,
+            SerialProxy::start(
+                self.moto_endpoint(),
+                proxy_port,
+                self.alarm_history.clone(),
+                self.invokes.clone(),
+            )
+            .await
+            .map_err(|source| MotoError::ProxyPort {
+                port: proxy_port,
+                source,
+            })?,
         );
         Ok(self)
     }
@@ -250,6 +261,14 @@ impl MotoServer {
     /// with CloudWatch's API.
     pub fn alarm_history(&self) -> AlarmHistoryBook {
         self.alarm_history.clone()
+    }
+
+    /// Send a Lambda Invoke at [`endpoint`](Self::endpoint) of a function
+    /// named in `binaries` (name → binary) to `invoke_endpoint`, the Invoke
+    /// API that runs the binaries (`cargo lambda watch`'s), instead of
+    /// moto, which would look for Docker.
+    pub fn route_invokes(&self, invoke_endpoint: &str, binaries: BTreeMap<String, String>) {
+        self.invokes.set(invoke_endpoint, binaries);
     }
 
     /// Whether the server ran before this process attached to it

@@ -11,13 +11,18 @@
 //! can be tested with real concurrent callers. Other services (SQS long polls,
 //! EventBridge, Lambda) pass through side by side.
 //!
-//! One call never reaches moto: CloudWatch's `DescribeAlarmHistory`, which
-//! moto does not have, is answered from the alarm history the suite's own
-//! alarm evaluation keeps ([`crate::alarm::history`]).
+//! Two kinds of call do not reach moto. CloudWatch's `DescribeAlarmHistory`,
+//! which moto does not have, is answered from the alarm history the suite's
+//! own alarm evaluation keeps ([`crate::alarm::history`]). A Lambda `Invoke`
+//! of one of the stack's functions (by name, alias or ARN), which moto would
+//! try to run in Docker, goes to the binary the template builds for it under
+//! `cargo lambda watch` once the suite has said where ([`InvokeRoutes`]), as
+//! Lambda runs the function on AWS.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -45,11 +50,12 @@ pub(super) struct SerialProxy {
 impl SerialProxy {
     /// Listen on loopback `port` (0: a free one) and forward to `upstream`
     /// (`http://127.0.0.1:PORT`); answer `DescribeAlarmHistory` from
-    /// `history`.
+    /// `history`, and send the Invokes `invokes` names where it says.
     pub(super) async fn start(
         upstream: String,
         port: u16,
         history: AlarmHistoryBook,
+        invokes: InvokeRoutes,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await?;
         let port = listener.local_addr()?.port();
@@ -62,6 +68,7 @@ impl SerialProxy {
             http,
             dynamodb: Mutex::new(()),
             history,
+            invokes,
         });
         let task = tokio::spawn(serve(listener, shared));
         Ok(Self { port, task })
@@ -84,6 +91,56 @@ struct Shared {
     /// Held while one DynamoDB request is at moto.
     dynamodb: Mutex<()>,
     history: AlarmHistoryBook,
+    invokes: InvokeRoutes,
+}
+
+/// Where the proxy sends a Lambda `Invoke` of the stack's functions: the
+/// Invoke API that runs them (`cargo lambda watch`'s) and each function's
+/// binary by its name. Empty until [`set`](Self::set): every Invoke goes to
+/// moto. Clones share the routes.
+#[derive(Debug, Clone, Default)]
+pub struct InvokeRoutes(Arc<RwLock<Option<Routes>>>);
+
+#[derive(Debug)]
+struct Routes {
+    endpoint: String,
+    binaries: BTreeMap<String, String>,
+}
+
+impl InvokeRoutes {
+    /// Send an Invoke of a function named in `binaries` (the function's
+    /// name → its binary) to `endpoint` (`http://127.0.0.1:PORT`), as an
+    /// Invoke of its binary.
+    pub fn set(&self, endpoint: &str, binaries: BTreeMap<String, String>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Some(Routes {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            binaries,
+        });
+    }
+
+    /// The URL an Invoke at `path` (`/2015-03-31/functions/{id}/invocations`)
+    /// goes to instead of moto, if `id` (a name, `name:qualifier` or an
+    /// ARN, ':' percent-encoded or not) names one of the functions.
+    fn url(&self, path: &str) -> Option<String> {
+        let id = path
+            .strip_prefix("/2015-03-31/functions/")?
+            .strip_suffix("/invocations")?
+            .replace("%3A", ":")
+            .replace("%3a", ":");
+        // arn:aws:lambda:REGION:ACCOUNT:function:NAME[:QUALIFIER]
+        let name = match id.split_once(":function:") {
+            Some((_, rest)) => rest,
+            None => id.as_str(),
+        };
+        let name = name.split(':').next().unwrap_or(name);
+        let routes = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let routes = routes.as_ref()?;
+        let binary = routes.binaries.get(name)?;
+        Some(format!(
+            "{}/2015-03-31/functions/{binary}/invocations",
+            routes.endpoint
+        ))
+    }
 }
 
 async fn serve(listener: TcpListener, shared: Arc<Shared>) {
@@ -164,11 +221,11 @@ async fn forward(
         );
         return Ok(response);
     }
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut upstream = shared
-        .http
-        .request(parts.method, format!("{}{path}", shared.upstream))
-        .body(body);
+    let url = shared.invokes.url(parts.uri.path()).unwrap_or_else(|| {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        format!("{}{path}", shared.upstream)
+    });
+    let mut upstream = shared.http.request(parts.method, url).body(body);
     for (name, value) in &parts.headers {
         if !hop_by_hop(name) {
             upstream = upstream.header(name, value);
@@ -234,7 +291,9 @@ mod tests {
     /// only the alarm history can answer.
     async fn cloudwatch(book: &AlarmHistoryBook) -> (SerialProxy, aws_sdk_cloudwatch::Client) {
         let nowhere = format!("http://127.0.0.1:{}", crate::net::free_port().unwrap());
-        let proxy = SerialProxy::start(nowhere, 0, book.clone()).await.unwrap();
+        let proxy = SerialProxy::start(nowhere, 0, book.clone(), InvokeRoutes::default())
+            .await
+            .unwrap();
         let config =
             super::super::sdk_config_for(&format!("http://127.0.0.1:{}", proxy.port())).await;
         (proxy, aws_sdk_cloudwatch::Client::new(&config))
@@ -338,5 +397,92 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code(), Some("InvalidParameterValue"), "{err:?}");
         assert!(err.message().unwrap().contains("MaxRecords 0"), "{err:?}");
+    }
+}
+
+#[cfg(test)]
+mod invoke_tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// A server that answers every request `200 {}` and keeps each one's
+    /// request line.
+    async fn recorder() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let kept = Arc::clone(&kept);
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head);
+                    kept.lock()
+                        .unwrap()
+                        .push(text.lines().next().unwrap_or("").to_owned());
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+                        )
+                        .await;
+                });
+            }
+        });
+        (endpoint, seen)
+    }
+
+    #[tokio::test]
+    async fn an_invoke_of_a_stack_function_runs_its_binary() {
+        let (moto, at_moto) = recorder().await;
+        let (watch, at_watch) = recorder().await;
+        let routes = InvokeRoutes::default();
+        let proxy = SerialProxy::start(moto, 0, AlarmHistoryBook::default(), routes.clone())
+            .await
+            .unwrap();
+        let config =
+            super::super::sdk_config_for(&format!("http://127.0.0.1:{}", proxy.port())).await;
+        let lambda = aws_sdk_lambda::Client::new(&config);
+        let invoke = |id: &'static str| lambda.invoke().function_name(id).send();
+
+        // Before the suite says where: moto's, as every other call.
+        invoke("lifeboat-CircuitSwitchFunction-1A2B").await.unwrap();
+        assert_eq!(at_watch.lock().unwrap().len(), 0);
+
+        routes.set(
+            &watch,
+            BTreeMap::from([(
+                "lifeboat-CircuitSwitchFunction-1A2B".to_owned(),
+                "circuit-switch".to_owned(),
+            )]),
+        );
+        for id in [
+            "lifeboat-CircuitSwitchFunction-1A2B",
+            "lifeboat-CircuitSwitchFunction-1A2B:live",
+            "arn:aws:lambda:us-east-1:123456789012:function:lifeboat-CircuitSwitchFunction-1A2B:live",
+        ] {
+            invoke(id).await.unwrap();
+        }
+        assert_eq!(
+            *at_watch.lock().unwrap(),
+            vec!["POST /2015-03-31/functions/circuit-switch/invocations HTTP/1.1"; 3]
+        );
+        // Another function is still moto's.
+        invoke("lifeboat-SomethingElse-9Z").await.unwrap();
+        let at_moto = at_moto.lock().unwrap();
+        assert_eq!(at_moto.len(), 2, "{at_moto:?}");
+        assert!(
+            at_moto[1].contains("lifeboat-SomethingElse-9Z"),
+            "{at_moto:?}"
+        );
     }
 }

@@ -190,6 +190,8 @@ impl LocalSuite {
         }
         let warm_up_time = warm_started.elapsed();
 
+        // As on AWS, an Invoke of a stack function by its name runs it.
+        moto.route_invokes(&watch.invoke_endpoint(), resources.binaries.clone());
         let invoker = Invoker::for_endpoint(&watch.invoke_endpoint(), options.invoke_timeout).await;
         let lane_pump = |uuid: &str| {
             let mut config = PumpConfig::new(uuid);
