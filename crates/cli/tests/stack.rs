@@ -451,13 +451,16 @@ async fn a_stack_missing_a_resource_names_it() {
     moto.stop().await;
 }
 
+/// moto_server itself, not the proxy in front of it (which answers the
+/// alarm history from the local suite's alarm): CloudWatch's calls go to it
+/// alone.
 #[tokio::test]
 async fn detection_on_an_endpoint_that_is_not_cloudwatch_says_so() {
     let (moto, _) = deployed().await;
     let dir = workdir("detection");
-    let out = lifeboat(
+    let out = support::lifeboat_with(
         &moto,
-        &dir,
+        Some(&dir),
         &[
             "detection",
             "--stack",
@@ -465,6 +468,7 @@ async fn detection_on_an_endpoint_that_is_not_cloudwatch_says_so() {
             "--alarm",
             "lifeboat-nordic-errors",
         ],
+        &[("AWS_ENDPOINT_URL_CLOUDWATCH", moto.moto_endpoint())],
     )
     .await;
     let stderr = text(&out.stderr);

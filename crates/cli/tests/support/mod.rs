@@ -11,6 +11,16 @@ use lifeboat_local::moto::MotoServer;
 /// in `dir` where given (a checkout's samconfig.toml is read from there).
 /// Waited for asynchronously: moto's proxy runs on the test's runtime.
 pub async fn lifeboat(moto: &MotoServer, dir: Option<&Path>, args: &[&str]) -> Output {
+    lifeboat_with(moto, dir, args, &[]).await
+}
+
+/// [`lifeboat`] with `more` variables on top.
+pub async fn lifeboat_with(
+    moto: &MotoServer,
+    dir: Option<&Path>,
+    args: &[&str],
+    more: &[(&str, String)],
+) -> Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeboat"));
     command
         .args(args)
@@ -25,5 +35,6 @@ pub async fn lifeboat(moto: &MotoServer, dir: Option<&Path>, args: &[&str]) -> O
     if let Some(dir) = dir {
         command.current_dir(dir);
     }
+    command.envs(more.iter().map(|(k, v)| (*k, v)));
     command.output().await.unwrap()
 }
