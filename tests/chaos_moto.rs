@@ -256,8 +256,23 @@ async fn a_fault_campaign_on_moto_keeps_every_promise() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
 
+    // A function writes a failure's two lines (by dependency, then the
+    // total) when its call gives up, which can be after the last outcome:
+    // read the log until two reads 2 s apart agree (a read between the two
+    // lines counted one more by dependency than in the total).
+    let (seen, seen_total) = {
+        let limit = Instant::now() + Duration::from_secs(30);
+        let mut last = dependency_errors(&log, log_from);
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let now = dependency_errors(&log, log_from);
+            if now == last || Instant::now() > limit {
+                break now;
+            }
+            last = now;
+        }
+    };
     let injected = gateway.fault_proxy().unwrap().stats();
-    let (seen, seen_total) = dependency_errors(&log, log_from);
     println!("searches: {} ({statuses:?})", 2 * n);
     println!("requests: {total}, without an outcome: {}", without.len());
     println!(
