@@ -15,6 +15,7 @@ use lifeboat_core::OperatorId;
 use lifeboat_core::breaker::ConsumerTarget;
 use lifeboat_core::lane::{Lane, LaneError, Lanes};
 use lifeboat_core::ports::{Repoint, RouterError, StreamRouter};
+use lifeboat_core::settings::Parallelization;
 
 use crate::error::describe;
 use crate::requests::RequestTables;
@@ -70,10 +71,14 @@ impl LambdaStreamRouter {
         }
     }
 
-    /// The ARN of the function the mapping delivers to now.
-    async fn function_arn(&self) -> Result<String, RouterError> {
-        let output = self
-            .client
+    /// The mapping as it is now.
+    async fn read(
+        &self,
+    ) -> Result<
+        aws_sdk_lambda::operation::get_event_source_mapping::GetEventSourceMappingOutput,
+        RouterError,
+    > {
+        self.client
             .get_event_source_mapping()
             .uuid(&self.mapping_uuid)
             .send()
@@ -92,12 +97,42 @@ impl LambdaStreamRouter {
                     &format!("GetEventSourceMapping {}", self.mapping_uuid),
                     &e,
                 )),
-            })?;
-        output.function_arn.ok_or_else(|| {
+            })
+    }
+
+    /// The ARN of the function the mapping delivers to now.
+    async fn function_arn(&self) -> Result<String, RouterError> {
+        self.read().await?.function_arn.ok_or_else(|| {
             RouterError::Unavailable(format!(
                 "event source mapping {} names no function",
                 self.mapping_uuid
             ))
+        })
+    }
+
+    /// An `UpdateEventSourceMapping` of this mapping, its errors told apart.
+    async fn update(
+        &self,
+        update: aws_sdk_lambda::operation::update_event_source_mapping::builders::UpdateEventSourceMappingFluentBuilder,
+    ) -> Result<
+        aws_sdk_lambda::operation::update_event_source_mapping::UpdateEventSourceMappingOutput,
+        RouterError,
+    > {
+        update.uuid(&self.mapping_uuid).send().await.map_err(|e| {
+            let what = format!("UpdateEventSourceMapping {}", self.mapping_uuid);
+            match e.as_service_error() {
+                Some(UpdateEventSourceMappingError::ResourceNotFoundException(_)) => {
+                    RouterError::NotFound(self.mapping_uuid.clone())
+                }
+                Some(
+                    UpdateEventSourceMappingError::ResourceInUseException(_)
+                    | UpdateEventSourceMappingError::ResourceConflictException(_),
+                ) => RouterError::Busy(describe(&what, &e)),
+                Some(UpdateEventSourceMappingError::TooManyRequestsException(_)) => {
+                    RouterError::Throttled(describe(&what, &e))
+                }
+                _ => RouterError::Unavailable(describe(&what, &e)),
+            }
         })
     }
 
@@ -136,31 +171,48 @@ impl StreamRouter for LambdaStreamRouter {
             );
         }
         let output = self
-            .client
-            .update_event_source_mapping()
-            .uuid(&self.mapping_uuid)
-            .function_name(function)
-            .send()
-            .await
-            .map_err(|e| {
-                let what = format!("UpdateEventSourceMapping {}", self.mapping_uuid);
-                match e.as_service_error() {
-                    Some(UpdateEventSourceMappingError::ResourceNotFoundException(_)) => {
-                        RouterError::NotFound(self.mapping_uuid.clone())
-                    }
-                    Some(
-                        UpdateEventSourceMappingError::ResourceInUseException(_)
-                        | UpdateEventSourceMappingError::ResourceConflictException(_),
-                    ) => RouterError::Busy(describe(&what, &e)),
-                    Some(UpdateEventSourceMappingError::TooManyRequestsException(_)) => {
-                        RouterError::Throttled(describe(&what, &e))
-                    }
-                    _ => RouterError::Unavailable(describe(&what, &e)),
-                }
-            })?;
+            .update(
+                self.client
+                    .update_event_source_mapping()
+                    .function_name(function),
+            )
+            .await?;
         match output.function_arn() {
             Some(now) if !names_function(function, now) => Err(RouterError::Unavailable(format!(
                 "event source mapping {} was updated to {function} but reports {now}",
+                self.mapping_uuid
+            ))),
+            _ => Ok(Repoint::Changed),
+        }
+    }
+
+    /// The update names the function the mapping delivers to now, so the
+    /// switch's `lambda:FunctionArn` condition holds (the key is the
+    /// function after the update) and the target is left as it is.
+    async fn set_parallelization(&self, factor: Parallelization) -> Result<Repoint, RouterError> {
+        let wanted = i32::from(factor.get());
+        let mapping = self.read().await?;
+        if mapping.parallelization_factor == Some(wanted) {
+            return Ok(Repoint::AlreadyThere);
+        }
+        let arn = mapping.function_arn.unwrap_or_default();
+        let target = self.target_of(&arn).ok_or_else(|| {
+            RouterError::Unavailable(format!(
+                "event source mapping {} delivers to {arn:?}, neither consumer: its parallelization is set once it is re-pointed",
+                self.mapping_uuid
+            ))
+        })?;
+        let output = self
+            .update(
+                self.client
+                    .update_event_source_mapping()
+                    .function_name(self.function(target))
+                    .parallelization_factor(wanted),
+            )
+            .await?;
+        match output.parallelization_factor {
+            Some(now) if now != wanted => Err(RouterError::Unavailable(format!(
+                "event source mapping {} was given parallelization {wanted} but reports {now}",
                 self.mapping_uuid
             ))),
             _ => Ok(Repoint::Changed),
@@ -355,5 +407,42 @@ mod tests {
             matches!(&err, RouterError::Unavailable(m) if m.contains("something-else")),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_lanes_parallelization_is_set_only_when_it_differs() {
+        let at = |factor: i32| {
+            mock!(Client::get_event_source_mapping).then_output(move || {
+                GetEventSourceMappingOutput::builder()
+                    .function_arn(REAL)
+                    .parallelization_factor(factor)
+                    .build()
+            })
+        };
+        let update = mock!(Client::update_event_source_mapping)
+            .match_requests(|r| {
+                r.parallelization_factor == Some(10)
+                    && r.function_name.as_deref() == Some("real-consumer")
+            })
+            .then_output(|| {
+                aws_sdk_lambda::operation::update_event_source_mapping::UpdateEventSourceMappingOutput::builder()
+                    .function_arn(REAL)
+                    .parallelization_factor(10)
+                    .build()
+            });
+        let ten = Parallelization::new(10).unwrap();
+        let (four, there) = (at(4), at(10));
+        let client = mock_client!(aws_sdk_lambda, RuleMode::Sequential, [&four, &update]);
+        assert_eq!(
+            router(client).set_parallelization(ten).await.unwrap(),
+            Repoint::Changed
+        );
+        assert_eq!(update.num_calls(), 1, "the update keeps the function");
+        let client = mock_client!(aws_sdk_lambda, RuleMode::Sequential, [&there]);
+        assert_eq!(
+            router(client).set_parallelization(ten).await.unwrap(),
+            Repoint::AlreadyThere
+        );
+        assert_eq!(update.num_calls(), 1, "no update when it is already 10");
     }
 }

@@ -52,8 +52,9 @@ mod streams;
 mod tests;
 mod timers;
 
-pub use report::{OperatorDecision, Skipped, StreamReport, SwitchReport};
+pub use report::{LaneResized, OperatorDecision, Skipped, StreamReport, SwitchReport};
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ use lifeboat_core::ports::{
     AlarmContributors, BreakerStore, BreakerTimers, Clock, EventPublisher, MetricsSink,
     OperatorApi, RouterError, StoreError, WindowStore,
 };
-use lifeboat_core::settings::Settings;
+use lifeboat_core::settings::{Parallelization, Settings};
 use lifeboat_core::watched::watch;
 
 use crate::input::{AlarmMap, InputError};
@@ -154,6 +155,8 @@ pub enum StartupError {
     },
     #[error("the lanes of REQUESTS_TABLE_PREFIX: {0}")]
     Lanes(#[from] lifeboat_aws::LaneDiscoveryError),
+    #[error("{0}")]
+    LaneCapacity(String),
 }
 
 /// Everything the switch needs, built once per Lambda instance:
@@ -188,6 +191,58 @@ pub struct CircuitSwitch {
     /// Who the contributor alarms of `alarms` have in ALARM (CloudWatch);
     /// `None`: no contributor alarm is mapped.
     pub(crate) contributors: Option<Arc<dyn AlarmContributors>>,
+    /// What the lanes may run at (`LANE_PARALLELIZATION`,
+    /// `REAL_CONSUMER_RESERVED`); `None`: the operators'
+    /// `lane.parallelization` is not applied, and the tick says why.
+    pub(crate) lane_capacity: Option<LaneCapacity>,
+    /// The parallelization this instance set or found on each lane (by
+    /// name): the tick sets a lane's only when its settings differ from
+    /// this, or in its sweep.
+    pub(crate) sized: std::sync::Mutex<HashMap<String, Parallelization>>,
+}
+
+/// What the lanes may run at: the template's parallelization, which a lane
+/// keeps unless its operators' settings ask another, and the real
+/// consumer's reservation, which every lane's must fit in
+/// ([`lifeboat_core::capacity::check_factors`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneCapacity {
+    /// `LANE_PARALLELIZATION`.
+    pub default: Parallelization,
+    /// `REAL_CONSUMER_RESERVED`: `None` when the real consumer is not
+    /// reserved (`none`), so not capped.
+    pub reserved: Option<usize>,
+}
+
+/// Environment variable: the template's `LaneParallelization`.
+pub const LANE_PARALLELIZATION: &str = "LANE_PARALLELIZATION";
+/// Environment variable: the real consumer's reserved concurrency, or
+/// `none`.
+pub const REAL_CONSUMER_RESERVED: &str = "REAL_CONSUMER_RESERVED";
+
+impl LaneCapacity {
+    /// From `LANE_PARALLELIZATION` and `REAL_CONSUMER_RESERVED`; `None`
+    /// when the first is unset.
+    pub fn from_env(env: &lifeboat_aws::Env) -> Result<Option<Self>, StartupError> {
+        let Some(default) = env.optional(LANE_PARALLELIZATION)? else {
+            return Ok(None);
+        };
+        let default = default
+            .trim()
+            .parse::<u64>()
+            .map_err(|e| e.to_string())
+            .and_then(Parallelization::new)
+            .map_err(|why| StartupError::LaneCapacity(format!("{LANE_PARALLELIZATION}: {why}")))?;
+        let reserved = match env.optional(REAL_CONSUMER_RESERVED)?.map(str::trim) {
+            None | Some("none") => None,
+            Some(n) => Some(n.parse::<usize>().map_err(|e| {
+                StartupError::LaneCapacity(format!(
+                    "{REAL_CONSUMER_RESERVED} is a number of instances or `none`, not {n:?}: {e}"
+                ))
+            })?),
+        };
+        Ok(Some(Self { default, reserved }))
+    }
 }
 
 /// The ports a switch cannot work without.
@@ -231,6 +286,17 @@ impl CircuitSwitch {
             timers: None,
             prober: None,
             contributors: None,
+            lane_capacity: None,
+            sized: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What the lanes may run at: with it, the tick sets each lane's
+    /// parallelization its operators' settings ask, within the reservation.
+    pub fn with_lane_capacity(self, lane_capacity: LaneCapacity) -> Self {
+        Self {
+            lane_capacity: Some(lane_capacity),
+            ..self
         }
     }
 
@@ -369,6 +435,9 @@ impl CircuitSwitch {
         };
         let contributor_alarm = alarms.has_contributor_alarm();
         let mut switch = Self::new(ports, config.settings()?, operators).with_alarms(alarms);
+        if let Some(capacity) = LaneCapacity::from_env(env)? {
+            switch = switch.with_lane_capacity(capacity);
+        }
         if contributor_alarm {
             switch = switch.with_alarm_contributors(Arc::new(clients.alarm_contributors()));
         }

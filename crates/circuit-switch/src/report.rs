@@ -23,6 +23,10 @@ pub struct SwitchReport {
     pub skipped: Vec<Skipped>,
     /// Lanes the tick left alone because their marks say they point right.
     pub lanes_left: usize,
+    /// Lanes whose parallelization this invocation set, from the operators'
+    /// `lane.parallelization`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resized: Vec<LaneResized>,
     /// With a batch from the timer queue: the timers to deliver again
     /// (Lambda reads `batchItemFailures`).
     #[serde(flatten)]
@@ -36,6 +40,13 @@ pub struct Skipped {
     /// The lane, when it was the lane's mapping that failed.
     pub lane: Option<String>,
     pub error: String,
+}
+
+/// A lane whose mapping's `ParallelizationFactor` an invocation set.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LaneResized {
+    pub lane: String,
+    pub parallelization: u8,
 }
 
 /// Where one lane's stream points after an invocation.
@@ -69,6 +80,7 @@ impl SwitchReport {
         self.probe_calls += other.probe_calls;
         self.skipped.extend(other.skipped);
         self.lanes_left += other.lanes_left;
+        self.resized.extend(other.resized);
         self.response
             .batch_item_failures
             .extend(other.response.batch_item_failures);

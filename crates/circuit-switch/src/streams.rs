@@ -6,6 +6,10 @@ use lifeboat_core::lane::Lane;
 use lifeboat_core::ports::{Repoint, RouterError, StoreError};
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, OperatorId};
 
+use lifeboat_core::capacity::check_factors;
+use lifeboat_core::settings::Parallelization;
+
+use crate::report::LaneResized;
 use crate::{
     CircuitSwitch, REPOINT_ATTEMPTS, REPOINT_ROUNDS, SWEEP_LANES_PER_TICK, Skipped, StreamReport,
     SwitchError, SwitchReport,
@@ -102,7 +106,91 @@ impl CircuitSwitch {
         if let Err(e) = self.announce(&records, report).await {
             first_error.get_or_insert(e);
         }
+        if let Some(n) = tick {
+            self.size_lanes(report, n).await;
+        }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Set the parallelization of the lanes whose operators' settings ask
+    /// one (`lane.parallelization`), if every lane at its own fits in the
+    /// real consumer's reservation. The tick's control-plane calls stay
+    /// bounded: it sets at most [`SWEEP_LANES_PER_TICK`] lanes, those this
+    /// instance has not seen at their factor first, then the sweep's (a
+    /// mapping a deploy set back to the template's is found in its turn).
+    /// What fails is reported in `skipped` and tried again next tick.
+    async fn size_lanes(&self, report: &mut SwitchReport, tick: u64) {
+        let wanted: Vec<(usize, &Lane, Parallelization)> = self
+            .lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, lane)| lane.parallelization(&self.settings).map(|p| (i, lane, p)))
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let Some(capacity) = self.lane_capacity else {
+            let why = format!(
+                "the operators' settings ask {} lanes for a parallelization of their own, but this switch was not told LANE_PARALLELIZATION (and REAL_CONSUMER_RESERVED), so it cannot check they fit the real consumer's reservation: the lanes keep theirs",
+                wanted.len()
+            );
+            tracing::error!(why, "lanes not sized");
+            report.skipped.push(Skipped {
+                operator: None,
+                lane: None,
+                error: why,
+            });
+            return;
+        };
+        let factors: Vec<usize> = self
+            .lanes
+            .iter()
+            .map(|lane| {
+                usize::from(
+                    lane.parallelization(&self.settings)
+                        .unwrap_or(capacity.default)
+                        .get(),
+                )
+            })
+            .collect();
+        if let Err(e) = check_factors(&factors, wanted.len(), capacity.reserved) {
+            tracing::error!(error = %e, "lanes not sized");
+            report.skipped.push(Skipped {
+                operator: None,
+                lane: None,
+                error: e.to_string(),
+            });
+            return;
+        }
+        let sweep = sweep_slice(tick, self.lanes.len());
+        let seen = |lane: &Lane, p: Parallelization| lock(&self.sized).get(&lane.name) == Some(&p);
+        let unseen = wanted.iter().filter(|(_, lane, p)| !seen(lane, *p));
+        let swept = wanted
+            .iter()
+            .filter(|(i, lane, p)| sweep.contains(i) && seen(lane, *p));
+        let turn: Vec<_> = unseen.chain(swept).take(SWEEP_LANES_PER_TICK).collect();
+        for &&(_, lane, factor) in &turn {
+            match self.set_factor(lane, factor).await {
+                Ok(set) => {
+                    lock(&self.sized).insert(lane.name.clone(), factor);
+                    if set == Repoint::Changed {
+                        tracing::warn!(lane = %lane.name, parallelization = %factor, "lane parallelization set");
+                        report.resized.push(LaneResized {
+                            lane: lane.name.clone(),
+                            parallelization: factor.get(),
+                        });
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(lane = %lane.name, error = %e, "lane parallelization not set; the next tick tries again");
+                    report.skipped.push(Skipped {
+                        operator: lane.operators.first().cloned(),
+                        lane: Some(lane.name.clone()),
+                        error: e.to_string(),
+                    });
+                }
+            }
+        }
     }
 
     /// The stored breakers of `operators` in one batched read; if an item
@@ -185,22 +273,42 @@ impl CircuitSwitch {
     /// Re-point `lane`'s stream at `target`, trying again while the mapping
     /// is busy.
     async fn point(&self, lane: &Lane, target: ConsumerTarget) -> Result<Repoint, SwitchError> {
+        let repoint = self.retrying(lane, || lane.router.point_at(target)).await?;
+        if repoint == Repoint::Changed {
+            tracing::warn!(lane = %lane.name, target = %target, "stream re-pointed");
+        }
+        Ok(repoint)
+    }
+
+    /// Set `lane`'s parallelization, trying again while the mapping is busy.
+    async fn set_factor(
+        &self,
+        lane: &Lane,
+        factor: Parallelization,
+    ) -> Result<Repoint, SwitchError> {
+        self.retrying(lane, || lane.router.set_parallelization(factor))
+            .await
+    }
+
+    /// `call` on `lane`'s mapping, again with backoff while the mapping is
+    /// busy or the control plane throttles, at most [`REPOINT_ATTEMPTS`]
+    /// times.
+    async fn retrying<F, Fut>(&self, lane: &Lane, call: F) -> Result<Repoint, SwitchError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Repoint, RouterError>>,
+    {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match lane.router.point_at(target).await {
-                Ok(Repoint::Changed) => {
-                    tracing::warn!(lane = %lane.name, target = %target, "stream re-pointed");
-                    return Ok(Repoint::Changed);
-                }
-                Ok(Repoint::AlreadyThere) => return Ok(Repoint::AlreadyThere),
+            match call().await {
                 Err(RouterError::Busy(why) | RouterError::Throttled(why))
                     if attempt < REPOINT_ATTEMPTS =>
                 {
                     tracing::info!(lane = %lane.name, why = %why, attempt, "stream mapping busy or control plane throttled; trying again");
                     tokio::time::sleep(self.repoint_backoff * (1 << (attempt - 1))).await;
                 }
-                Err(e) => return Err(e.into()),
+                other => return Ok(other?),
             }
         }
     }
@@ -269,4 +377,8 @@ pub(crate) fn sweep_slice(n: u64, lanes: usize) -> std::ops::Range<usize> {
     let turns = lanes.div_ceil(SWEEP_LANES_PER_TICK).max(1);
     let start = (n as usize % turns) * SWEEP_LANES_PER_TICK;
     start..(start + SWEEP_LANES_PER_TICK).min(lanes)
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -12,6 +12,7 @@ use lifeboat_core::memory::{
 use lifeboat_core::ports::{BreakerStore, Repoint, StreamRouter};
 use lifeboat_core::probe::BreakerTimer;
 use lifeboat_core::request::Health;
+use lifeboat_core::settings::Parallelization;
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -873,6 +874,20 @@ impl StreamRouter for CountedRouter {
         }
         Ok(repoint)
     }
+
+    async fn set_parallelization(&self, factor: Parallelization) -> Result<Repoint, RouterError> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.broken.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(RouterError::Throttled("TooManyRequestsException".into()));
+        }
+        let set = self.inner.set_parallelization(factor).await?;
+        if set == Repoint::Changed {
+            self.calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(set)
+    }
 }
 
 fn operators(n: usize) -> Vec<OperatorId> {
@@ -970,6 +985,113 @@ async fn the_tick_touches_only_lanes_that_changed_plus_a_constant_sweep() {
         routers[7].inner.current().await.unwrap(),
         ConsumerTarget::Real
     );
+}
+
+#[tokio::test]
+async fn the_tick_sets_the_lanes_the_settings_size_within_the_reservation() {
+    let w = world();
+    let (switch, routers) = many_lanes(&w, 200);
+    let ops = operators(200);
+    let mut settings = switch.settings.clone();
+    for (op, factor) in [(&ops[0], 10), (&ops[1], 10), (&ops[2], 6)] {
+        let mut own = settings.default.clone();
+        own.lane.parallelization = Some(Parallelization::new(factor).unwrap());
+        settings.operators.insert(op.clone(), own);
+    }
+    let capacity = |reserved| LaneCapacity {
+        default: Parallelization::new(4).unwrap(),
+        reserved,
+    };
+    // 197 lanes at 4 and 26 for the three: 814 instances.
+    let short = CircuitSwitch {
+        settings: settings.clone(),
+        ..switch
+    }
+    .with_lane_capacity(capacity(Some(800)));
+    let report = short.handle(&tick()).await.unwrap();
+    assert!(report.resized.is_empty(), "{report:?}");
+    assert!(
+        report
+            .skipped
+            .iter()
+            .any(|s| s.error.contains("at least 814")),
+        "{:?}",
+        report.skipped
+    );
+    assert_eq!(routers[0].inner.parallelization(), None, "left as it was");
+    let (switch, routers) = many_lanes(&w, 200);
+    let switch = CircuitSwitch { settings, ..switch }.with_lane_capacity(capacity(Some(814)));
+    let report = switch.handle(&tick()).await.unwrap();
+    let resized: Vec<(&str, u8)> = report
+        .resized
+        .iter()
+        .map(|r| (r.lane.as_str(), r.parallelization))
+        .collect();
+    assert_eq!(resized, [("op000", 10), ("op001", 10), ("op002", 6)]);
+    assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+    // The sweep's ten reads, and a read and an update for each of three.
+    assert_eq!(calls(&routers), SWEEP_LANES_PER_TICK as u64 + 6);
+    // Set once: the next ticks cost the sweep alone, until the sweep comes
+    // back to them (a read each, nothing to update).
+    w.clock.set(start() + TimeDelta::minutes(1));
+    let report = switch.handle(&tick()).await.unwrap();
+    assert!(report.resized.is_empty());
+    assert_eq!(calls(&routers), SWEEP_LANES_PER_TICK as u64);
+    // A deploy sets a mapping back to the template's: its sweep finds it.
+    routers[1]
+        .inner
+        .set_parallelization(Parallelization::new(4).unwrap())
+        .await
+        .unwrap();
+    for minute in 2..22 {
+        w.clock.set(start() + TimeDelta::minutes(minute));
+        switch.handle(&tick()).await.unwrap();
+    }
+    assert_eq!(
+        routers[1].inner.parallelization(),
+        Parallelization::new(10).ok()
+    );
+    // A mapping that refuses is reported and tried again next tick.
+    let (fresh, routers) = many_lanes(&w, 3);
+    routers[0]
+        .broken
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let fresh = CircuitSwitch {
+        settings: switch.settings.clone(),
+        ..fresh
+    }
+    .with_lane_capacity(capacity(None));
+    let report = fresh.handle(&tick()).await.unwrap();
+    // Its re-point check and its sizing, both reported; the others sized.
+    assert!(!report.skipped.is_empty());
+    assert!(
+        report
+            .skipped
+            .iter()
+            .all(|s| s.lane.as_deref() == Some("op000")),
+        "{:?}",
+        report.skipped
+    );
+    assert_eq!(report.resized.len(), 2);
+    routers[0]
+        .broken
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    w.clock.set(start() + TimeDelta::minutes(30));
+    let report = fresh.handle(&tick()).await.unwrap();
+    assert_eq!(report.resized.len(), 1, "{report:?}");
+    // Without LANE_PARALLELIZATION nothing is set, and the tick says why.
+    let (blind, routers) = many_lanes(&w, 3);
+    let blind = CircuitSwitch {
+        settings: switch.settings.clone(),
+        ..blind
+    };
+    let report = blind.handle(&tick()).await.unwrap();
+    assert!(
+        report.skipped[0].error.contains("LANE_PARALLELIZATION"),
+        "{:?}",
+        report.skipped
+    );
+    assert_eq!(routers[0].inner.parallelization(), None);
 }
 
 #[tokio::test]
@@ -1631,4 +1753,45 @@ fn alarm_maps_name_one_operator_or_every_contributor() {
     for bad in ["=*", "a", "a=**", "a=Nordic"] {
         assert!(AlarmMap::parse(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn the_lane_capacity_is_read_from_the_templates_variables() {
+    let read = |pairs: &[(&str, &str)]| {
+        LaneCapacity::from_env(&lifeboat_aws::Env::from_pairs(pairs.iter().copied()))
+    };
+    let four = Parallelization::new(4).unwrap();
+    assert_eq!(read(&[]).unwrap(), None);
+    assert_eq!(
+        read(&[(LANE_PARALLELIZATION, "4"), (REAL_CONSUMER_RESERVED, "800")]).unwrap(),
+        Some(LaneCapacity {
+            default: four,
+            reserved: Some(800)
+        })
+    );
+    for unreserved in [vec![(REAL_CONSUMER_RESERVED, "none")], vec![]] {
+        let mut pairs = vec![(LANE_PARALLELIZATION, "4")];
+        pairs.extend(unreserved);
+        assert_eq!(
+            read(&pairs).unwrap(),
+            Some(LaneCapacity {
+                default: four,
+                reserved: None
+            })
+        );
+    }
+    let bad = read(&[(LANE_PARALLELIZATION, "11")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        bad.contains("LANE_PARALLELIZATION") && bad.contains("1 to 10"),
+        "{bad}"
+    );
+    let bad = read(&[
+        (LANE_PARALLELIZATION, "4"),
+        (REAL_CONSUMER_RESERVED, "lots"),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(bad.contains("REAL_CONSUMER_RESERVED"), "{bad}");
 }

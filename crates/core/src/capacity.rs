@@ -45,6 +45,55 @@ pub enum CapacityError {
     },
     #[error("the stack serves no operator: Operators is empty")]
     NoOperators,
+    #[error(
+        "RealConsumerConcurrency {reserved} cannot serve the lanes at the parallelization the \
+         operators' settings ask ({raised} lanes raised): they run up to {needed} batches at \
+         once. Set RealConsumerConcurrency to at least {needed}, or lower `lane.parallelization` \
+         in the operators' settings; until then the lanes keep the parallelization they have"
+    )]
+    SettingsShort {
+        reserved: usize,
+        raised: usize,
+        needed: usize,
+    },
+}
+
+/// The parallelization a lane needs for its operator's traffic: every call
+/// of a second's `requests_per_s` in flight at once while each takes up to
+/// `call` (the operation's budget: what a brownout makes them take), at
+/// `concurrency` calls to a batch (`CallConcurrency`), within Lambda's 1 to
+/// 10. A lane past 10 still queues in a brownout; its operator's adaptive
+/// limit answers the rest from the cache.
+pub fn lane_parallelization_for(
+    requests_per_s: f64,
+    call: std::time::Duration,
+    concurrency: usize,
+) -> u8 {
+    let batches = requests_per_s.max(0.0) * call.as_secs_f64() / concurrency.max(1) as f64;
+    batches.ceil().clamp(1.0, 10.0) as u8
+}
+
+/// Whether lanes at `factors` (each lane's parallelization: its operators'
+/// `lane.parallelization`, else the template's `LaneParallelization`) can be
+/// served by a real consumer reserved at `reserved`; `raised` of them are
+/// set by the operators' settings.
+pub fn check_factors(
+    factors: &[usize],
+    raised: usize,
+    reserved: Option<usize>,
+) -> Result<(), CapacityError> {
+    if factors.is_empty() {
+        return Err(CapacityError::NoOperators);
+    }
+    let needed = factors.iter().sum();
+    match reserved {
+        Some(reserved) if reserved < needed => Err(CapacityError::SettingsShort {
+            reserved,
+            raised,
+            needed,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Whether `lanes` can be served by a real consumer reserved at `reserved`
@@ -68,6 +117,43 @@ pub fn check(lanes: Lanes, reserved: Option<usize>) -> Result<(), CapacityError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lane_is_sized_for_a_seconds_calls_at_the_budget() {
+        let budget = std::time::Duration::from_secs(3);
+        // The priced marketplace's busiest operators (2,000 searches/s,
+        // Zipf over 200): 340, 170, 113, 85 and 68 searches/s.
+        let sized: Vec<u8> = [340.0, 170.0, 113.0, 85.0, 68.0, 57.0, 0.2]
+            .iter()
+            .map(|&r| lane_parallelization_for(r, budget, 50))
+            .collect();
+        assert_eq!(sized, [10, 10, 7, 6, 5, 4, 1]);
+        assert_eq!(lane_parallelization_for(f64::NAN, budget, 0), 1);
+    }
+
+    #[test]
+    fn lanes_raised_by_settings_count_at_their_own_parallelization() {
+        let mut factors = vec![4; 200];
+        assert_eq!(check_factors(&factors, 0, Some(800)), Ok(()));
+        factors[0] = 10;
+        factors[1] = 10;
+        let short = check_factors(&factors, 2, Some(800)).unwrap_err();
+        assert_eq!(
+            short,
+            CapacityError::SettingsShort {
+                reserved: 800,
+                raised: 2,
+                needed: 812
+            }
+        );
+        assert!(short.to_string().contains("at least 812"), "{short}");
+        assert_eq!(check_factors(&factors, 2, Some(812)), Ok(()));
+        assert_eq!(check_factors(&factors, 2, None), Ok(()));
+        assert_eq!(
+            check_factors(&[], 0, Some(1)),
+            Err(CapacityError::NoOperators)
+        );
+    }
 
     #[test]
     fn a_reservation_under_the_lanes_parallelization_is_refused() {

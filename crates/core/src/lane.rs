@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::breaker::{BreakerRecord, ConsumerTarget};
 use crate::operator::OperatorId;
 use crate::ports::StreamRouter;
+use crate::settings::{Parallelization, Settings};
 
 /// One stream of Requests and where its mapping delivers.
 #[derive(Clone)]
@@ -53,6 +54,15 @@ impl Lane {
 
     pub fn serves(&self, operator: &OperatorId) -> bool {
         self.operators.contains(operator)
+    }
+
+    /// The parallelization `settings` ask of this lane: the most any of its
+    /// operators asks; `None` when none does (the template's stays).
+    pub fn parallelization(&self, settings: &Settings) -> Option<Parallelization> {
+        self.operators
+            .iter()
+            .filter_map(|o| settings.for_operator(o).lane.parallelization)
+            .max()
     }
 }
 

@@ -36,6 +36,7 @@ use crate::ports::{
     TimerError, Trial, TrialTally, WindowStore,
 };
 use crate::probe::{BreakerTimer, ProbeSpec};
+use crate::settings::Parallelization;
 use crate::window::{BUCKET_TTL, Bucket, CallCounts};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -284,6 +285,9 @@ impl EventPublisher for MemoryEventBus {
 pub struct MemoryStreamRouter {
     target: Mutex<ConsumerTarget>,
     changes: Mutex<u64>,
+    /// The mapping's `ParallelizationFactor` once set; `None`: the
+    /// template's, whatever the deployment gives.
+    parallelization: Mutex<Option<Parallelization>>,
 }
 
 impl Default for MemoryStreamRouter {
@@ -291,6 +295,7 @@ impl Default for MemoryStreamRouter {
         Self {
             target: Mutex::new(ConsumerTarget::Real),
             changes: Mutex::new(0),
+            parallelization: Mutex::new(None),
         }
     }
 }
@@ -303,6 +308,11 @@ impl MemoryStreamRouter {
     /// How many times the target actually changed.
     pub fn changes(&self) -> u64 {
         *lock(&self.changes)
+    }
+
+    /// The parallelization set on the mapping, if one was.
+    pub fn parallelization(&self) -> Option<Parallelization> {
+        *lock(&self.parallelization)
     }
 }
 
@@ -319,6 +329,15 @@ impl StreamRouter for MemoryStreamRouter {
         }
         *current = target;
         *lock(&self.changes) += 1;
+        Ok(Repoint::Changed)
+    }
+
+    async fn set_parallelization(&self, factor: Parallelization) -> Result<Repoint, RouterError> {
+        let mut current = lock(&self.parallelization);
+        if *current == Some(factor) {
+            return Ok(Repoint::AlreadyThere);
+        }
+        *current = Some(factor);
         Ok(Repoint::Changed)
     }
 }

@@ -16,6 +16,7 @@ use crate::events::LifeboatEvent;
 use crate::operator::OperatorId;
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::request::{CallResult, OperatorCall, Outcome, RequestRecord};
+use crate::settings::Parallelization;
 use crate::window::{Bucket, CallCounts};
 
 mod cache;
@@ -290,6 +291,15 @@ pub trait StreamRouter: Send + Sync {
 
     /// Point the stream at `target`, keeping its position. Idempotent.
     async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError>;
+
+    /// Run `factor` batches of the stream at once (the mapping's
+    /// `ParallelizationFactor`), keeping its target and position.
+    /// Idempotent. A router that cannot says so.
+    async fn set_parallelization(&self, factor: Parallelization) -> Result<Repoint, RouterError> {
+        Err(RouterError::Unavailable(format!(
+            "this stream's parallelization cannot be set (asked for {factor})"
+        )))
+    }
 }
 
 /// Who a contributor alarm has in ALARM: a CloudWatch Metrics Insights

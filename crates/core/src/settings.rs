@@ -65,6 +65,8 @@ pub struct OperatorSettings {
     /// "no such route" is what the negative cache keeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routes: Option<BTreeSet<Route>>,
+    /// How the operator's lane runs ([`LaneSettings`]).
+    pub lane: LaneSettings,
 }
 
 impl OperatorSettings {
@@ -92,6 +94,7 @@ impl Default for OperatorSettings {
             hang_check: Some(HangCheck::default()),
             ids: IdCase::default(),
             routes: None,
+            lane: LaneSettings::default(),
         }
     }
 }
@@ -208,6 +211,69 @@ impl Default for HangCheck {
     }
 }
 
+/// How an operator's lane runs, from `OPERATOR_SETTINGS`:
+///
+/// ```json
+/// {"operators": {"nordic": {"lane": {"parallelization": 10}}}}
+/// ```
+///
+/// `parallelization`: batches of the lane's stream that run at once, its
+/// mapping's `ParallelizationFactor` (1 to 10, Lambda's range). Unset, the
+/// lane keeps the template's `LaneParallelization`. The circuit switch sets
+/// it on the mapping (docs/capacity.md, "A lane per operator's traffic"),
+/// only within the real consumer's reservation; a lane shared by several
+/// operators runs at the most any of them asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LaneSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallelization: Option<Parallelization>,
+}
+
+/// A lane mapping's `ParallelizationFactor`: 1 to 10.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "u64", into = "u64")]
+pub struct Parallelization(u8);
+
+impl Parallelization {
+    /// Lambda's most: batches of one shard run at once.
+    pub const MAX: u8 = 10;
+
+    pub fn new(factor: u64) -> Result<Self, String> {
+        match u8::try_from(factor) {
+            Ok(f @ 1..=Self::MAX) => Ok(Self(f)),
+            _ => Err(format!(
+                "a lane's parallelization is 1 to {} (a mapping's ParallelizationFactor), not {factor}",
+                Self::MAX
+            )),
+        }
+    }
+
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl TryFrom<u64> for Parallelization {
+    type Error = String;
+
+    fn try_from(factor: u64) -> Result<Self, String> {
+        Self::new(factor)
+    }
+}
+
+impl From<Parallelization> for u64 {
+    fn from(p: Parallelization) -> u64 {
+        u64::from(p.0)
+    }
+}
+
+impl std::fmt::Display for Parallelization {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// Settings of every operator.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -320,6 +386,46 @@ mod tests {
         assert_eq!(other.breaker.open_max, Duration::from_secs(600));
         // A block that is not an object is an error, not a default.
         assert!(Settings::from_json(r#"{"operators": {"nordic": 3}}"#).is_err());
+    }
+
+    #[test]
+    fn a_lane_parallelization_is_within_lambdas_range() {
+        let s = Settings::from_json(
+            r#"{"default": {"lane": {"parallelization": 4}},
+                "operators": {"nordic": {"lane": {"parallelization": 10}}, "baltic": {}}}"#,
+        )
+        .unwrap();
+        let of = |o: &str| {
+            s.for_operator(&OperatorId::new(o).unwrap())
+                .lane
+                .parallelization
+                .map(Parallelization::get)
+        };
+        assert_eq!(of("nordic"), Some(10));
+        assert_eq!(of("baltic"), Some(4), "from default");
+        assert_eq!(of("other"), Some(4));
+        assert_eq!(
+            Settings::from_json("{}")
+                .unwrap()
+                .default
+                .lane
+                .parallelization,
+            None,
+            "unset: the template's"
+        );
+        for bad in ["0", "11", "-1", "2.5", "\"4\""] {
+            let json = format!(r#"{{"default": {{"lane": {{"parallelization": {bad}}}}}}}"#);
+            let e = Settings::from_json(&json).unwrap_err().to_string();
+            assert!(!e.is_empty(), "{bad} refused");
+        }
+        let e = Settings::from_json(r#"{"default": {"lane": {"parallelization": 12}}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1 to 10"), "{e}");
+        assert!(
+            Settings::from_json(r#"{"default": {"lane": {"factor": 4}}}"#).is_err(),
+            "an unknown field is refused"
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ use crate::ports::{
 use crate::probe::{BreakerTimer, ProbeSpec};
 use crate::request::{Outcome, RequestRecord};
 use crate::sale::SaleRecord;
+use crate::settings::Parallelization;
 use crate::window::{Bucket, CallCounts};
 
 /// The metric counting failed dependency calls.
@@ -363,6 +364,13 @@ impl<T: StreamRouter + ?Sized> StreamRouter for Watched<T> {
 
     async fn point_at(&self, target: ConsumerTarget) -> Result<Repoint, RouterError> {
         self.router("mapping.update", self.inner.point_at(target).await)
+    }
+
+    async fn set_parallelization(&self, factor: Parallelization) -> Result<Repoint, RouterError> {
+        self.router(
+            "mapping.update",
+            self.inner.set_parallelization(factor).await,
+        )
     }
 }
 

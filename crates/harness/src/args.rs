@@ -121,6 +121,12 @@ pub struct FleetArgs {
     /// By default the template's 4.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10))]
     pub(crate) lane_parallelization: Option<u64>,
+    /// How the lanes are sized: `traffic` (the default) gives a busy
+    /// operator's lane the parallelization its searches/s need
+    /// (`lane.parallelization` in its settings, docs/capacity.md);
+    /// `template` runs every lane at LaneParallelization.
+    #[arg(long, value_enum, default_value_t = crate::fleet::LaneSizing::Traffic)]
+    pub(crate) lane_sizing: crate::fleet::LaneSizing,
     #[command(flatten)]
     pub(crate) world: WorldArgs,
 }

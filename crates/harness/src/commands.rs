@@ -101,6 +101,7 @@ impl FleetArgs {
             seed,
             real_consumer_concurrency,
             lane_parallelization,
+            lane_sizing,
             world,
         } = self;
         let defaults = FleetScript::default();
@@ -118,6 +119,7 @@ impl FleetArgs {
             lane_parallelization: lane_parallelization
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(defaults.lane_parallelization),
+            lane_sizing,
             ..defaults
         };
         print_report(

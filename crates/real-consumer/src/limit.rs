@@ -203,6 +203,9 @@ pub fn judge(class: &CallClass, in_flight: u32) -> (Signal, bool) {
 #[derive(Debug)]
 pub struct Limits {
     config: LimitConfig,
+    /// Operators whose limit starts and tops out elsewhere: a lane of
+    /// their own at a parallelization of its own.
+    own: HashMap<OperatorId, LimitConfig>,
     by_operator: std::sync::Mutex<HashMap<OperatorId, Arc<AdaptiveLimit>>>,
 }
 
@@ -217,15 +220,29 @@ impl Limits {
     pub fn new(config: LimitConfig) -> Self {
         Self {
             config,
+            own: HashMap::new(),
             by_operator: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Limits that start, and top out, at `concurrency` for every operator
+    /// but those of `own`, at theirs.
+    pub fn for_concurrency_of(
+        concurrency: usize,
+        own: impl IntoIterator<Item = (OperatorId, usize)>,
+    ) -> Arc<Self> {
+        let up_to = |c: usize| LimitConfig::up_to(u32::try_from(c).unwrap_or(u32::MAX));
+        Arc::new(Self {
+            own: own.into_iter().map(|(o, c)| (o, up_to(c))).collect(),
+            ..Self::new(up_to(concurrency))
+        })
     }
 
     /// `operator`'s limit.
     pub fn of(&self, operator: &OperatorId) -> Arc<AdaptiveLimit> {
         let mut map = self.by_operator.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(operator.clone())
-            .or_insert_with(|| AdaptiveLimit::new(self.config))
+            .or_insert_with(|| AdaptiveLimit::new(*self.own.get(operator).unwrap_or(&self.config)))
             .clone()
     }
 }

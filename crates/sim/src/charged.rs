@@ -26,6 +26,7 @@ use lifeboat_core::ports::{
 use lifeboat_core::probe::{BreakerTimer, ProbeSpec};
 use lifeboat_core::request::{Outcome, RequestRecord};
 use lifeboat_core::sale::SaleRecord;
+use lifeboat_core::settings::Parallelization;
 use lifeboat_core::window::{Bucket, CallCounts};
 use lifeboat_core::{BreakerRecord, ConsumerTarget, OperatorId};
 use serde::Serialize;
@@ -536,6 +537,18 @@ impl StreamRouter for ChargedMapping {
             self.lag.updated(target, effective);
         }
         Ok(repoint)
+    }
+
+    /// A GetEventSourceMapping, and an UpdateEventSourceMapping only when
+    /// the factor differs. Lambda's pollers take a new factor at once here;
+    /// the lag models where a mapping delivers, not how many batches.
+    async fn set_parallelization(&self, factor: Parallelization) -> Result<Repoint, RouterError> {
+        self.plane.call(Call::Get).await?;
+        if self.inner.parallelization() == Some(factor) {
+            return Ok(Repoint::AlreadyThere);
+        }
+        self.plane.call(Call::Update).await?;
+        self.inner.set_parallelization(factor).await
     }
 }
 

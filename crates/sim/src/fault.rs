@@ -28,6 +28,7 @@ use lifeboat_core::ports::{
 use lifeboat_core::probe::{BreakerTimer, ProbeSpec};
 use lifeboat_core::request::{CallClass, CallResult, OperatorCall, Outcome, RequestRecord};
 use lifeboat_core::sale::SaleRecord;
+use lifeboat_core::settings::Parallelization;
 use lifeboat_core::watched::{Watched, watch};
 use lifeboat_core::window::{Bucket, CallCounts};
 use lifeboat_core::{BreakerRecord, OperatorId};
@@ -481,6 +482,16 @@ impl<T: StreamRouter + ?Sized> StreamRouter for Faulty<T> {
             });
         }
         self.inner.point_at(target).await
+    }
+
+    async fn set_parallelization(&self, factor: Parallelization) -> Result<Repoint, RouterError> {
+        checkpoint().await;
+        if self.plan.strike(FaultClass::MappingUpdate) {
+            return Err(RouterError::Busy(
+                "ResourceInUseException (injected)".into(),
+            ));
+        }
+        self.inner.set_parallelization(factor).await
     }
 }
 

@@ -201,7 +201,13 @@ impl SimLane {
         while let Some(done) = self.in_flight.try_join_next_with_id() {
             self.settle(done, config.max_retries, discarded);
         }
-        if self.in_flight.len() >= config.parallelization.max(1) {
+        // The mapping's own factor once the switch set one, else the
+        // template's.
+        let parallelization = self
+            .router
+            .parallelization()
+            .map_or(config.parallelization, |p| usize::from(p.get()));
+        if self.in_flight.len() >= parallelization.max(1) {
             return false;
         }
         let now = clock.now();

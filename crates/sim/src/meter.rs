@@ -21,6 +21,7 @@ use lifeboat_core::ports::{
 };
 use lifeboat_core::probe::ProbeSpec;
 use lifeboat_core::request::{Outcome, RequestRecord};
+use lifeboat_core::settings::Parallelization;
 use lifeboat_core::window::{Bucket, CallCounts};
 use lifeboat_core::{BreakerRecord, ConsumerTarget, OperatorId};
 use serde::Serialize;
@@ -202,6 +203,15 @@ impl<T: StreamRouter + ?Sized> StreamRouter for Metered<T> {
             _ => 1,
         });
         repoint
+    }
+
+    async fn set_parallelization(&self, factor: Parallelization) -> Result<Repoint, RouterError> {
+        let set = self.0.set_parallelization(factor).await;
+        note_control_plane(match set {
+            Ok(Repoint::Changed) => 2,
+            _ => 1,
+        });
+        set
     }
 }
 

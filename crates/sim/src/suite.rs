@@ -18,6 +18,7 @@ use lifeboat_core::ports::{
     StoredRequest, StreamRouter,
 };
 use lifeboat_core::probe::BreakerTimer;
+use lifeboat_core::settings::Parallelization;
 
 use crate::aws::{AwsRuntime, World};
 use crate::charged::{Charged, ChargedTimers, ControlPlane};
@@ -235,8 +236,13 @@ impl MemorySuite {
         // One consumer serves every batch of a lane here, where Lambda
         // runs up to `parallelization` instances with a limit each: the
         // limit tops out at all of theirs, and a cut is shared.
-        .with_limits(real_consumer::limit::Limits::for_concurrency(
+        .with_limits(real_consumer::limit::Limits::for_concurrency_of(
             config.concurrency * config.parallelization.max(1),
+            config.settings.operators.iter().filter_map(|(o, own)| {
+                own.lane
+                    .parallelization
+                    .map(|p| (o.clone(), config.concurrency * usize::from(p.get())))
+            }),
         ));
         let fallback = FallbackConsumer {
             requests: metered_requests,
@@ -244,6 +250,17 @@ impl MemorySuite {
             clock: clock.clone(),
             metrics: metrics.clone(),
         };
+        // What the lanes may run at, as the template tells the switch; the
+        // reservation caps the real consumer in the AWS world only.
+        let lane_capacity = Parallelization::new(config.parallelization as u64)
+            .ok()
+            .map(|default| circuit_switch::LaneCapacity {
+                default,
+                reserved: config
+                    .aws
+                    .is_some()
+                    .then_some(config.real_consumer_concurrency),
+            });
         let switch = CircuitSwitch::new(
             SwitchPorts {
                 breakers: metered_breakers,
@@ -279,6 +296,10 @@ impl MemorySuite {
             inner: prober.unwrap_or(operator),
             calls: probes.clone(),
         }));
+        let switch = match lane_capacity {
+            Some(capacity) => switch.with_lane_capacity(capacity),
+            None => switch,
+        };
         let next_tick = clock.now();
         Self {
             clock,

@@ -192,7 +192,7 @@ impl Day {
             clock.clone(),
             MemorySuiteConfig {
                 operators: operators.clone(),
-                settings: script.settings.clone(),
+                settings: script.lane_settings(),
                 lanes: script.lanes,
                 retain_requests: Some(REQUESTS_KEPT),
                 real_consumer_concurrency: script.real_consumer_concurrency(),

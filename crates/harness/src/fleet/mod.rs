@@ -12,12 +12,14 @@ mod incident;
 pub mod report;
 mod tally;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use lifeboat_core::capacity::Lanes;
+use lifeboat_core::OperatorId;
+use lifeboat_core::capacity::lane_parallelization_for;
 use lifeboat_core::memory::OutcomeCondition;
-use lifeboat_core::settings::Settings;
+use lifeboat_core::settings::{Parallelization, Settings};
 use lifeboat_operator::OutageMode;
 use lifeboat_sim::LaneLayout;
 use lifeboat_sim::World;
@@ -58,6 +60,22 @@ pub struct FleetScript {
     /// Batches of one lane that run at once (`LaneParallelization`), the
     /// template's by default.
     pub lane_parallelization: usize,
+    /// Whether the busy operators' lanes get a parallelization of their own
+    /// (`lane.parallelization` in their settings), as docs/capacity.md
+    /// tells an adopter to size them.
+    pub lane_sizing: LaneSizing,
+}
+
+/// How the day's lanes are sized.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LaneSizing {
+    /// Every lane at `LaneParallelization`.
+    Template,
+    /// A lane whose operator's searches/s need more batches at once than
+    /// `LaneParallelization` gives
+    /// (`lifeboat_core::capacity::lane_parallelization_for`) runs at its own.
+    #[default]
+    Traffic,
 }
 
 impl Default for FleetScript {
@@ -77,6 +95,7 @@ impl Default for FleetScript {
             settings: template_settings(),
             real_consumer_concurrency: None,
             lane_parallelization: TEMPLATE.parallelization,
+            lane_sizing: LaneSizing::default(),
         }
     }
 }
@@ -160,23 +179,65 @@ impl FleetScript {
             .collect()
     }
 
+    /// The gateway's settings with each lane's parallelization, as an
+    /// adopter sizes them by their operators' traffic ([`LaneSizing`]): an
+    /// operator whose settings name one keeps it.
+    pub fn lane_settings(&self) -> Settings {
+        let mut settings = self.settings.clone();
+        if self.lane_sizing == LaneSizing::Template || self.lanes == LaneLayout::Shared {
+            return settings;
+        }
+        for (rank, name) in self.operator_names().into_iter().enumerate() {
+            let Ok(operator) = OperatorId::new(name) else {
+                continue;
+            };
+            let own = settings.for_operator(&operator);
+            if own.lane.parallelization.is_some() {
+                continue;
+            }
+            let needed = lane_parallelization_for(
+                self.rate_of(rank),
+                own.budgets.search.timeout,
+                TEMPLATE.batch_size,
+            );
+            if usize::from(needed) <= self.lane_parallelization {
+                continue;
+            }
+            let mut own = own.clone();
+            own.lane.parallelization = Parallelization::new(u64::from(needed)).ok();
+            settings.operators.insert(operator, own);
+        }
+        settings
+    }
+
+    /// The lanes that run at a parallelization of their own, by operator.
+    pub fn lanes_sized(&self) -> BTreeMap<String, u8> {
+        let settings = self.lane_settings();
+        self.operator_names()
+            .into_iter()
+            .filter_map(|name| {
+                let operator = OperatorId::new(&name).ok()?;
+                let p = settings.for_operator(&operator).lane.parallelization?;
+                Some((name, p.get()))
+            })
+            .collect()
+    }
+
     /// The real consumer's reservation the day runs with: the one given, or
     /// the template's default raised to what the capacity check
-    /// (`lifeboat_core::capacity`) accepts for the day's lanes at their
+    /// (`lifeboat_core::capacity`) accepts for the day's lanes, each at its
     /// parallelization.
     pub fn real_consumer_concurrency(&self) -> usize {
-        let lanes = Lanes {
-            operators: match self.lanes {
-                LaneLayout::PerOperator => self.operators,
-                LaneLayout::Shared => 1,
-            },
-            parallelization: self.lane_parallelization,
+        let needed = match self.lanes {
+            LaneLayout::Shared => self.lane_parallelization,
+            LaneLayout::PerOperator => {
+                let sized = self.lanes_sized();
+                (self.operators - sized.len().min(self.operators)) * self.lane_parallelization
+                    + sized.values().map(|&p| usize::from(p)).sum::<usize>()
+            }
         };
-        self.real_consumer_concurrency.unwrap_or_else(|| {
-            lanes
-                .real_consumer_needed()
-                .max(TEMPLATE.real_consumer_concurrency)
-        })
+        self.real_consumer_concurrency
+            .unwrap_or_else(|| needed.max(TEMPLATE.real_consumer_concurrency))
     }
 
     /// The operators' names, by traffic rank.
@@ -247,6 +308,44 @@ pub fn run_paused(script: &FleetScript) -> std::io::Result<FleetReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_busy_lanes_are_sized_by_their_traffic_and_reserved_for() {
+        let priced = FleetScript {
+            operators: 200,
+            searches_per_s: 2000.0,
+            ..FleetScript::default()
+        };
+        let sized: Vec<(String, u8)> = priced.lanes_sized().into_iter().collect();
+        let expected: Vec<(String, u8)> = [
+            ("op001", 10),
+            ("op002", 10),
+            ("op003", 7),
+            ("op004", 6),
+            ("op005", 5),
+        ]
+        .iter()
+        .map(|(o, p)| (o.to_string(), *p))
+        .collect();
+        assert_eq!(sized, expected);
+        assert_eq!(priced.real_consumer_concurrency(), 195 * 4 + 38);
+        let template = FleetScript {
+            lane_sizing: LaneSizing::Template,
+            ..priced.clone()
+        };
+        assert!(template.lanes_sized().is_empty());
+        assert_eq!(template.real_consumer_concurrency(), 800);
+        // An operator's own setting wins over the sizing.
+        let mut settings = priced.settings.clone();
+        let op001 = OperatorId::new("op001").unwrap();
+        let mut own = settings.for_operator(&op001).clone();
+        own.lane.parallelization = Parallelization::new(3).ok();
+        settings.operators.insert(op001, own);
+        let own = FleetScript { settings, ..priced };
+        assert_eq!(own.lanes_sized().get("op001"), Some(&3));
+        // The ordinary day's lanes all fit the template's 4.
+        assert!(FleetScript::default().lanes_sized().is_empty());
+    }
 
     #[test]
     fn traffic_is_uneven_and_sums_to_the_total() {

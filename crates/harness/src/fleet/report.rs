@@ -44,6 +44,9 @@ pub struct FleetReport {
     pub real_consumer_concurrency: usize,
     /// Batches of one lane that ran at once (`LaneParallelization`).
     pub lane_parallelization: usize,
+    /// The lanes that ran at a parallelization of their own (their
+    /// operators' `lane.parallelization`), by operator.
+    pub lanes_sized: BTreeMap<String, u8>,
     pub incidents: Vec<IncidentReport>,
     /// Openings (from closed) outside the operator's own incidents and
     /// their aftermath: of any operator, the busiest ones with an incident
@@ -353,6 +356,7 @@ pub(crate) fn build(inputs: Inputs<'_>) -> FleetReport {
         peak_resident_mb: peak_resident_mb(),
         real_consumer_concurrency: inputs.script.real_consumer_concurrency(),
         lane_parallelization: inputs.script.lane_parallelization,
+        lanes_sized: inputs.script.lanes_sized(),
         incidents,
         false_trips,
         false_trips_by_operator,

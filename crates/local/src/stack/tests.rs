@@ -73,6 +73,8 @@ fn function_variables() -> BTreeMap<&'static str, Vec<&'static str>> {
                 "BREAKER_TIMER_QUEUE_URL",
                 lifeboat_operator::OPERATOR_ENDPOINTS,
                 clients::OPERATOR_CREDENTIALS_PATH,
+                "LANE_PARALLELIZATION",
+                "REAL_CONSUMER_RESERVED",
             ]
             .into_iter()
             .chain(config)
