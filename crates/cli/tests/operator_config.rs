@@ -196,13 +196,40 @@ async fn config_put_checks_before_it_writes_and_show_prints_the_item() {
         "{text}"
     );
 
+    // Lanes sized with no stack to read: written, and the put says the
+    // reservation was left to the circuit switch's tick to check.
+    let lanes = write(
+        &dir,
+        "lanes.json",
+        r#"{"default": {"hang_check": {}}, "operators": {"nordic": {"lane": {"parallelization": 10}}}}"#,
+    );
+    let put = support::lifeboat(
+        &moto,
+        Some(&dir),
+        &["config", "put", "--table", TABLE, "--settings-file", &lanes],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&put.stderr);
+    assert!(put.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("was not checked against RealConsumerConcurrency"),
+        "{stderr}"
+    );
+    let more = write(&dir, "more.json", r#"{"default": {"hang_check": {}}}"#);
+    let put = lifeboat(
+        &moto,
+        &["config", "put", "--table", TABLE, "--settings-file", &more],
+    )
+    .await;
+    assert!(put.status.success());
+
     // No table named anywhere: a clear error.
     let unnamed = lifeboat(&moto, &["config", "show"]).await;
     assert!(!unnamed.status.success());
     assert!(String::from_utf8_lossy(&unnamed.stderr).contains("OPERATOR_CONFIG_TABLE"));
 
     let store = DynamoOperatorConfigStore::new(clients.dynamodb().clone(), TABLE);
-    assert_eq!(store.load().await.unwrap().map(|i| i.revision), Some(2));
+    assert_eq!(store.load().await.unwrap().map(|i| i.revision), Some(4));
     let _ = std::fs::remove_dir_all(&dir);
     moto.stop().await;
 }

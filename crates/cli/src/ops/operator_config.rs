@@ -18,6 +18,7 @@ use clap::{Args, Subcommand};
 use lifeboat_aws::{Clients, DynamoOperatorConfigStore, Env};
 use lifeboat_command::CliError;
 use lifeboat_command::runtime::block_on;
+use lifeboat_core::OperatorId;
 use lifeboat_core::operator_config::{MAX_ITEM_BYTES, OperatorConfigItem};
 use lifeboat_core::ports::{OperatorConfigStore, StoreError};
 use lifeboat_core::settings::Settings;
@@ -25,7 +26,7 @@ use lifeboat_operator::OperatorUrls;
 use serde::Serialize;
 
 use super::config::Setting;
-use super::stack::{self, StackArgs};
+use super::stack::{self, FromStack, Stack, StackArgs, StackDescription};
 
 /// The operator config table, from `--table`, `OPERATOR_CONFIG_TABLE` or
 /// the stack.
@@ -91,6 +92,10 @@ pub enum ConfigCommandError {
         "the item would be {bytes} bytes, over the {MAX_ITEM_BYTES} bytes this command writes (DynamoDB refuses items over 400 KB): shorten the settings, e.g. move shared values into \"default\""
     )]
     TooLarge { bytes: usize },
+    #[error("{0} (the stack's parameters; nothing was written)")]
+    Capacity(#[from] lifeboat_core::capacity::CapacityError),
+    #[error("stack {stack}: {why}")]
+    StackParameters { stack: String, why: String },
     #[error("operator config table {table}: {source}")]
     Store {
         table: String,
@@ -215,6 +220,58 @@ fn count_settings(item: &OperatorConfigItem) -> usize {
         .map_or(0, |s| s.operators.len())
 }
 
+/// Whether `settings` ask any lane for a parallelization of its own.
+pub fn asks_lanes(settings: &Settings) -> bool {
+    settings.default.lane.parallelization.is_some()
+        || settings
+            .operators
+            .values()
+            .any(|o| o.lane.parallelization.is_some())
+}
+
+/// Whether the lanes `settings` size fit the stack's real consumer, as the
+/// circuit switch's tick checks them before it sets any: every operator of
+/// `Operators` at its `lane.parallelization`, else `LaneParallelization`,
+/// against `RealConsumerConcurrency` while `ReservedConcurrency` is
+/// `enabled`. A put the tick would refuse is refused before it is written.
+pub fn lanes_fit(settings: &Settings, stack: &StackDescription) -> Result<(), ConfigCommandError> {
+    let parameter = |key: &'static str| {
+        stack
+            .value(FromStack::Parameter(key))
+            .map_err(|why| ConfigCommandError::StackParameters {
+                stack: stack.name.clone(),
+                why,
+            })
+    };
+    let number = |key: &'static str| -> Result<usize, ConfigCommandError> {
+        let text = parameter(key)?;
+        text.parse()
+            .map_err(|e| ConfigCommandError::StackParameters {
+                stack: stack.name.clone(),
+                why: format!("parameter {key} is {text:?}, not a number: {e}"),
+            })
+    };
+    let default = number("LaneParallelization")?;
+    let reserved = match parameter("ReservedConcurrency")? {
+        "enabled" => Some(number("RealConsumerConcurrency")?),
+        _ => None,
+    };
+    let factors: Vec<usize> = parameter("Operators")?
+        .split(',')
+        .filter_map(|o| OperatorId::new(o.trim()).ok())
+        .map(|o| {
+            settings
+                .for_operator(&o)
+                .lane
+                .parallelization
+                .map_or(default, |p| usize::from(p.get()))
+        })
+        .collect();
+    let raised = factors.iter().filter(|&&f| f != default).count();
+    lifeboat_core::capacity::check_factors(&factors, raised, reserved)?;
+    Ok(())
+}
+
 /// The item as `show` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Shown {
@@ -314,23 +371,24 @@ pub fn read_files(
 }
 
 /// The store of the table `--table`, `OPERATOR_CONFIG_TABLE` or the stack
-/// names.
+/// names, and the stack: read when it names the table or when `read_stack`.
 async fn store(
     table: Option<&str>,
     stack: &StackArgs,
-) -> Result<DynamoOperatorConfigStore, String> {
+    read_stack: bool,
+) -> Result<(DynamoOperatorConfigStore, Stack), String> {
     let env = Env::from_process();
     let sdk = lifeboat_aws::clients::load_sdk_config().await;
-    let needed = !TABLE.is_given(table, &env);
+    let needed = read_stack || !TABLE.is_given(table, &env);
     let stack = stack::find(stack.stack.as_deref(), needed, Path::new("."), &sdk)
         .await
         .map_err(|e| e.to_string())?;
     let table = TABLE
         .resolve_in(table, &env, &stack)
         .map_err(|e| e.to_string())?;
-    Ok(DynamoOperatorConfigStore::new(
-        Clients::new(&sdk).dynamodb().clone(),
-        table,
+    Ok((
+        DynamoOperatorConfigStore::new(Clients::new(&sdk).dynamodb().clone(), table),
+        stack,
     ))
 }
 
@@ -350,9 +408,25 @@ impl ConfigAction {
                     args.settings_file.as_deref(),
                 )
                 .map_err(|e| fail(&e))?;
-                let store = store(args.table.as_deref(), &args.stack)
+                // Lanes sized by the settings are checked against the
+                // stack's reservation, as the circuit switch's tick would.
+                let sized = settings
+                    .as_deref()
+                    .and_then(|s| Settings::from_json(s).ok())
+                    .filter(asks_lanes);
+                let (store, stack) = store(args.table.as_deref(), &args.stack, sized.is_some())
                     .await
                     .map_err(|e| fail(&e))?;
+                if let Some(sized) = &sized {
+                    match &stack {
+                        Stack::Read(description) => {
+                            lanes_fit(sized, description).map_err(|e| fail(&e))?
+                        }
+                        _ => eprintln!(
+                            "lifeboat config put: the stack was not read, so the lanes' parallelization was not checked against RealConsumerConcurrency; the circuit switch's tick checks it before setting any (name the stack with --stack to check it now)"
+                        ),
+                    }
+                }
                 let w = put(&store, endpoints, settings, Utc::now())
                     .await
                     .map_err(|e| fail(&e))?;
@@ -368,7 +442,7 @@ impl ConfigAction {
             }
             ConfigAction::Show(args) => {
                 let fail = |e: &dyn std::fmt::Display| CliError::new("config show", e);
-                let store = store(args.table.as_deref(), &args.stack)
+                let (store, _) = store(args.table.as_deref(), &args.stack, false)
                     .await
                     .map_err(|e| fail(&e))?;
                 let shown = show(&store).await.map_err(|e| fail(&e))?;
@@ -391,6 +465,45 @@ mod tests {
 
     fn at(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_796_032_800 + s, 0).unwrap_or_default()
+    }
+
+    #[test]
+    fn lanes_sized_past_the_reservation_are_refused_before_the_put() {
+        let stack = |reserved: &str, enabled: &str| StackDescription {
+            name: "lifeboat".to_owned(),
+            status: "UPDATE_COMPLETE".to_owned(),
+            parameters: [
+                ("Operators", "nordic,baltic,aegean"),
+                ("LaneParallelization", "4"),
+                ("RealConsumerConcurrency", reserved),
+                ("ReservedConcurrency", enabled),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            ..StackDescription::default()
+        };
+        let settings =
+            Settings::from_json(r#"{"operators": {"nordic": {"lane": {"parallelization": 10}}}}"#)
+                .unwrap_or_default();
+        assert!(asks_lanes(&settings));
+        assert!(!asks_lanes(&Settings::default()));
+        // 10 + 4 + 4.
+        assert!(lanes_fit(&settings, &stack("18", "enabled")).is_ok());
+        let short = lanes_fit(&settings, &stack("17", "enabled"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(short.contains("at least 18"), "{short}");
+        assert!(lanes_fit(&settings, &stack("17", "disabled")).is_ok());
+        let unreadable = lanes_fit(&settings, &stack("lots", "enabled"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            unreadable.contains("RealConsumerConcurrency"),
+            "{unreadable}"
+        );
     }
 
     #[test]
