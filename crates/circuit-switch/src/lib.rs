@@ -204,7 +204,7 @@ pub struct CircuitSwitch {
 /// What the lanes may run at: the template's parallelization, which a lane
 /// keeps unless its operators' settings ask another, and the real
 /// consumer's reservation, which every lane's must fit in
-/// ([`lifeboat_core::capacity::check_factors`]).
+/// ([`lifeboat_core::capacity::check_lanes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaneCapacity {
     /// `LANE_PARALLELIZATION`.

@@ -6,7 +6,7 @@ use lifeboat_core::lane::Lane;
 use lifeboat_core::ports::{Repoint, RouterError, StoreError};
 use lifeboat_core::{BreakerRecord, BreakerState, ConsumerTarget, OperatorId};
 
-use lifeboat_core::capacity::check_factors;
+use lifeboat_core::capacity::check_lanes;
 use lifeboat_core::settings::Parallelization;
 
 use crate::report::LaneResized;
@@ -120,11 +120,17 @@ impl CircuitSwitch {
     /// mapping a deploy set back to the template's is found in its turn).
     /// What fails is reported in `skipped` and tried again next tick.
     async fn size_lanes(&self, report: &mut SwitchReport, tick: u64) {
+        let asked: Vec<Option<Parallelization>> = self
+            .lanes
+            .iter()
+            .map(|lane| lane.parallelization(&self.settings))
+            .collect();
         let wanted: Vec<(usize, &Lane, Parallelization)> = self
             .lanes
             .iter()
+            .zip(&asked)
             .enumerate()
-            .filter_map(|(i, lane)| lane.parallelization(&self.settings).map(|p| (i, lane, p)))
+            .filter_map(|(i, (lane, p))| p.map(|p| (i, lane, p)))
             .collect();
         if wanted.is_empty() {
             return;
@@ -142,18 +148,8 @@ impl CircuitSwitch {
             });
             return;
         };
-        let factors: Vec<usize> = self
-            .lanes
-            .iter()
-            .map(|lane| {
-                usize::from(
-                    lane.parallelization(&self.settings)
-                        .unwrap_or(capacity.default)
-                        .get(),
-                )
-            })
-            .collect();
-        if let Err(e) = check_factors(&factors, wanted.len(), capacity.reserved) {
+        let default = usize::from(capacity.default.get());
+        if let Err(e) = check_lanes(&asked, default, capacity.reserved) {
             tracing::error!(error = %e, "lanes not sized");
             report.skipped.push(Skipped {
                 operator: None,

@@ -10,6 +10,8 @@
 //! on an ordinary day; [`check`] refuses it before it is deployed (the
 //! stack's capacity check, run by CloudFormation at create and update).
 
+use crate::settings::Parallelization;
+
 /// The shape of a stack: what its real consumer must serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lanes {
@@ -73,23 +75,26 @@ pub fn lane_parallelization_for(
     batches.ceil().clamp(1.0, 10.0) as u8
 }
 
-/// Whether lanes at `factors` (each lane's parallelization: its operators'
-/// `lane.parallelization`, else the template's `LaneParallelization`) can be
-/// served by a real consumer reserved at `reserved`; `raised` of them are
-/// set by the operators' settings.
-pub fn check_factors(
-    factors: &[usize],
-    raised: usize,
+/// Whether lanes can be served by a real consumer reserved at `reserved`
+/// (`None`: not capped), each at what its operators' settings ask
+/// (`lane.parallelization`, one entry a lane) or else at `default`, the
+/// template's `LaneParallelization`.
+pub fn check_lanes(
+    asked: &[Option<Parallelization>],
+    default: usize,
     reserved: Option<usize>,
 ) -> Result<(), CapacityError> {
-    if factors.is_empty() {
+    if asked.is_empty() {
         return Err(CapacityError::NoOperators);
     }
-    let needed = factors.iter().sum();
+    let needed = asked
+        .iter()
+        .map(|p| p.map_or(default, |p| usize::from(p.get())))
+        .sum();
     match reserved {
         Some(reserved) if reserved < needed => Err(CapacityError::SettingsShort {
             reserved,
-            raised,
+            raised: asked.iter().flatten().count(),
             needed,
         }),
         _ => Ok(()),
@@ -133,11 +138,11 @@ mod tests {
 
     #[test]
     fn lanes_raised_by_settings_count_at_their_own_parallelization() {
-        let mut factors = vec![4; 200];
-        assert_eq!(check_factors(&factors, 0, Some(800)), Ok(()));
-        factors[0] = 10;
-        factors[1] = 10;
-        let short = check_factors(&factors, 2, Some(800)).unwrap_err();
+        let mut asked = vec![None; 200];
+        assert_eq!(check_lanes(&asked, 4, Some(800)), Ok(()));
+        asked[0] = Parallelization::new(10).ok();
+        asked[1] = Parallelization::new(10).ok();
+        let short = check_lanes(&asked, 4, Some(800)).unwrap_err();
         assert_eq!(
             short,
             CapacityError::SettingsShort {
@@ -147,10 +152,10 @@ mod tests {
             }
         );
         assert!(short.to_string().contains("at least 812"), "{short}");
-        assert_eq!(check_factors(&factors, 2, Some(812)), Ok(()));
-        assert_eq!(check_factors(&factors, 2, None), Ok(()));
+        assert_eq!(check_lanes(&asked, 4, Some(812)), Ok(()));
+        assert_eq!(check_lanes(&asked, 4, None), Ok(()));
         assert_eq!(
-            check_factors(&[], 0, Some(1)),
+            check_lanes(&[], 4, Some(1)),
             Err(CapacityError::NoOperators)
         );
     }

@@ -256,19 +256,12 @@ pub fn lanes_fit(settings: &Settings, stack: &StackDescription) -> Result<(), Co
         "enabled" => Some(number("RealConsumerConcurrency")?),
         _ => None,
     };
-    let factors: Vec<usize> = parameter("Operators")?
+    let asked: Vec<_> = parameter("Operators")?
         .split(',')
         .filter_map(|o| OperatorId::new(o.trim()).ok())
-        .map(|o| {
-            settings
-                .for_operator(&o)
-                .lane
-                .parallelization
-                .map_or(default, |p| usize::from(p.get()))
-        })
+        .map(|o| settings.for_operator(&o).lane.parallelization)
         .collect();
-    let raised = factors.iter().filter(|&&f| f != default).count();
-    lifeboat_core::capacity::check_factors(&factors, raised, reserved)?;
+    lifeboat_core::capacity::check_lanes(&asked, default, reserved)?;
     Ok(())
 }
 
